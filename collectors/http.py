@@ -1,0 +1,63 @@
+"""The one function every outbound HTTP request of the collectors goes through.
+
+It sets a timeout, refuses schemes other than http/https and turns every
+failure into a SourceError whose message an operator can act on. Tests patch
+this seam, not urllib.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import urlparse
+
+
+class SourceError(Exception):
+    """A source could not be read. `message` is shown to operators as is."""
+
+    def __init__(self, message: str, *, auth: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.auth = auth
+
+
+def get_json(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
+    scheme = urlparse(url).scheme
+    if scheme not in ("http", "https"):
+        raise SourceError(f"refusing {scheme or 'a scheme-less'} URL {url!r}: only http/https")
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 - scheme checked
+            body = reply.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise SourceError(f"{_where(url)} refused our credentials (HTTP {exc.code})", auth=True)
+        raise SourceError(f"{_where(url)} answered HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise SourceError(f"cannot reach {_where(url)}: {_reason(exc.reason)}") from None
+    except (TimeoutError, socket.timeout):
+        raise SourceError(f"{_where(url)} did not answer within {timeout:g} s") from None
+    except OSError as exc:
+        raise SourceError(f"cannot reach {_where(url)}: {exc}") from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise SourceError(f"{_where(url)} answered with something that is not JSON") from None
+
+
+def _where(url: str) -> str:
+    parsed = urlparse(url)
+    return f"{parsed.scheme}://{parsed.netloc}{parsed.path}"
+
+
+def _reason(reason: object) -> str:
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "timed out"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, socket.gaierror):
+        return "unknown host"
+    return str(reason)

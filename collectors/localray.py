@@ -1,0 +1,150 @@
+"""A local Ray cluster that belongs to one raywatch process (or one test run).
+
+`make run` starts one when RAY_ADDRESS is unset. The cluster lives in a child
+process that is the cluster's driver: ray.init() picks random ports (never
+Redis's 6379), and the child shuts exactly its own cluster down on SIGTERM,
+SIGINT or when its parent disappears. `ray stop` is never used: it would stop
+every cluster on the machine.
+
+    python -m collectors.localray --info-file PATH [--num-cpus N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    dashboard_url: str
+    gcs_address: str
+    session_dir: str
+    node_id: str
+
+
+class LocalRay:
+    """Handle on the child process that owns a local cluster."""
+
+    def __init__(self, info_file: Path, num_cpus: int | None = None, num_gpus: int = 0) -> None:
+        self.info_file = info_file
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.process: subprocess.Popen[bytes] | None = None
+        self.cluster: LocalCluster | None = None
+
+    def start(self, timeout_s: float = 90.0, log_path: Path | None = None) -> LocalCluster:
+        self.info_file.unlink(missing_ok=True)
+        self.info_file.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "collectors.localray", "--info-file", str(self.info_file)]
+        if self.num_cpus is not None:
+            cmd += ["--num-cpus", str(self.num_cpus)]
+        cmd += ["--num-gpus", str(self.num_gpus), "--parent-pid", str(os.getpid())]
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        # Its own session: a Ctrl-C in the terminal reaches raywatch, which then
+        # stops the cluster in order, instead of tearing both down at once.
+        self.process = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the local Ray cluster failed to start (exit {self.process.returncode})"
+                    + (f"; see {log_path}" if log_path else "")
+                )
+            if self.info_file.exists():
+                try:
+                    self.cluster = LocalCluster(**json.loads(self.info_file.read_text()))
+                    return self.cluster
+                except (ValueError, TypeError):
+                    pass  # half-written; read again
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the local Ray cluster did not start within {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.info_file.unlink(missing_ok=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None) -> None:
+    import ray  # noqa: PLC0415 - heavy; only the child needs it
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    ctx = ray.init(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=free_port(),
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    info = {
+        "dashboard_url": f"http://{ctx.dashboard_url}",
+        "gcs_address": ctx.address_info["gcs_address"],
+        "session_dir": ctx.address_info["session_dir"],
+        "node_id": ctx.address_info["node_id"],
+    }
+    tmp = info_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    tmp.replace(info_file)
+    print(f"local Ray cluster up: dashboard {info['dashboard_url']}, GCS {info['gcs_address']}",
+          flush=True)
+    while not stop.wait(1.0):
+        if parent_pid and not _alive(parent_pid):
+            break
+    ray.shutdown()
+    info_file.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--info-file", type=Path, required=True)
+    parser.add_argument("--num-cpus", type=int, default=None)
+    parser.add_argument("--num-gpus", type=int, default=0)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    args = parser.parse_args()
+    _serve(args.info_file, args.num_cpus, args.num_gpus, args.parent_pid)
+
+
+if __name__ == "__main__":
+    main()

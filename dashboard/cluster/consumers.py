@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.cluster.state import CLUSTER_GROUP, cluster_payload
+from dashboard.core.consumers import LiveConsumer
+
+
+class ClusterConsumer(LiveConsumer):
+    topics = (CLUSTER_GROUP,)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        return {"cluster": cluster_payload()}

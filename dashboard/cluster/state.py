@@ -1,0 +1,123 @@
+"""Ingest Ray node records and describe the cluster, for the page, the API and pushes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from rest_framework.utils.encoders import JSONEncoder
+
+from collectors.records import NodeRecord
+from dashboard.cluster.models import Node
+from dashboard.cluster.serializers import ClusterSerializer
+from dashboard.core.push import publish
+
+CLUSTER_GROUP = "cluster"
+_FIELDS = (
+    "node_ip", "hostname", "is_head", "state", "state_message", "started_at", "ended_at",
+    "resources", "labels", "cpu_percent", "mem_total_bytes", "mem_used_bytes",
+    "object_store_total_bytes", "object_store_used_bytes",
+)
+
+
+def _values(record: NodeRecord) -> dict[str, Any]:
+    return {
+        "node_ip": record.node_ip,
+        "hostname": record.hostname or "",
+        "is_head": record.is_head,
+        "state": record.state,
+        "state_message": record.state_message or "",
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "resources": {name: asdict(use) for name, use in record.resources.items()},
+        "labels": record.labels,
+        "cpu_percent": record.cpu_percent,
+        "mem_total_bytes": record.mem_total_bytes,
+        "mem_used_bytes": record.mem_used_bytes,
+        "object_store_total_bytes": record.object_store_total_bytes,
+        "object_store_used_bytes": record.object_store_used_bytes,
+    }
+
+
+def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
+    """Store the nodes Ray listed; returns whether anything an operator sees changed.
+
+    A node Ray no longer lists (it forgets dead nodes after a while) is kept,
+    marked DEAD, so that a vanished node never silently disappears from the page.
+    """
+    incoming = {r.node_id: _values(r) for r in records}
+    changed = False
+    with transaction.atomic():
+        existing = {n.node_id: n for n in Node.objects.select_for_update()}
+        to_update: list[Node] = []
+        for node_id, values in incoming.items():
+            node = existing.get(node_id)
+            if node is None:
+                Node.objects.create(node_id=node_id, last_seen_at=now, **values)
+                changed = True
+                continue
+            if any(getattr(node, f) != v for f, v in values.items()):
+                changed = True
+            for field, value in values.items():
+                setattr(node, field, value)
+            node.last_seen_at = now
+            to_update.append(node)
+        for node_id, node in existing.items():
+            if node_id not in incoming and node.state != Node.DEAD:
+                node.state = Node.DEAD
+                node.state_message = "no longer listed by Ray"
+                node.ended_at = node.ended_at or now
+                to_update.append(node)
+                changed = True
+        Node.objects.bulk_update(to_update, [*_FIELDS, "last_seen_at", "updated_at"])
+        if changed:
+            publish(CLUSTER_GROUP, "cluster", cluster_payload())
+    return changed
+
+
+def cluster_state() -> dict[str, Any]:
+    nodes = list(Node.objects.all())
+    return {"totals": totals(nodes), "nodes": nodes}
+
+
+def cluster_payload() -> dict[str, Any]:
+    """The cluster as JSON-ready data: what GET /api/cluster/ and the socket carry."""
+    data = ClusterSerializer(cluster_state()).data
+    # Round-trip through DRF's encoder: datetimes to ISO strings, as the API does.
+    return json.loads(json.dumps(data, cls=JSONEncoder))
+
+
+def totals(nodes: list[Node]) -> dict[str, Any]:
+    alive = [n for n in nodes if n.state == Node.ALIVE]
+    return {
+        "nodes_alive": len(alive),
+        "nodes_dead": len(nodes) - len(alive),
+        "cpu": _resource_total(alive, "CPU"),
+        "gpu": _resource_total(alive, "GPU"),
+        "memory_bytes": _sum_pair(alive, "mem_total_bytes", "mem_used_bytes"),
+        "object_store_bytes": _sum_pair(
+            alive, "object_store_total_bytes", "object_store_used_bytes"
+        ),
+    }
+
+
+def _resource_total(nodes: list[Node], name: str) -> dict[str, float | None]:
+    entries = [n.resources.get(name) for n in nodes if n.resources.get(name)]
+    used = [e["used"] for e in entries]
+    return {
+        "total": sum(e["total"] for e in entries),
+        "used": None if any(u is None for u in used) else sum(used),
+    }
+
+
+def _sum_pair(nodes: list[Node], total_field: str, used_field: str) -> dict[str, float | None]:
+    totals_ = [getattr(n, total_field) for n in nodes]
+    used = [getattr(n, used_field) for n in nodes]
+    return {
+        "total": sum(t for t in totals_ if t is not None),
+        "used": None if any(u is None for u in used) else sum(used),
+    }

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from collectors.rayaddress import dashboard_url
+from collectors.raystate import RayEndpoint, fetch_cluster, parse_nodes, read_token
+from dashboard.cluster.state import ingest_nodes
+from dashboard.core.health import source_poll
+
+
+def ray_endpoint() -> RayEndpoint:
+    """Where the Ray dashboard is, from settings (or the local cluster `make run` started)."""
+    return RayEndpoint(
+        dashboard_url=dashboard_url(
+            settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS, settings.LOCAL_RAY_FILE
+        ),
+        token=read_token(settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH),
+        timeout_s=settings.RAY_HTTP_TIMEOUT_S,
+    )
+
+
+@shared_task(name="dashboard.cluster.tasks.poll_ray_state")
+def poll_ray_state() -> None:
+    with source_poll("ray", settings.POLL_RAY_S) as poll:
+        records = parse_nodes(fetch_cluster(ray_endpoint()))
+        if any(r.state == "ALIVE" and any(u.used is None for u in r.resources.values())
+               for r in records):
+            poll.warnings.append("Ray has not reported resource usage yet")
+        ingest_nodes(records, timezone.now())

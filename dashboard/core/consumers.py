@@ -1,0 +1,57 @@
+"""The base of every page's websocket: auth, groups, current state on connect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from dashboard.core.health import HEALTH_GROUP, health_payload
+from dashboard.core.roles import VIEWER, has_role
+
+CLOSE_FORBIDDEN = 4403
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """Joins `topics` (Channels groups) and sends each one's current state on connect.
+
+    Subclasses name their topics and build the snapshot. The status strip's
+    `health` topic is on every page. Nothing destructive travels here: the
+    socket is read-only, actions are POSTs.
+    """
+
+    topics: tuple[str, ...] = ()
+
+    def all_topics(self) -> tuple[str, ...]:
+        return (HEALTH_GROUP, *self.topics)
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if not await database_sync_to_async(has_role)(user, VIEWER):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        for group in self.all_topics():
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        # Joined first, read second: an update committed meanwhile arrives after.
+        snapshot = await database_sync_to_async(self.snapshot)()
+        for topic, data in snapshot.items():
+            await self.send_json({"topic": topic, "data": data, "snapshot": True})
+
+    async def disconnect(self, code: int) -> None:
+        for group in self.all_topics():
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"topic": "pong", "data": content.get("t")})
+
+    async def push(self, event: dict[str, Any]) -> None:
+        await self.send_json({"topic": event["topic"], "data": event["data"]})
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"health": health_payload(), **self.page_snapshot()}
+
+    def page_snapshot(self) -> dict[str, Any]:
+        return {}

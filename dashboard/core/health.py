@@ -1,0 +1,130 @@
+"""Record how each collector source is doing, for the status strip.
+
+A source that fails is retried at its next poll; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from collectors.http import SourceError
+from dashboard.core.models import SourceHealth
+from dashboard.core.push import publish
+
+log = logging.getLogger(__name__)
+
+HEALTH_GROUP = "health"
+SOURCES = ("ray", "nvml", "trial_logs")
+
+
+@dataclass
+class Poll:
+    """What a poll may report besides success: a partial result."""
+
+    warnings: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def source_poll(source: str, interval_s: float, scope: str = "") -> Iterator[Poll]:
+    """Run one poll of a source; record success, a partial result or the error.
+
+    Errors are recorded and logged, not raised: the scheduler keeps polling.
+    """
+    poll = Poll()
+    started = time.monotonic()
+    error: str | None = None
+    try:
+        yield poll
+    except SourceError as exc:
+        error = exc.message
+    except Exception as exc:  # noqa: BLE001 - any failure of a source is reported, never fatal
+        log.exception("%s poll failed", source)
+        error = f"{type(exc).__name__}: {exc}"
+    duration_ms = (time.monotonic() - started) * 1000
+    if error:
+        log.warning("%s poll failed: %s", source, error)
+    try:
+        record(source, scope, interval_s, duration_ms, error, poll.warnings)
+    except Exception as exc:  # noqa: BLE001 - e.g. the database itself is down
+        log.warning("cannot record %s health: %s", source, exc)
+
+
+def record(
+    source: str,
+    scope: str,
+    interval_s: float,
+    duration_ms: float,
+    error: str | None,
+    warnings: list[str],
+) -> SourceHealth:
+    now = timezone.now()
+    with transaction.atomic():
+        row, _ = SourceHealth.objects.select_for_update().get_or_create(source=source, scope=scope)
+        before = (row.state, row.last_error)
+        row.last_attempt_at = now
+        row.last_duration_ms = duration_ms
+        row.interval_s = interval_s
+        if error is None:
+            row.last_success_at = now
+            row.consecutive_failures = 0
+            row.state = SourceHealth.DEGRADED if warnings else SourceHealth.HEALTHY
+            row.last_error = "; ".join(warnings)
+        else:
+            row.consecutive_failures += 1
+            row.last_error = error
+            recent = row.last_success_at is not None
+            limit = settings.HEALTH_DOWN_AFTER_FAILURES
+            row.state = (
+                SourceHealth.DEGRADED
+                if recent and row.consecutive_failures < limit
+                else SourceHealth.DOWN
+            )
+        row.save()
+        if (row.state, row.last_error) != before:
+            publish(HEALTH_GROUP, "health", health_payload())
+    return row
+
+
+def effective_state(row: SourceHealth, now: datetime) -> tuple[str, str]:
+    """The state to show, counting a poller that stopped polling as down."""
+    if row.last_attempt_at is None:
+        return SourceHealth.DOWN, "never polled"
+    stale_after = timedelta(seconds=max(row.interval_s * 5, 30))
+    if now - row.last_attempt_at > stale_after:
+        ago = int((now - row.last_attempt_at).total_seconds())
+        return SourceHealth.DOWN, f"no poll for {ago} s: is the scheduler (Celery beat/worker) running?"
+    return row.state, row.last_error
+
+
+def health_payload() -> list[dict[str, Any]]:
+    now = timezone.now()
+    rows = {(r.source, r.scope): r for r in SourceHealth.objects.all()}
+    out: list[dict[str, Any]] = []
+    for source in SOURCES:
+        scoped = [r for (s, _), r in rows.items() if s == source]
+        if not scoped:
+            out.append({"source": source, "scope": "", "label": source, "state": "unknown",
+                        "reason": "not polled yet", "last_success_at": None,
+                        "last_duration_ms": None})
+    for row in rows.values():
+        state, reason = effective_state(row, now)
+        out.append({
+            "source": row.source,
+            "scope": row.scope,
+            "label": row.label,
+            "state": state,
+            "reason": reason,
+            "last_success_at": row.last_success_at.isoformat() if row.last_success_at else None,
+            "last_duration_ms": row.last_duration_ms,
+        })
+    return sorted(out, key=lambda item: (item["source"], item["scope"]))

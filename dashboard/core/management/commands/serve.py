@@ -1,0 +1,129 @@
+"""`manage.py serve`: what `make run` runs. One process for the embedded default.
+
+Checks the database (and Redis), starts a local Ray cluster when RAY_ADDRESS
+is unset, runs the collectors (in-process, or Celery worker and beat as child
+processes when REDIS_URL is set) and serves the dashboard with uvicorn.
+Ctrl-C stops everything it started, and nothing else.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from contextlib import ExitStack
+from typing import Any
+
+import uvicorn
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from collectors.http import SourceError
+from collectors.localray import LocalRay
+from collectors.raystate import fetch_cluster
+from dashboard.celery import app as celery_app
+from dashboard.core.scheduler import EmbeddedScheduler
+
+
+class Command(BaseCommand):
+    help = "Serve raywatch: dashboard, live push and collectors."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--host", default=settings.SERVE_HOST)
+        parser.add_argument("--port", type=int, default=settings.SERVE_PORT)
+        parser.add_argument(
+            "--no-celery", action="store_true",
+            help="with REDIS_URL set, do not start a Celery worker and beat (run them yourself)",
+        )
+
+    def handle(self, *args: Any, host: str, port: int, no_celery: bool, **options: Any) -> None:
+        check_database()
+        check_redis()
+        with ExitStack() as cleanup:
+            self.attach_ray(cleanup)
+            if settings.EMBEDDED:
+                scheduler = EmbeddedScheduler(celery_app, settings.CELERY_BEAT_SCHEDULE)
+                scheduler.start()
+                cleanup.callback(scheduler.stop)
+                self.stdout.write("collectors: in-process scheduler (no REDIS_URL)")
+            elif not no_celery:
+                for role in ("worker", "beat"):
+                    cleanup.callback(stop_child, start_celery(role))
+                self.stdout.write("collectors: Celery worker and beat on REDIS_URL")
+            self.stdout.write(self.style.SUCCESS(f"raywatch on http://{host}:{port}/  (Ctrl-C stops)"))
+            sys.stdout.flush()
+            config = uvicorn.Config(
+                "dashboard.asgi:application", host=host, port=port, lifespan="off",
+                log_level="warning", ws_ping_interval=20, ws_ping_timeout=20,
+            )
+            uvicorn.Server(config).run()
+            self.stdout.write("stopping…")
+
+    def attach_ray(self, cleanup: ExitStack) -> None:
+        if settings.RAY_ADDRESS or settings.RAY_API_SERVER_ADDRESS:
+            from dashboard.cluster.tasks import ray_endpoint  # noqa: PLC0415
+
+            try:
+                endpoint = ray_endpoint()
+                fetch_cluster(endpoint)
+                self.stdout.write(f"Ray: watching {endpoint.dashboard_url}")
+            except SourceError as exc:
+                self.stderr.write(self.style.WARNING(
+                    f"Ray: {exc.message}. raywatch starts anyway and keeps retrying; "
+                    "the status strip shows the reason."
+                ))
+            return
+        self.stdout.write("Ray: RAY_ADDRESS is unset, starting a local Ray cluster…")
+        local = LocalRay(settings.LOCAL_RAY_FILE, num_cpus=settings.LOCAL_RAY_NUM_CPUS)
+        try:
+            cluster = local.start(log_path=settings.DATA_DIR / "local-ray.log")
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        cleanup.callback(local.stop)
+        self.stdout.write(
+            f"Ray: local cluster up, dashboard {cluster.dashboard_url}, GCS {cluster.gcs_address}\n"
+            f"     run Tune/jobs on it with ray.init(address={cluster.gcs_address!r})"
+        )
+
+
+def check_database() -> None:
+    try:
+        connection.ensure_connection()
+    except Exception as exc:  # noqa: BLE001 - every driver error becomes one clear line
+        raise CommandError(f"cannot connect to the database ({_describe_db()}): {exc}") from None
+
+
+def check_redis() -> None:
+    if not settings.REDIS_URL:
+        return
+    import redis  # noqa: PLC0415
+
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=3).ping()
+    except Exception as exc:  # noqa: BLE001
+        raise CommandError(f"cannot reach Redis at REDIS_URL: {exc}") from None
+
+
+def _describe_db() -> str:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"SQLite {db['NAME']}"
+    return f"Postgres {db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db.get('NAME')}"
+
+
+def start_celery(role: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "celery", "-A", "dashboard", role, "--loglevel", "WARNING"]
+    if role == "beat":
+        cmd += ["--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
+    else:
+        cmd += ["--concurrency", "2"]
+    return subprocess.Popen(cmd)
+
+
+def stop_child(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()

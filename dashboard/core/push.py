@@ -1,0 +1,33 @@
+"""Live push: collectors publish to Channels groups only after the database commit.
+
+The channel layer is at-most-once; pages therefore always re-read current state
+on (re)connect, and nothing that must not be lost (alerts) relies on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+def publish(group: str, topic: str, data: Any) -> None:
+    """Send `data` to every socket in `group` once the current transaction commits."""
+    transaction.on_commit(lambda: send_now(group, topic, data))
+
+
+def send_now(group: str, topic: str, data: Any) -> bool:
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    try:
+        async_to_sync(layer.group_send)(group, {"type": "push", "topic": topic, "data": data})
+    except Exception as exc:  # noqa: BLE001 - a push failure must never break a collector
+        log.warning("live push to %s failed: %s", group, exc)
+        return False
+    return True

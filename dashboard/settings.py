@@ -1,0 +1,231 @@
+"""raywatch settings: every value comes from the environment (see README).
+
+Embedded default: with no DATABASE_URL and no REDIS_URL raywatch runs on
+SQLite (WAL), the in-memory channel layer and an in-process scheduler. With
+both set it runs on Postgres, channels-redis and Celery worker/beat. A
+malformed value stops the start with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from dashboard.envconf import (
+    ConfigError,
+    env_bool,
+    env_int,
+    env_list,
+    env_number,
+    env_secret,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("RAYWATCH_DATA_DIR", str(BASE_DIR / ".raywatch"))).expanduser()
+
+
+def _embedded_secret_key() -> str:
+    """A key kept in DATA_DIR, so sessions survive restarts of a single-host install."""
+    path = DATA_DIR / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+DEBUG = env_bool("RAYWATCH_DEBUG", False)
+SECRET_KEY = env_secret("RAYWATCH_SECRET_KEY") or _embedded_secret_key()
+ALLOWED_HOSTS = env_list("RAYWATCH_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("RAYWATCH_CSRF_TRUSTED_ORIGINS", [])
+BASE_URL = env_str("RAYWATCH_BASE_URL", "http://127.0.0.1:8000")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "dashboard.core",
+    "dashboard.cluster",
+    "dashboard.gpus",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+WSGI_APPLICATION = "dashboard.wsgi.application"
+ASGI_APPLICATION = "dashboard.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "dashboard.core.context_processors.raywatch",
+            ],
+        },
+    },
+]
+
+# --- database -----------------------------------------------------------------
+DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+if DATABASE_URL:
+    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        # Fail fast with a clear error instead of hanging on an unreachable server.
+        _db.setdefault("OPTIONS", {})["connect_timeout"] = env_int(
+            "RAYWATCH_DB_CONNECT_TIMEOUT_S", 5, minimum=1
+        )
+else:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": DATA_DIR / "raywatch.sqlite3",
+        # WAL lets the web process read while the in-process scheduler writes.
+        "OPTIONS": {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- redis: channel layer and Celery --------------------------------------------
+REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
+EMBEDDED = REDIS_URL is None
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": env_str("RAYWATCH_CHANNEL_PREFIX", "raywatch"),
+                "capacity": 1000,
+                "expiry": 30,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A poll that could not run in time is useless later: drop it rather than pile up.
+CELERY_TASK_DEFAULT_EXPIRES = 30
+
+POLL_RAY_S = env_number("RAYWATCH_POLL_RAY_S", 2.0, minimum=0.2)
+# The same schedule drives Celery beat and the embedded in-process scheduler.
+CELERY_BEAT_SCHEDULE = {
+    "poll-ray-state": {
+        "task": "dashboard.cluster.tasks.poll_ray_state",
+        "schedule": POLL_RAY_S,
+        "options": {"expires": max(POLL_RAY_S * 2, 5)},
+    },
+}
+
+# --- Ray --------------------------------------------------------------------------
+# RAY_ADDRESS: the dashboard URL (http://head:8265) or the GCS address (head:6379),
+# as Ray itself accepts. RAY_API_SERVER_ADDRESS overrides the dashboard URL, as in Ray.
+RAY_ADDRESS = env_str("RAY_ADDRESS")
+RAY_API_SERVER_ADDRESS = env_url("RAY_API_SERVER_ADDRESS", ("http", "https"))
+RAY_AUTH_TOKEN = env_secret("RAY_AUTH_TOKEN")
+RAY_AUTH_TOKEN_PATH = env_str("RAY_AUTH_TOKEN_PATH", str(Path.home() / ".ray" / "auth_token"))
+RAY_HTTP_TIMEOUT_S = env_number("RAYWATCH_RAY_TIMEOUT_S", 10.0, minimum=0.5)
+# Where `make run` records the local cluster it started when RAY_ADDRESS is unset.
+LOCAL_RAY_FILE = DATA_DIR / "local-ray.json"
+if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
+    raise ConfigError(
+        f"RAY_ADDRESS={RAY_ADDRESS!r}: give the head node's address explicitly "
+        "(http://HEAD:8265 or HEAD:PORT); leave it unset to start a local cluster"
+    )
+
+# --- source health ----------------------------------------------------------------
+# A source whose last good poll is older than this many poll intervals is "down".
+HEALTH_DOWN_AFTER_FAILURES = env_int("RAYWATCH_HEALTH_DOWN_AFTER", 3, minimum=1)
+
+# --- auth -------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "cluster"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("RAYWATCH_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["dashboard.core.roles.IsViewer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "raywatch API",
+    "DESCRIPTION": "Live state of Ray clusters: nodes, GPUs, trials, incidents, actions.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["dashboard.core.roles.IsViewer"],
+}
+
+# --- static files -------------------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# plotly.min.js is served from the plotly package itself: no CDN, works air-gapped.
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "dashboard.core.staticfinders.PlotlyFinder",
+]
+WHITENOISE_USE_FINDERS = True
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("RAYWATCH_LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
+
+# --- `manage.py serve` (make run) -----------------------------------------------------
+SERVE_HOST = env_str("HOST", "127.0.0.1")
+SERVE_PORT = env_int("PORT", 8000, minimum=1)
+LOCAL_RAY_NUM_CPUS = env_int("RAYWATCH_LOCAL_RAY_CPUS", 0, minimum=0) or None

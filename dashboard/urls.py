@@ -1,0 +1,23 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView
+
+from dashboard.cluster import api as cluster_api
+from dashboard.cluster import views as cluster_views
+from dashboard.core import api as core_api
+from dashboard.core import views as core_views
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="cluster", permanent=False)),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", core_views.healthz, name="healthz"),
+    path("cluster/", cluster_views.cluster_page, name="cluster"),
+    path("api/nodes/", cluster_api.NodeList.as_view(), name="api-nodes"),
+    path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
+    path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,87 @@
+// Cluster overview: totals, a per-node usage chart and the node table, live.
+(function () {
+  "use strict";
+  const el = window.raywatch.el;
+
+  function bytes(n) {
+    if (n === null || n === undefined) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return n.toFixed(i ? 1 : 0) + " " + units[i];
+  }
+  function num(n) { return n === null || n === undefined ? "?" : (+n.toFixed(2)).toString(); }
+  function usedOf(pair, fmt) {
+    if (!pair || !pair.total) return "–";
+    return fmt(pair.used) + " / " + fmt(pair.total);
+  }
+  function resource(node, name, fmt) {
+    const r = node.resources[name];
+    if (!r) return "–";
+    return (r.used === null ? "?" : fmt(r.used)) + " / " + fmt(r.total);
+  }
+
+  function renderTotals(t) {
+    const set = (key, text) => {
+      document.querySelector('[data-total="' + key + '"]').textContent = text;
+    };
+    set("nodes", t.nodes_alive + " alive" + (t.nodes_dead ? ", " + t.nodes_dead + " dead" : ""));
+    set("cpu", usedOf(t.cpu, num));
+    set("gpu", t.gpu.total ? usedOf(t.gpu, num) : "no GPUs");
+    set("memory_bytes", usedOf(t.memory_bytes, bytes));
+    set("object_store_bytes", usedOf(t.object_store_bytes, bytes));
+  }
+
+  function renderNodes(nodes) {
+    const body = document.querySelector("#nodes tbody");
+    body.replaceChildren();
+    for (const n of nodes) {
+      const tr = el("tr", { "data-node-id": n.node_id, class: "node-" + n.state.toLowerCase() });
+      tr.append(
+        el("td", { title: n.node_id }, (n.hostname || n.node_ip) + " · " + n.node_id.slice(0, 8)),
+        el("td", {}, n.is_head ? "head" : "worker"),
+        el("td", { class: "state", title: n.state_message || "" }, n.state),
+        el("td", {}, n.node_ip),
+        el("td", { "data-col": "cpu" }, resource(n, "CPU", num)),
+        el("td", { "data-col": "gpu" }, resource(n, "GPU", num)),
+        el("td", {}, n.mem_total_bytes ? bytes(n.mem_used_bytes) + " / " + bytes(n.mem_total_bytes) : "–"),
+        el("td", {}, n.object_store_total_bytes ? bytes(n.object_store_used_bytes) + " / " + bytes(n.object_store_total_bytes) : "–"),
+        el("td", {}, n.cpu_percent === null ? "–" : n.cpu_percent.toFixed(0) + "%"),
+        el("td", {}, n.state === "DEAD" && n.ended_at ? "dead since " + new Date(n.ended_at).toLocaleString()
+          : n.started_at ? new Date(n.started_at).toLocaleString() : "–"),
+      );
+      body.append(tr);
+    }
+  }
+
+  function renderChart(nodes) {
+    if (!window.Plotly) return;
+    const alive = nodes.filter((n) => n.state === "ALIVE");
+    const names = alive.map((n) => (n.is_head ? "head " : "") + n.node_id.slice(0, 8));
+    const share = (n, key) => {
+      const r = n.resources[key];
+      return r && r.total && r.used !== null ? (100 * r.used) / r.total : null;
+    };
+    const traces = [
+      { name: "CPU", type: "bar", x: names, y: alive.map((n) => share(n, "CPU")) },
+      { name: "GPU", type: "bar", x: names, y: alive.map((n) => share(n, "GPU")) },
+      { name: "object store", type: "bar", x: names,
+        y: alive.map((n) => n.object_store_total_bytes ? (100 * (n.object_store_used_bytes || 0)) / n.object_store_total_bytes : null) },
+    ];
+    const layout = {
+      barmode: "group", height: 220, margin: { t: 10, r: 10, b: 40, l: 40 },
+      yaxis: { title: "% in use", range: [0, 100] }, legend: { orientation: "h" },
+    };
+    window.Plotly.react("usage-chart", traces, layout, { displayModeBar: false, responsive: true });
+  }
+
+  function render(cluster) {
+    renderTotals(cluster.totals);
+    renderNodes(cluster.nodes);
+    renderChart(cluster.nodes);
+    document.getElementById("as-of").textContent = "Updated " + new Date().toLocaleTimeString();
+  }
+
+  render(JSON.parse(document.getElementById("cluster-initial").textContent));
+  window.raywatch.connect("/ws/cluster/", { cluster: render });
+})();

@@ -1,0 +1,78 @@
+// raywatch live updates: one websocket per page, reconnect with backoff, and
+// the server re-sends current state on every (re)connect, so a page is never
+// left showing stale data after a dropped socket or a server restart.
+(function () {
+  "use strict";
+
+  function el(tag, attrs, text) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function setLiveState(state, text) {
+    const badge = document.getElementById("live-state");
+    if (!badge) return;
+    badge.dataset.state = state;
+    badge.textContent = text;
+  }
+
+  function renderHealth(sources) {
+    const strip = document.getElementById("status-strip");
+    if (!strip) return;
+    strip.replaceChildren();
+    for (const s of sources) {
+      const item = el("span", {
+        class: "source state-" + s.state, "data-source": s.label, title: s.reason || "",
+      });
+      item.append(el("b", {}, s.label), " " + s.state);
+      if (s.reason && s.state !== "healthy") {
+        item.append(": ", el("span", { class: "reason" }, s.reason));
+      }
+      strip.append(item);
+    }
+  }
+
+  function connect(path, handlers) {
+    let delay = 500;
+    const maxDelay = 15000;
+    let socket = null;
+    let closedByPage = false;
+
+    function open() {
+      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      socket = new WebSocket(scheme + location.host + path);
+      socket.onopen = function () {
+        delay = 500;
+        setLiveState("live", "live");
+      };
+      socket.onmessage = function (event) {
+        let msg;
+        try { msg = JSON.parse(event.data); } catch (e) { return; }
+        if (msg.topic === "health") renderHealth(msg.data);
+        const handler = handlers[msg.topic];
+        if (handler) handler(msg.data, msg);
+      };
+      socket.onclose = function (event) {
+        if (closedByPage) return;
+        if (event.code === 4403) {
+          setLiveState("denied", "not allowed: log in again");
+          return;
+        }
+        const wait = Math.min(maxDelay, delay) * (0.75 + Math.random() * 0.5);
+        setLiveState("reconnecting", "reconnecting in " + Math.round(wait / 1000) + " s");
+        delay = Math.min(maxDelay, delay * 2);
+        setTimeout(open, wait);
+      };
+    }
+    window.addEventListener("beforeunload", function () {
+      closedByPage = true;
+      if (socket) socket.close();
+    });
+    open();
+    return { get socket() { return socket; } };
+  }
+
+  window.raywatch = { connect: connect, el: el, renderHealth: renderHealth };
+})();
