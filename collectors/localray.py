@@ -52,8 +52,11 @@ class LocalRay:
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         # Its own session: a Ctrl-C in the terminal reaches raywatch, which then
         # stops the cluster in order, instead of tearing both down at once.
+        # RAY_ADDRESS would make ray.init() join that cluster instead of starting ours.
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         self.process = subprocess.Popen(
             cmd,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -94,12 +97,15 @@ def free_port() -> int:
 
 
 def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None) -> None:
-    import ray  # noqa: PLC0415 - heavy; only the child needs it
+    import ray
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     ctx = ray.init(
+        # "local": always a new cluster, even when /tmp/ray/ray_current_cluster
+        # points at another one (ray.init() would silently join that).
+        address="local",
         num_cpus=num_cpus,
         num_gpus=num_gpus,
         include_dashboard=True,

@@ -48,14 +48,14 @@ def _dashboard_from_gcs(gcs_address: str) -> str:
             f"RAY_ADDRESS={gcs_address!r} is neither http://HEAD:8265 nor HEAD:PORT"
         )
     # Import here: only this form of the address needs Ray's GCS client.
-    from ray._raylet import GcsClient  # noqa: PLC0415
+    from ray._raylet import GcsClient
 
     if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         client = GcsClient(address=gcs_address, cluster_id=None)
         value = client.internal_kv_get(b"dashboard", namespace=b"dashboard", timeout=5)
-    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds here
+    except Exception as exc:
         raise SourceError(f"cannot reach the Ray GCS at {gcs_address}: {exc}") from None
     if not value:
         raise SourceError(f"the Ray GCS at {gcs_address} knows no dashboard: is it running?")

@@ -67,7 +67,8 @@ def fetch_json(endpoint: RayEndpoint, path: str) -> dict[str, Any]:
                 else "the cluster requires a token: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH "
                 "(the head node's ~/.ray/auth_token)"
             )
-            raise SourceError(f"Ray dashboard {endpoint.dashboard_url}: {hint}", auth=True) from None
+            where = endpoint.dashboard_url
+            raise SourceError(f"Ray dashboard {where}: {hint}", auth=True) from None
         raise
     if not isinstance(reply, dict):
         raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: unexpected reply shape")
@@ -90,9 +91,8 @@ def parse_nodes(reply: ClusterReply) -> list[NodeRecord]:
     except (KeyError, TypeError):
         raise SourceError("Ray state API: the nodes reply has no data.result.result") from None
     usage_by_node = _dig(reply.status, "data", "clusterStatus", "loadMetricsReport", "usageByNode")
-    summaries = {
-        _dig(item, "raylet", "nodeId"): item for item in _dig(reply.summary, "data", "summary") or []
-    }
+    summary_rows = _dig(reply.summary, "data", "summary") or []
+    summaries = {_dig(item, "raylet", "nodeId"): item for item in summary_rows}
     records = [
         _node_record(row, (usage_by_node or {}).get(row["node_id"]), summaries.get(row["node_id"]))
         for row in rows

@@ -9,6 +9,7 @@ malformed value stops the start with a message that names the variable.
 from __future__ import annotations
 
 import secrets
+import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -96,7 +97,11 @@ TEMPLATES = [
 # --- database -----------------------------------------------------------------
 DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
 if DATABASE_URL:
-    _db = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    _db = dj_database_url.parse(
+        DATABASE_URL,
+        conn_max_age=env_int("RAYWATCH_DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
+    )
     if _db["ENGINE"] == "django.db.backends.postgresql":
         # Fail fast with a clear error instead of hanging on an unreachable server.
         _db.setdefault("OPTIONS", {})["connect_timeout"] = env_int(
@@ -210,6 +215,8 @@ STATICFILES_FINDERS = [
     "dashboard.core.staticfinders.PlotlyFinder",
 ]
 WHITENOISE_USE_FINDERS = True
+# WhiteNoise serves files through a sync iterator; under ASGI Django warns on each one.
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

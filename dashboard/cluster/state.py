@@ -60,6 +60,7 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
                 Node.objects.create(node_id=node_id, last_seen_at=now, **values)
                 changed = True
                 continue
+            _keep_last_known_usage(node, values)
             if any(getattr(node, f) != v for f, v in values.items()):
                 changed = True
             for field, value in values.items():
@@ -77,6 +78,16 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
         if changed:
             publish(CLUSTER_GROUP, "cluster", cluster_payload())
     return changed
+
+
+def _keep_last_known_usage(node: Node, values: dict[str, Any]) -> None:
+    """Ray's usage report skips a node now and then; keep the last figure meanwhile."""
+    if values["state"] != Node.ALIVE or node.state != Node.ALIVE:
+        return
+    for name, use in values["resources"].items():
+        previous = node.resources.get(name)
+        if use["used"] is None and previous and previous.get("used") is not None:
+            use["used"] = previous["used"]
 
 
 def cluster_state() -> dict[str, Any]:

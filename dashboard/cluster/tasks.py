@@ -25,7 +25,7 @@ def ray_endpoint() -> RayEndpoint:
 def poll_ray_state() -> None:
     with source_poll("ray", settings.POLL_RAY_S) as poll:
         records = parse_nodes(fetch_cluster(ray_endpoint()))
-        if any(r.state == "ALIVE" and any(u.used is None for u in r.resources.values())
-               for r in records):
+        alive = [r for r in records if r.state == "ALIVE"]
+        if alive and all(u.used is None for r in alive for u in r.resources.values()):
             poll.warnings.append("Ray has not reported resource usage yet")
         ingest_nodes(records, timezone.now())

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from rest_framework import serializers
 from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView

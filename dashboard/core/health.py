@@ -47,7 +47,7 @@ def source_poll(source: str, interval_s: float, scope: str = "") -> Iterator[Pol
         yield poll
     except SourceError as exc:
         error = exc.message
-    except Exception as exc:  # noqa: BLE001 - any failure of a source is reported, never fatal
+    except Exception as exc:
         log.exception("%s poll failed", source)
         error = f"{type(exc).__name__}: {exc}"
     duration_ms = (time.monotonic() - started) * 1000
@@ -55,7 +55,7 @@ def source_poll(source: str, interval_s: float, scope: str = "") -> Iterator[Pol
         log.warning("%s poll failed: %s", source, error)
     try:
         record(source, scope, interval_s, duration_ms, error, poll.warnings)
-    except Exception as exc:  # noqa: BLE001 - e.g. the database itself is down
+    except Exception as exc:
         log.warning("cannot record %s health: %s", source, exc)
 
 
@@ -102,7 +102,8 @@ def effective_state(row: SourceHealth, now: datetime) -> tuple[str, str]:
     stale_after = timedelta(seconds=max(row.interval_s * 5, 30))
     if now - row.last_attempt_at > stale_after:
         ago = int((now - row.last_attempt_at).total_seconds())
-        return SourceHealth.DOWN, f"no poll for {ago} s: is the scheduler (Celery beat/worker) running?"
+        reason = f"no poll for {ago} s: is the scheduler (Celery beat/worker) running?"
+        return SourceHealth.DOWN, reason
     return row.state, row.last_error
 
 

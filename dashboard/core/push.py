@@ -27,7 +27,7 @@ def send_now(group: str, topic: str, data: Any) -> bool:
         return False
     try:
         async_to_sync(layer.group_send)(group, {"type": "push", "topic": topic, "data": data})
-    except Exception as exc:  # noqa: BLE001 - a push failure must never break a collector
+    except Exception as exc:
         log.warning("live push to %s failed: %s", group, exc)
         return False
     return True

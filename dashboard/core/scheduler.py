@@ -47,7 +47,7 @@ class EmbeddedScheduler:
             close_old_connections()
             try:
                 task.run()
-            except Exception:  # noqa: BLE001 - one failed run must not end the loop
+            except Exception:
                 log.exception("scheduled task %s failed", name)
             finally:
                 close_old_connections()

@@ -8,9 +8,10 @@ Ctrl-C stops everything it started, and nothing else.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from typing import Any
 
 import uvicorn
@@ -50,18 +51,24 @@ class Command(BaseCommand):
                 for role in ("worker", "beat"):
                     cleanup.callback(stop_child, start_celery(role))
                 self.stdout.write("collectors: Celery worker and beat on REDIS_URL")
-            self.stdout.write(self.style.SUCCESS(f"raywatch on http://{host}:{port}/  (Ctrl-C stops)"))
+            url = f"http://{host}:{port}/"
+            self.stdout.write(self.style.SUCCESS(f"raywatch on {url}  (Ctrl-C stops)"))
             sys.stdout.flush()
             config = uvicorn.Config(
                 "dashboard.asgi:application", host=host, port=port, lifespan="off",
                 log_level="warning", ws_ping_interval=20, ws_ping_timeout=20,
             )
-            uvicorn.Server(config).run()
-            self.stdout.write("stopping…")
+            # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
+            # signal; turn both into KeyboardInterrupt so the cleanup below runs.
+            signal.signal(signal.SIGTERM, _interrupt)
+            with suppress(KeyboardInterrupt):
+                uvicorn.Server(config).run()
+            self.stdout.write("stopping collectors and the local Ray cluster…")
+            sys.stdout.flush()
 
     def attach_ray(self, cleanup: ExitStack) -> None:
         if settings.RAY_ADDRESS or settings.RAY_API_SERVER_ADDRESS:
-            from dashboard.cluster.tasks import ray_endpoint  # noqa: PLC0415
+            from dashboard.cluster.tasks import ray_endpoint
 
             try:
                 endpoint = ray_endpoint()
@@ -86,21 +93,25 @@ class Command(BaseCommand):
         )
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def check_database() -> None:
     try:
         connection.ensure_connection()
-    except Exception as exc:  # noqa: BLE001 - every driver error becomes one clear line
+    except Exception as exc:
         raise CommandError(f"cannot connect to the database ({_describe_db()}): {exc}") from None
 
 
 def check_redis() -> None:
     if not settings.REDIS_URL:
         return
-    import redis  # noqa: PLC0415
+    import redis
 
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3, socket_timeout=3).ping()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise CommandError(f"cannot reach Redis at REDIS_URL: {exc}") from None
 
 

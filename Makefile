@@ -1,0 +1,38 @@
+# raywatch: `make run` (dashboard on the embedded default) and `make test` (the whole suite).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# The machine's pip config points at local mirrors that may be absent; hide that noise only.
+PIP_QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
+
+.PHONY: install run agent test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing raywatch and its pinned dependencies into $(VENV)/ …"
+	$(BIN)/python -m pip install -q --upgrade pip $(PIP_QUIET)
+	$(BIN)/python -m pip install -q -e ".[dev]" $(PIP_QUIET)
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py ensure_admin
+	$(BIN)/python manage.py serve
+
+test: $(STAMP)
+	$(BIN)/python -m tests.runner $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check dashboard collectors tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/ingest_bench.py
+	$(BIN)/python bench/push_latency.py
+
+clean:
+	rm -rf $(VENV) .raywatch .pytest_cache

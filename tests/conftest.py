@@ -1,0 +1,183 @@
+"""Shared fixtures: personas, a real local Ray cluster, an ASGI server, Chromium."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from django.contrib.auth.models import Group, User
+
+from collectors.localray import LocalCluster, LocalRay, free_port
+
+# Ray reads this once, when it is first imported: a driver that joins the test
+# cluster from this process needs token auth on (shared/RAY_FACTS.md).
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+PASSWORD = "correct horse battery staple"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+
+# --- personas ------------------------------------------------------------------------
+def make_user(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username=username, password=PASSWORD)
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+@pytest.fixture
+def admin(db: None) -> User:
+    return make_user("alice-admin", "admin")
+
+
+@pytest.fixture
+def operator(db: None) -> User:
+    return make_user("oscar-operator", "operator")
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    return make_user("vera-viewer", "viewer")
+
+
+@pytest.fixture
+def roleless(db: None) -> User:
+    return make_user("nina-norole", None)
+
+
+# --- Ray ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A real local Ray cluster (random ports, never 6379) for the whole session."""
+    where = tmp_path_factory.mktemp("ray")
+    local = LocalRay(where / "local-ray.json", num_cpus=2)
+    cluster = local.start(log_path=where / "local-ray.log")
+    yield cluster
+    local.stop()
+
+
+@pytest.fixture
+def ray_settings(settings, ray_cluster: LocalCluster) -> LocalCluster:  # type: ignore[no-untyped-def]
+    """Point raywatch's Ray source at the test cluster."""
+    settings.RAY_ADDRESS = None
+    settings.RAY_API_SERVER_ADDRESS = ray_cluster.dashboard_url
+    return ray_cluster
+
+
+@pytest.fixture
+def add_worker_node(ray_cluster: LocalCluster) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start extra Ray nodes on this host (`ray start --block`, own ports); stopped after."""
+    started: list[subprocess.Popen] = []
+
+    def start(num_cpus: int = 1) -> subprocess.Popen:
+        ray_bin = str(Path(sys.executable).parent / "ray")
+        ports = [
+            "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+            "runtime-env-agent-port", "node-manager-port", "object-manager-port",
+        ]
+        low = 32000 + (len(started) * 50) + (os.getpid() % 100) * 200
+        cmd = [ray_bin, "start", "--address", ray_cluster.gcs_address, "--block",
+               f"--num-cpus={num_cpus}", "--disable-usage-stats",
+               f"--min-worker-port={low}", f"--max-worker-port={low + 40}",
+               *[f"--{name}={free_port()}" for name in ports]]
+        process = subprocess.Popen(
+            cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "RAY_AUTH_MODE": "token"},
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        stop_node(process)
+
+
+def stop_node(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(40)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float = 30, every_s: float = 0.2,
+             what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(every_s)
+
+
+# --- an ASGI server (HTTP + websockets) in this process ------------------------------------
+class LiveServer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config("dashboard.asgi:application", host="127.0.0.1", port=self.port,
+                                lifespan="off", log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> LiveServer:
+        self.thread.start()
+        wait_for(lambda: self.server.started, 20, 0.05, "the ASGI server to start")
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def live_server_asgi(transactional_db: None) -> Iterator[LiveServer]:
+    server = LiveServer().start()
+    yield server
+    server.stop()
+
+
+# --- Chromium through Playwright -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    # Module scope: Playwright's sync API keeps an event loop running in the main
+    # thread while it is open, which sync Django code in later modules must not see.
+    from playwright.sync_api import sync_playwright
+
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):  # type: ignore[no-untyped-def]
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def login(page, server: LiveServer, user: User, next_path: str = "/cluster/") -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{server.url}/login/?next={next_path}")
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server.url}{next_path}")

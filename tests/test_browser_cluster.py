@@ -1,0 +1,67 @@
+"""In Chromium: log in, open the cluster page, and watch it follow the real cluster
+(a node joins, a node dies, the server restarts) without a reload."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from dashboard.celery import app as celery_app
+from dashboard.core.scheduler import EmbeddedScheduler
+from tests.conftest import LiveServer, login, stop_node
+
+pytestmark = [pytest.mark.browser, pytest.mark.ray]
+
+
+@pytest.fixture
+def collectors(ray_settings, transactional_db, settings):  # type: ignore[no-untyped-def]
+    settings.POLL_RAY_S = 0.5
+    scheduler = EmbeddedScheduler(
+        celery_app, {"ray": {"task": "dashboard.cluster.tasks.poll_ray_state", "schedule": 0.5}}
+    )
+    scheduler.start()
+    yield scheduler
+    scheduler.stop()
+
+
+def alive_rows(page):  # type: ignore[no-untyped-def]
+    return page.locator("#nodes tbody tr.node-alive")
+
+
+def test_cluster_page_follows_the_cluster_live(  # type: ignore[no-untyped-def]
+    page, live_server_asgi: LiveServer, viewer, collectors, ray_settings, add_worker_node
+) -> None:
+    login(page, live_server_asgi, viewer)
+    head = page.locator(f'#nodes tbody tr[data-node-id="{ray_settings.node_id}"]')
+    expect(head).to_contain_text("head", timeout=20_000)
+    expect(head.locator("td.state")).to_have_text("ALIVE")
+    expect(page.locator("#live-state")).to_have_text("live")
+    expect(page.locator('[data-source="ray"]')).to_have_class("source state-healthy",
+                                                              timeout=20_000)
+    assert page.evaluate("typeof window.Plotly") == "object"
+    page.evaluate("window.__noReload = true")
+
+    worker = add_worker_node(num_cpus=1)
+    expect(alive_rows(page)).to_have_count(2, timeout=60_000)
+    expect(page.locator('[data-total="cpu"]')).to_contain_text("/ 3")
+    worker_id = alive_rows(page).filter(has_not_text="head").get_attribute("data-node-id")
+
+    stop_node(worker)
+    dead = page.locator(f'#nodes tbody tr[data-node-id="{worker_id}"] td.state')
+    expect(dead).to_have_text("DEAD", timeout=60_000)
+    expect(alive_rows(page)).to_have_count(1)
+    assert page.evaluate("window.__noReload") is True  # all of it without a reload
+
+    # The server goes away and comes back: the page reconnects and re-reads state.
+    live_server_asgi.stop()
+    expect(page.locator("#live-state")).to_contain_text("reconnecting", timeout=20_000)
+    restarted = LiveServer()
+    restarted.port, restarted.url = live_server_asgi.port, live_server_asgi.url
+    restarted.server.config.port = live_server_asgi.port
+    restarted.start()
+    try:
+        expect(page.locator("#live-state")).to_have_text("live", timeout=30_000)
+        expect(head.locator("td.state")).to_have_text("ALIVE")
+        assert page.evaluate("window.__noReload") is True
+    finally:
+        restarted.stop()

@@ -1,0 +1,133 @@
+"""`make run`'s server on the embedded default: a local Ray cluster, collectors and
+the dashboard in one process; Ctrl-C stops everything it started, nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from collectors.localray import free_port
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.ray
+
+
+def embedded_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE"}}
+    return {**env, "RAYWATCH_DATA_DIR": str(tmp_path), "RAYWATCH_LOCAL_RAY_CPUS": "1", **extra}
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+
+
+def api_get(url: str, token: str) -> object:
+    request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def ray_processes_of(session_dir: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(session_dir in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) -> None:
+    env = embedded_env(tmp_path)
+    manage(env, "migrate", "--noinput", "-v", "0")
+    created = manage(env, "ensure_admin")
+    assert "created admin login" in created and (tmp_path / "admin-password.txt").exists()
+    assert "admin login: admin" in manage(env, "ensure_admin")  # second run keeps it
+    token = manage(env, "drf_create_token", "admin").split()[2]
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    try:
+        nodes = wait_for(
+            lambda: _nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token), 120, 1,
+            "the local Ray node to appear in /api/nodes/",
+        )
+        assert nodes[0]["is_head"] and nodes[0]["state"] == "ALIVE"
+        assert nodes[0]["resources"]["CPU"]["total"] == 1.0
+        session_dir = json.loads((tmp_path / "local-ray.json").read_text())["session_dir"]
+        assert ray_processes_of(session_dir), "the local cluster's processes should be running"
+    finally:
+        server.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        output, _ = server.communicate(timeout=90)
+    assert server.returncode == 0, output
+    assert "Traceback" not in output
+    assert not (tmp_path / "local-ray.json").exists()
+    wait_for(lambda: not ray_processes_of(session_dir), 30, 0.5,
+             "the local cluster's processes to exit")
+
+
+def _nodes_or_none(url: str, token: str) -> list | None:
+    try:
+        nodes = api_get(url, token)
+    except OSError:
+        return None
+    return nodes if nodes else None  # type: ignore[return-value]
+
+
+def test_unreachable_postgres_fails_at_start_with_a_clear_message(tmp_path: Path) -> None:
+    env = embedded_env(tmp_path, DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/x",
+                       RAYWATCH_DB_CONNECT_TIMEOUT_S="2")
+    result = subprocess.run([sys.executable, "manage.py", "serve", "--port", str(free_port())],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "cannot connect to the database (Postgres 127.0.0.1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_redis_fails_at_start_with_a_clear_message(tmp_path: Path) -> None:
+    env = embedded_env(tmp_path, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    manage(env, "migrate", "--noinput", "-v", "0")
+    result = subprocess.run([sys.executable, "manage.py", "serve", "--port", str(free_port())],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "cannot reach Redis at REDIS_URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_wrong_ray_address_warns_at_start_and_keeps_serving(tmp_path: Path) -> None:
+    env = embedded_env(tmp_path, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}")
+    manage(env, "migrate", "--noinput", "-v", "0")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), 60, 0.5, "the server")
+    finally:
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=60)
+    assert "Ray: cannot reach http://127.0.0.1" in output
+    assert "keeps retrying" in output
+    assert "Traceback" not in output
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
