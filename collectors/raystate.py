@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from collectors.http import SourceError, get_json
-from collectors.records import NodeRecord, ResourceUse
+from collectors.records import ActorRecord, NodeRecord, ResourceUse
 
-MAX_NODES = 10_000  # the state API's own ceiling
+MAX_ROWS = 10_000  # the state API's own ceiling
+# Only actors that are not DEAD: dead ones pile up by the thousand in long clusters.
+LIVE_ACTORS = "filter_keys=state&filter_predicates=%21%3D&filter_values=DEAD"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class ClusterReply:
     nodes: dict[str, Any]
     status: dict[str, Any]
     summary: dict[str, Any]
+    actors: dict[str, Any]
 
 
 def read_token(token: str | None, token_path: str | None) -> str | None:
@@ -79,10 +82,36 @@ def fetch_json(endpoint: RayEndpoint, path: str) -> dict[str, Any]:
 
 def fetch_cluster(endpoint: RayEndpoint) -> ClusterReply:
     return ClusterReply(
-        nodes=fetch_json(endpoint, f"/api/v0/nodes?limit={MAX_NODES}&detail=1"),
+        nodes=fetch_json(endpoint, f"/api/v0/nodes?limit={MAX_ROWS}&detail=1"),
         status=fetch_json(endpoint, "/api/cluster_status"),
         summary=fetch_json(endpoint, "/nodes?view=summary"),
+        actors=fetch_json(endpoint, f"/api/v0/actors?limit={MAX_ROWS}&detail=1&{LIVE_ACTORS}"),
     )
+
+
+def parse_actors(reply: ClusterReply) -> list[ActorRecord]:
+    rows = _dig(reply.actors, "data", "result", "result")
+    if not isinstance(rows, list):
+        raise SourceError("Ray state API: the actors reply has no data.result.result")
+    records = [
+        ActorRecord(
+            actor_id=row["actor_id"],
+            state=row.get("state") or "UNKNOWN",
+            pid=int(row["pid"]) if row.get("pid") else None,
+            node_id=row.get("node_id") or None,
+            class_name=row.get("class_name") or "",
+            repr_name=row.get("repr_name") or "",
+            name=row.get("name") or "",
+            job_id=row.get("job_id") or None,
+            placement_group_id=row.get("placement_group_id") or None,
+            required_resources={
+                str(k): float(v) for k, v in (row.get("required_resources") or {}).items()
+            },
+        )
+        for row in rows
+        if isinstance(row, dict) and row.get("actor_id")
+    ]
+    return sorted(records, key=lambda r: r.actor_id)
 
 
 def parse_nodes(reply: ClusterReply) -> list[NodeRecord]:

@@ -51,3 +51,19 @@ class GpuSampleRecord:
     power_limit_w: float | None = None
     sm_clock_mhz: int | None = None
     simulated: bool = False
+
+
+@dataclass(frozen=True)
+class ActorRecord:
+    """A Ray actor that is not DEAD (alive, pending, restarting)."""
+
+    actor_id: str
+    state: str
+    pid: int | None  # None while pending: Ray reports 0 there
+    node_id: str | None
+    class_name: str
+    repr_name: str
+    name: str
+    job_id: str | None
+    placement_group_id: str | None
+    required_resources: dict[str, float] = field(default_factory=dict)

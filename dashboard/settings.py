@@ -61,6 +61,8 @@ INSTALLED_APPS = [
     "dashboard.core",
     "dashboard.cluster",
     "dashboard.gpus",
+    "dashboard.trials",
+    "dashboard.incidents",
 ]
 
 MIDDLEWARE = [
@@ -149,12 +151,18 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_EXPIRES = 30
 
 POLL_RAY_S = env_number("RAYWATCH_POLL_RAY_S", 2.0, minimum=0.2)
+POLL_LOGS_S = env_number("RAYWATCH_POLL_LOGS_S", 2.0, minimum=0.2)
 # The same schedule drives Celery beat and the embedded in-process scheduler.
 CELERY_BEAT_SCHEDULE = {
     "poll-ray-state": {
         "task": "dashboard.cluster.tasks.poll_ray_state",
         "schedule": POLL_RAY_S,
         "options": {"expires": max(POLL_RAY_S * 2, 5)},
+    },
+    "poll-trial-logs": {
+        "task": "dashboard.trials.tasks.poll_trial_logs",
+        "schedule": POLL_LOGS_S,
+        "options": {"expires": max(POLL_LOGS_S * 2, 5)},
     },
 }
 
@@ -173,6 +181,19 @@ if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
         f"RAY_ADDRESS={RAY_ADDRESS!r}: give the head node's address explicitly "
         "(http://HEAD:8265 or HEAD:PORT); leave it unset to start a local cluster"
     )
+
+# --- trial logs and detectors (README: "Detectors") -----------------------------------
+# Colon-separated roots; empty means ~/ray_results plus the local Ray session's live
+# driver_artifacts staging directories (fresher than the storage copy).
+LOG_DIRS = env_list("RAYWATCH_LOG_DIRS", [], sep=":")
+RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", "/tmp/ray"))
+TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s"])
+STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)
+STALL_FACTOR = env_number("RAYWATCH_STALL_FACTOR", 5.0, minimum=1)
+SLOW_FACTOR = env_number("RAYWATCH_SLOW_FACTOR", 3.0, minimum=1)
+SLOW_MIN_S = env_number("RAYWATCH_SLOW_MIN_S", 1.0, minimum=0)
+SLOW_WINDOW = env_int("RAYWATCH_SLOW_WINDOW", 20, minimum=3)
+GONE_GRACE_S = env_number("RAYWATCH_GONE_GRACE_S", 30.0, minimum=0)
 
 # --- source health ----------------------------------------------------------------
 # A source whose last good poll is older than this many poll intervals is "down".

@@ -8,6 +8,9 @@ from dashboard.cluster import api as cluster_api
 from dashboard.cluster import views as cluster_views
 from dashboard.core import api as core_api
 from dashboard.core import views as core_views
+from dashboard.incidents import api as incidents_api
+from dashboard.trials import api as trials_api
+from dashboard.trials import views as trials_views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="cluster", permanent=False)),
@@ -15,7 +18,14 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", core_views.healthz, name="healthz"),
     path("cluster/", cluster_views.cluster_page, name="cluster"),
+    path("experiments/", trials_views.experiments_page, name="experiments"),
+    path("experiments/<int:pk>/", trials_views.experiment_page, name="experiment"),
+    path("trials/<int:pk>/", trials_views.trial_page, name="trial"),
     path("api/nodes/", cluster_api.NodeList.as_view(), name="api-nodes"),
+    path("api/trials/", trials_api.TrialList.as_view(), name="api-trials"),
+    path("api/trials/<str:trial_id>/results/", trials_api.TrialResults.as_view(),
+         name="api-trial-results"),
+    path("api/alerts/", incidents_api.AlertList.as_view(), name="api-alerts"),
     path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
     path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -33,3 +33,27 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_ip} ({self.node_id[:8]}, {self.state})"
+
+
+class Actor(models.Model):
+    """A Ray actor that is not DEAD, as of the last poll. Rows of actors that died
+    (or that Ray stopped listing) are removed at the next poll."""
+
+    actor_id = models.CharField(max_length=64, unique=True)
+    state = models.CharField(max_length=32)
+    pid = models.IntegerField(null=True)
+    node_id = models.CharField(max_length=64, blank=True, default="")
+    class_name = models.CharField(max_length=500, blank=True, default="")
+    repr_name = models.CharField(max_length=500, blank=True, default="")
+    name = models.CharField(max_length=500, blank=True, default="")
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    placement_group_id = models.CharField(max_length=64, blank=True, default="")
+    required_resources = models.JSONField(default=dict)
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["node_id", "pid"], name="actor_node_pid")]
+
+    def __str__(self) -> str:
+        return f"{self.repr_name or self.class_name} {self.actor_id[:8]} ({self.state})"

@@ -11,8 +11,8 @@ from typing import Any
 from django.db import transaction
 from rest_framework.utils.encoders import JSONEncoder
 
-from collectors.records import NodeRecord
-from dashboard.cluster.models import Node
+from collectors.records import ActorRecord, NodeRecord
+from dashboard.cluster.models import Actor, Node
 from dashboard.cluster.serializers import ClusterSerializer
 from dashboard.core.push import publish
 
@@ -50,34 +50,35 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
     marked DEAD, so that a vanished node never silently disappears from the page.
     """
     incoming = {r.node_id: _values(r) for r in records}
-    changed = False
+    changed: list[Node] = []
+    created = False
     with transaction.atomic():
         existing = {n.node_id: n for n in Node.objects.select_for_update()}
-        to_update: list[Node] = []
         for node_id, values in incoming.items():
             node = existing.get(node_id)
             if node is None:
                 Node.objects.create(node_id=node_id, last_seen_at=now, **values)
-                changed = True
+                created = True
                 continue
             _keep_last_known_usage(node, values)
             if any(getattr(node, f) != v for f, v in values.items()):
-                changed = True
-            for field, value in values.items():
-                setattr(node, field, value)
-            node.last_seen_at = now
-            to_update.append(node)
+                for field, value in values.items():
+                    setattr(node, field, value)
+                changed.append(node)
         for node_id, node in existing.items():
             if node_id not in incoming and node.state != Node.DEAD:
                 node.state = Node.DEAD
                 node.state_message = "no longer listed by Ray"
                 node.ended_at = node.ended_at or now
-                to_update.append(node)
-                changed = True
-        Node.objects.bulk_update(to_update, [*_FIELDS, "last_seen_at", "updated_at"])
-        if changed:
+                changed.append(node)
+        # Only what changed is rewritten; "still listed" is one cheap UPDATE.
+        Node.objects.filter(node_id__in=list(incoming)).update(last_seen_at=now)
+        for node in changed:
+            node.updated_at = now  # bulk_update does not apply auto_now
+        Node.objects.bulk_update(changed, [*_FIELDS, "updated_at"])
+        if changed or created:
             publish(CLUSTER_GROUP, "cluster", cluster_payload())
-    return changed
+    return bool(changed or created)
 
 
 def _keep_last_known_usage(node: Node, values: dict[str, Any]) -> None:
@@ -132,3 +133,39 @@ def _sum_pair(nodes: list[Node], total_field: str, used_field: str) -> dict[str,
         "total": sum(t for t in totals_ if t is not None),
         "used": None if any(u is None for u in used) else sum(used),
     }
+
+
+_ACTOR_FIELDS = ("state", "pid", "node_id", "class_name", "repr_name", "name", "job_id",
+                 "placement_group_id", "required_resources")
+
+
+def ingest_actors(records: Iterable[ActorRecord], now: datetime) -> None:
+    """Mirror Ray's non-DEAD actors: add new ones, update changed ones, drop the rest."""
+    incoming = {
+        r.actor_id: {
+            "state": r.state, "pid": r.pid, "node_id": r.node_id or "",
+            "class_name": r.class_name[:500], "repr_name": r.repr_name[:500],
+            "name": r.name[:500], "job_id": r.job_id or "",
+            "placement_group_id": r.placement_group_id or "",
+            "required_resources": r.required_resources,
+        }
+        for r in records
+    }
+    with transaction.atomic():
+        existing = {a.actor_id: a for a in Actor.objects.all()}
+        Actor.objects.filter(actor_id__in=set(existing) - set(incoming)).delete()
+        changed = []
+        for actor_id, values in incoming.items():
+            actor = existing.get(actor_id)
+            if actor is None:
+                continue
+            if any(getattr(actor, f) != v for f, v in values.items()):
+                for field, value in values.items():
+                    setattr(actor, field, value)
+                actor.updated_at = now
+                changed.append(actor)
+        Actor.objects.bulk_update(changed, [*_ACTOR_FIELDS, "updated_at"])
+        Actor.objects.bulk_create(
+            [Actor(actor_id=a, first_seen_at=now, updated_at=now, **v)
+             for a, v in incoming.items() if a not in existing]
+        )

@@ -5,8 +5,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from collectors.rayaddress import dashboard_url
-from collectors.raystate import RayEndpoint, fetch_cluster, parse_nodes, read_token
-from dashboard.cluster.state import ingest_nodes
+from collectors.raystate import RayEndpoint, fetch_cluster, parse_actors, parse_nodes, read_token
+from dashboard.cluster.state import ingest_actors, ingest_nodes
 from dashboard.core.health import source_poll
 
 
@@ -24,8 +24,12 @@ def ray_endpoint() -> RayEndpoint:
 @shared_task(name="dashboard.cluster.tasks.poll_ray_state")
 def poll_ray_state() -> None:
     with source_poll("ray", settings.POLL_RAY_S) as poll:
-        records = parse_nodes(fetch_cluster(ray_endpoint()))
+        reply = fetch_cluster(ray_endpoint())
+        records = parse_nodes(reply)
+        actors = parse_actors(reply)
         alive = [r for r in records if r.state == "ALIVE"]
         if alive and all(u.used is None for r in alive for u in r.resources.values()):
             poll.warnings.append("Ray has not reported resource usage yet")
-        ingest_nodes(records, timezone.now())
+        now = timezone.now()
+        ingest_nodes(records, now)
+        ingest_actors(actors, now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -16,6 +17,10 @@ CLOSE_FORBIDDEN = 4403
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     """Joins `topics` (Channels groups) and sends each one's current state on connect.
 
+    When the channel layer fails (Redis restarts) the consumer ends and the socket
+    closes; the page reconnects with backoff and gets the current state again, so
+    memberships Redis forgot never leave a page silently stale.
+
     Subclasses name their topics and build the snapshot. The status strip's
     `health` topic is on every page. Nothing destructive travels here: the
     socket is read-only, actions are POSTs.
@@ -24,24 +29,37 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     topics: tuple[str, ...] = ()
 
     def all_topics(self) -> tuple[str, ...]:
-        return (HEALTH_GROUP, *self.topics)
+        return (HEALTH_GROUP, *self.page_topics())
+
+    def page_topics(self) -> tuple[str, ...]:
+        return self.topics
+
+    def url_kwarg(self, name: str) -> str:
+        return str(self.scope["url_route"]["kwargs"][name])
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         if not await database_sync_to_async(has_role)(user, VIEWER):
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        for group in self.all_topics():
-            await self.channel_layer.group_add(group, self.channel_name)
+        await self.join_groups()
         await self.accept()
         # Joined first, read second: an update committed meanwhile arrives after.
+        await self.send_snapshot()
+
+    async def join_groups(self) -> None:
+        for group in self.all_topics():
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def send_snapshot(self) -> None:
         snapshot = await database_sync_to_async(self.snapshot)()
         for topic, data in snapshot.items():
             await self.send_json({"topic": topic, "data": data, "snapshot": True})
 
     async def disconnect(self, code: int) -> None:
         for group in self.all_topics():
-            await self.channel_layer.group_discard(group, self.channel_name)
+            with contextlib.suppress(Exception):  # the layer is down: nothing to undo
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":

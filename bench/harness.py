@@ -1,0 +1,91 @@
+"""What both benchmarks share: the bench database, Django set-up, and printing figures.
+
+The scripts run as `python bench/NAME.py` from the repository root, so Python puts
+bench/ (not the root) on sys.path; the root is added here, once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/raywatch_bench"
+# A fixed key, so the bench process and the ASGI server it starts agree on session hashes
+# without writing a key file into the checkout.
+BENCH_SECRET_KEY = "raywatch-bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def database_url() -> str:
+    return os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
+
+
+def django_env(**extra: str) -> dict[str, str]:
+    """The environment raywatch reads in the bench process and in any server it starts."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DATABASE_URL": database_url(),
+        "RAYWATCH_SECRET_KEY": os.environ.get("RAYWATCH_SECRET_KEY", BENCH_SECRET_KEY),
+        **extra,
+    }
+
+
+def ensure_database(url: str) -> None:
+    """Create the bench database when it does not exist yet (never drops anything)."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = str(conninfo_to_dict(url).get("dbname") or "")
+    if not name:
+        raise SystemExit(f"bench database URL names no database: {url}")
+    with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def setup_django(**extra_env: str) -> dict[str, str]:
+    """Point raywatch at the bench database, migrate it, and return the environment used."""
+    env = django_env(**extra_env)
+    os.environ.update(env)
+    ensure_database(env["DATABASE_URL"])
+
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", interactive=False, verbosity=0)
+    return env
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    print(f"\n{title}")
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def print_json(figures: dict[str, Any]) -> None:
+    """The same figures as one machine-readable line, always the last line printed."""
+    print(json.dumps(figures, sort_keys=True), flush=True)

@@ -1,0 +1,446 @@
+"""Trial logs: Ray Tune's result.json, params.json, error.txt and experiment state,
+and TensorBoard event files (RL/LLM training runs that log there, OpenRLHF/verl style).
+
+fetch side: discover() walks the log roots; tail_*() read only the bytes added since
+a FileCursor. Parsing is pure (parse_result_line). Nothing here raises on hostile
+input: bad lines become ParseProblems and the tail goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HEAD_BYTES = 4096
+MAX_KEY = 200
+MAX_METRICS = 500
+MAX_DEPTH = 6
+RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
+EVENTS_PREFIX = "events.out.tfevents."
+# Tune's bookkeeping keys: not metrics (time_this_iter_s and time_total_s are kept).
+BOOKKEEPING = {
+    "config", "trial_id", "date", "hostname", "node_ip", "pid", "timestamp", "done",
+    "checkpoint_dir_name", "training_iteration", "experiment_id", "experiment_tag",
+    "should_checkpoint", "time_since_restore", "iterations_since_restore",
+    "timesteps_since_restore", "episodes_total", "timesteps_total",
+}
+TRIAL_DIR_RE = re.compile(r"^(?P<trainable>.+?)_(?P<trial_id>[0-9a-f]{5}_\d{5})(?:_|$)")
+SKIP_DIRS = {"working_dirs", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class FileCursor:
+    path: str
+    offset: int = 0
+    head_hash: str | None = None
+    attempt: int = 1
+    last_iteration: int | None = None
+    last_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    trial_id: str
+    attempt: int
+    iteration: int
+    at: datetime | None
+    time_this_iter_s: float | None
+    pid: int | None
+    node_ip: str | None
+    hostname: str | None
+    metrics: dict[str, float | None]
+    byte_offset: int
+
+
+@dataclass(frozen=True)
+class ParseProblem:
+    path: str
+    byte_offset: int
+    message: str
+
+
+@dataclass(frozen=True)
+class TailResult:
+    cursor: FileCursor
+    results: list[ResultLine] = field(default_factory=list)
+    problems: list[ParseProblem] = field(default_factory=list)
+    reset: bool = False
+
+
+@dataclass(frozen=True)
+class TrialDir:
+    experiment: str
+    experiment_dir: Path  # where experiment_state-*.json lives
+    path: Path
+    name: str
+    trial_id: str | None  # None: not a Tune trial (a TensorBoard run)
+    trainable: str
+    live: bool  # the driver's live staging copy (driver_artifacts)
+    result_files: tuple[str, ...] = ()
+    event_files: tuple[str, ...] = ()
+    params_file: str | None = None
+    error_file: str | None = None
+
+
+@dataclass(frozen=True)
+class TuneTrialState:
+    status: str
+    num_failures: int | None
+    last_result_time: float | None
+
+
+# --- result.json ------------------------------------------------------------------------
+def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str | None,
+                     max_bytes: int = 8 << 20) -> TailResult:
+    cursor = cursor or FileCursor(str(path))
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return TailResult(cursor)
+    except OSError as exc:
+        return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset,
+                                                         f"cannot read: {exc.strerror}")])
+    with handle:
+        cursor, reset = _check_head(handle, cursor)
+        handle.seek(cursor.offset)
+        results: list[ResultLine] = []
+        problems: list[ParseProblem] = []
+        offset = cursor.offset
+        lines, skip_to = _complete_lines(handle, offset, max_bytes)
+        if skip_to is not None:
+            problems.append(ParseProblem(str(path), offset,
+                                         f"a line longer than {max_bytes} bytes was skipped"))
+            offset = skip_to
+        for start, raw in lines:
+            offset = start + len(raw) + 1
+            if not raw.strip():
+                continue
+            parsed = parse_result_line(raw, trial_id_hint)
+            if isinstance(parsed, str):
+                problems.append(ParseProblem(str(path), start, parsed))
+                continue
+            cursor = _next_attempt(cursor, parsed)
+            results.append(_line(parsed, cursor.attempt, start))
+        cursor = replace(cursor, offset=offset, head_hash=_head_hash(handle, offset))
+    return TailResult(cursor, results, problems, reset)
+
+
+def _check_head(handle: Any, cursor: FileCursor) -> tuple[FileCursor, bool]:
+    """A file replaced by a copy with the same beginning (Tune's sync) is read on;
+    one that shrank or starts differently is read again from the start."""
+    if cursor.offset == 0:
+        return cursor, False
+    size = os.fstat(handle.fileno()).st_size
+    if size >= cursor.offset and _head_hash(handle, cursor.offset) == cursor.head_hash:
+        return cursor, False
+    return FileCursor(cursor.path), True
+
+
+def _head_hash(handle: Any, upto: int) -> str:
+    handle.seek(0)
+    digest = hashlib.sha1(handle.read(min(upto, HEAD_BYTES))).hexdigest()
+    return digest
+
+
+def _complete_lines(handle: Any, offset: int,
+                    max_bytes: int) -> tuple[list[tuple[int, bytes]], int | None]:
+    """Complete lines from `offset`; a partial last line is left for the next poll.
+    A line longer than max_bytes is skipped whole once its end is seen: the second
+    value is where reading resumes after it."""
+    data = handle.read(max_bytes)
+    lines: list[tuple[int, bytes]] = []
+    pos = 0
+    while (end := data.find(b"\n", pos)) >= 0:
+        lines.append((offset + pos, data[pos:end]))
+        pos = end + 1
+    skip_to = None
+    if pos == 0 and len(data) >= max_bytes:
+        skip_to = _skip_long_line(handle, offset + len(data))
+    return lines, skip_to
+
+
+def _skip_long_line(handle: Any, position: int) -> int | None:
+    handle.seek(position)
+    while chunk := handle.read(1 << 20):
+        end = chunk.find(b"\n")
+        if end >= 0:
+            return position + end + 1
+        position += len(chunk)
+    return None  # still being written: look again next time
+
+
+def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] | str:
+    """One result.json line -> its fields, or a short reason why it cannot be used."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "line is not valid UTF-8"
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return f"line is not JSON: {text[:80]!r}"
+    if not isinstance(obj, dict):
+        return "line is not a JSON object"
+    iteration = obj.get("training_iteration")
+    if not isinstance(iteration, int) or isinstance(iteration, bool):
+        return "line has no integer training_iteration"
+    trial_id = obj.get("trial_id") if isinstance(obj.get("trial_id"), str) else trial_id_hint
+    if not trial_id:
+        return "line has no trial_id"
+    return {
+        "trial_id": trial_id[:255], "iteration": iteration, "at": _time(obj.get("timestamp")),
+        "time_this_iter_s": _number(obj.get("time_this_iter_s")),
+        "pid": obj["pid"] if isinstance(obj.get("pid"), int) else None,
+        "node_ip": _text(obj.get("node_ip")), "hostname": _text(obj.get("hostname")),
+        "metrics": flatten_metrics(obj),
+    }
+
+
+def flatten_metrics(obj: dict[str, Any], prefix: str = "") -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, value in obj.items():
+        if not prefix and key in BOOKKEEPING:
+            continue
+        name = f"{prefix}{key}"[:MAX_KEY]
+        if isinstance(value, dict):
+            out.update(flatten_metrics(value, f"{name}/"))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = _number(value)
+        if len(out) >= MAX_METRICS:
+            break
+    return out
+
+
+def _next_attempt(cursor: FileCursor, parsed: dict[str, Any]) -> FileCursor:
+    """A retried trial appends to the same file: its iteration restarts and its pid changes."""
+    attempt = cursor.attempt
+    restarted = cursor.last_iteration is not None and parsed["iteration"] <= cursor.last_iteration
+    new_pid = cursor.last_pid is not None and parsed["pid"] not in (None, cursor.last_pid)
+    if restarted or new_pid:
+        attempt += 1
+    return replace(cursor, attempt=attempt, last_iteration=parsed["iteration"],
+                   last_pid=parsed["pid"] if parsed["pid"] is not None else cursor.last_pid)
+
+
+def _line(parsed: dict[str, Any], attempt: int, start: int) -> ResultLine:
+    return ResultLine(attempt=attempt, byte_offset=start, **parsed)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _time(value: Any) -> datetime | None:
+    number = _number(value)
+    if number is None or not 0 < number < 1e11:
+        return None
+    return datetime.fromtimestamp(number, tz=UTC)
+
+
+def _text(value: Any) -> str | None:
+    return value[:255] if isinstance(value, str) else None
+
+
+# --- TensorBoard event files ------------------------------------------------------------------
+def tail_tb_events(path: Path, cursor: FileCursor | None, trial_id: str,
+                   max_bytes: int = 8 << 20) -> TailResult:
+    """Scalars by step, read with the tensorboard package's own record reader."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import (
+        PyRecordReader_New,
+    )
+
+    cursor = cursor or FileCursor(str(path))
+    try:
+        handle = path.open("rb")
+        reader = PyRecordReader_New(str(path))
+    except (OSError, errors.NotFoundError) as exc:
+        return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset, str(exc)[:200])])
+    with handle:
+        cursor, reset = _check_head(handle, cursor)
+        reader.file_handle.close()
+        handle.seek(cursor.offset)
+        reader.file_handle = handle  # resume at our offset: the stub reader cannot seek
+        steps: dict[int, dict[str, Any]] = {}
+        problems: list[ParseProblem] = []
+        offset = cursor.offset
+        while offset - cursor.offset < max_bytes:
+            try:
+                reader.GetNext()
+            except errors.OutOfRangeError:
+                break
+            except errors.DataLossError as exc:
+                if "truncated" not in str(exc):
+                    problems.append(ParseProblem(str(path), offset, str(exc)[:200]))
+                break  # a record still being written: read it next time
+            record = reader.record()
+            start, offset = offset, offset + 16 + len(record)
+            _add_event(steps, record, event_pb2, problems, str(path), start)
+        cursor = replace(cursor, offset=offset, head_hash=_head_hash(handle, offset))
+    results = [
+        ResultLine(trial_id=trial_id, attempt=1, iteration=step, at=item["at"],
+                   time_this_iter_s=None, pid=None, node_ip=None, hostname=None,
+                   metrics=item["metrics"], byte_offset=item["offset"])
+        for step, item in sorted(steps.items())
+    ]
+    return TailResult(cursor, results, problems, reset)
+
+
+def _add_event(steps: dict[int, dict[str, Any]], record: bytes, event_pb2: Any,
+               problems: list[ParseProblem], path: str, start: int) -> None:
+    try:
+        event = event_pb2.Event.FromString(record)
+    except Exception:
+        problems.append(ParseProblem(path, start, "unreadable TensorBoard event"))
+        return
+    if not event.HasField("summary"):
+        return
+    item = steps.setdefault(event.step, {"at": None, "metrics": {}, "offset": start})
+    item["at"] = _time(event.wall_time)
+    for value in event.summary.value:
+        number = _scalar(value)
+        if number is not None or value.HasField("simple_value"):
+            item["metrics"][value.tag[:MAX_KEY]] = number
+
+
+def _scalar(value: Any) -> float | None:
+    if value.HasField("simple_value"):
+        return _number(value.simple_value)
+    if value.HasField("tensor") and not value.tensor.tensor_shape.dim:
+        tensor = value.tensor
+        for values in (tensor.float_val, tensor.double_val, tensor.int_val, tensor.int64_val):
+            if len(values) == 1:
+                return _number(values[0])
+        if tensor.tensor_content:
+            from tensorboard.util import tensor_util
+
+            try:
+                return _number(tensor_util.make_ndarray(tensor).item())
+            except Exception:
+                return None
+    return None
+
+
+# --- params.json, error.txt, experiment state ---------------------------------------------
+def read_params(path: Path) -> tuple[dict | None, ParseProblem | None]:
+    try:
+        data = json.loads(path.read_bytes()[: 4 << 20].decode("utf-8", "replace"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, ParseProblem(str(path), 0, f"params.json unreadable: {str(exc)[:160]}")
+    if not isinstance(data, dict):
+        return None, ParseProblem(str(path), 0, "params.json is not a JSON object")
+    return data, None
+
+
+def read_error(path: Path, max_lines: int = 20) -> str | None:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64 << 10)
+    except OSError:
+        return None
+    lines = head.decode("utf-8", "replace").splitlines()[:max_lines]
+    return "\n".join(lines) or None
+
+
+def read_experiment_state(exp_dir: Path) -> dict[str, TuneTrialState]:
+    try:
+        newest = max(exp_dir.glob("experiment_state-*.json"), key=lambda p: p.name)
+        data = json.loads(newest.read_bytes())
+    except (ValueError, OSError):
+        return {}
+    states: dict[str, TuneTrialState] = {}
+    for pair in data.get("trial_data", []) if isinstance(data, dict) else []:
+        try:
+            trial, meta = json.loads(pair[0]), json.loads(pair[1])
+            states[str(trial["trial_id"])] = TuneTrialState(
+                status=str(trial.get("status") or ""),
+                num_failures=meta.get("num_failures"),
+                last_result_time=meta.get("last_result_time"),
+            )
+        except (ValueError, TypeError, KeyError, IndexError):
+            continue
+    return states
+
+
+# --- discovery ------------------------------------------------------------------------------
+def default_log_dirs(home: Path, ray_tmp: Path = Path("/tmp/ray")) -> list[Path]:
+    """~/ray_results plus the newest local Ray session's live staging area."""
+    return [home / "ray_results", ray_tmp / "session_latest" / "artifacts"]
+
+
+def discover(roots: Sequence[Path]) -> list[TrialDir]:
+    found: list[TrialDir] = []
+    visited: set[tuple[int, int]] = set()
+    for root in roots:
+        _walk(Path(root), 0, visited, found)
+    return found
+
+
+def _walk(directory: Path, depth: int, visited: set[tuple[int, int]],
+          found: list[TrialDir]) -> None:
+    try:
+        stat = directory.stat()
+        if (stat.st_dev, stat.st_ino) in visited:
+            return  # a symlink loop or a directory reached twice
+        visited.add((stat.st_dev, stat.st_ino))
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    files = {e.name for e in entries if _is_file(e)}
+    results = (RESULT_FILE,) if RESULT_FILE in files else ()
+    events = tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
+    if results or events:
+        found.append(_trial_dir(directory, files, results, events))
+        return
+    if depth >= MAX_DEPTH:
+        return
+    for entry in entries:
+        if entry.name in SKIP_DIRS or entry.name.startswith(".") or not _is_dir(entry):
+            continue
+        _walk(Path(entry.path), depth + 1, visited, found)
+
+
+def _trial_dir(path: Path, files: set[str], results: tuple[str, ...],
+               events: tuple[str, ...]) -> TrialDir:
+    parent = path.parent
+    live = parent.name == "driver_artifacts"
+    experiment = parent.parent.name if live else parent.name
+    match = TRIAL_DIR_RE.match(path.name)
+    # A Tune trial's event files repeat its result.json: read them only without one.
+    return TrialDir(
+        experiment=experiment, experiment_dir=parent, path=path, name=path.name,
+        trial_id=match["trial_id"] if match else None,
+        trainable=match["trainable"] if match else "", live=live,
+        result_files=tuple(str(path / n) for n in results),
+        event_files=() if results else tuple(str(path / n) for n in events),
+        params_file=str(path / PARAMS_FILE) if PARAMS_FILE in files else None,
+        error_file=str(path / ERROR_FILE) if ERROR_FILE in files else None,
+    )
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class IncidentsConfig(AppConfig):
+    name = "dashboard.incidents"
+    label = "incidents"

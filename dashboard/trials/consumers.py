@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.core.consumers import LiveConsumer
+from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.tasks import EXPERIMENTS_GROUP
+from dashboard.trials.views_data import (
+    experiment_trials_payload,
+    experiments_payload,
+    results_payload,
+    trial_payload,
+)
+
+
+class ExperimentsConsumer(LiveConsumer):
+    topics = (EXPERIMENTS_GROUP,)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        return {"experiments": experiments_payload()}
+
+
+class ExperimentConsumer(LiveConsumer):
+    def page_topics(self) -> tuple[str, ...]:
+        return (f"experiment-{int(self.url_kwarg('pk'))}",)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        experiment = Experiment.objects.filter(pk=int(self.url_kwarg("pk"))).first()
+        return {"trials": experiment_trials_payload(experiment) if experiment else []}
+
+
+class TrialConsumer(LiveConsumer):
+    def page_topics(self) -> tuple[str, ...]:
+        return (f"trial-{int(self.url_kwarg('pk'))}",)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        trial = Trial.objects.select_related("experiment").filter(
+            pk=int(self.url_kwarg("pk"))).first()
+        if trial is None:
+            return {}
+        # "results" replaces what the page holds: nothing is missed across a reconnect.
+        return {"trial": trial_payload(trial), "results": results_payload(trial)}

@@ -1,0 +1,130 @@
+"""Reconcile trial status with Ray, then run the trial detectors.
+
+A trial's process is alive when Ray lists a live actor with the trial's pid on
+the trial's node (result.json's pid equals the actor's pid: RAY_FACTS.md).
+When the Ray source is failing, liveness is unknown and nothing is concluded.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
+
+from dashboard.cluster.models import Actor, Node
+from dashboard.core.models import SourceHealth
+from dashboard.incidents.models import Incident
+from dashboard.incidents.rules import (
+    TRIAL_KINDS,
+    Finding,
+    StepTiming,
+    Thresholds,
+    TrialSnapshot,
+    derive_status,
+    evaluate_trial,
+    phase_timings,
+)
+from dashboard.incidents.service import sync_findings
+from dashboard.trials.models import StepResult, Trial
+
+
+def thresholds() -> Thresholds:
+    return Thresholds(
+        stall_min_s=settings.STALL_MIN_S, stall_factor=settings.STALL_FACTOR,
+        slow_factor=settings.SLOW_FACTOR, slow_min_s=settings.SLOW_MIN_S,
+        slow_window=settings.SLOW_WINDOW, gone_grace_s=settings.GONE_GRACE_S,
+    )
+
+
+def evaluate_trials(now: datetime) -> dict[str, int]:
+    live = live_processes(now)
+    trials = list(
+        Trial.objects.select_related("experiment").filter(
+            ~Q(status__in=Trial.FINISHED)
+            | Q(incidents__state=Incident.FIRING)
+            | Q(status="ERROR", error_text__gt="")
+        ).distinct()
+    )
+    changed = [t for t in trials if reconcile(t, live, now)]
+    for trial in changed:
+        trial.save(update_fields=["status", "status_reason", "process_alive",
+                                  "process_gone_since", "updated_at"])
+    steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], thresholds().slow_window)
+    findings: list[Finding] = []
+    context: dict[str, dict[str, Any]] = {}
+    for trial in trials:
+        snapshot = snapshot_of(trial, steps.get(trial.pk, []))
+        findings.extend(evaluate_trial(snapshot, thresholds(), now))
+        context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
+                                     "node_ip": trial.node_ip}
+    result = sync_findings(TRIAL_KINDS, findings, now, context)
+    result["status_changes"] = len(changed)
+    return result
+
+
+def live_processes(now: datetime) -> set[tuple[str, int]] | None:
+    """(node_ip, pid) of every live actor, or None when Ray's view is not current."""
+    health = SourceHealth.objects.filter(source="ray", scope="").first()
+    if not health or not health.last_success_at:
+        return None
+    if now - health.last_success_at > timedelta(seconds=max(3 * health.interval_s, 10)):
+        return None
+    ips = dict(Node.objects.values_list("node_id", "node_ip"))
+    return {
+        (ips.get(node_id, ""), pid)
+        for node_id, pid in Actor.objects.filter(state="ALIVE", pid__isnull=False)
+        .values_list("node_id", "pid")
+    }
+
+
+def reconcile(trial: Trial, live: set[tuple[str, int]] | None, now: datetime) -> bool:
+    before = (trial.status, trial.status_reason, trial.process_alive, trial.process_gone_since)
+    alive = None if live is None or trial.pid is None else (trial.node_ip, trial.pid) in live
+    if alive is not None:
+        if alive:
+            trial.process_gone_since = None
+        elif trial.process_alive is not False or trial.process_gone_since is None:
+            trial.process_gone_since = now
+        trial.process_alive = alive
+    error_present = bool(trial.error_text) and trial.attempt <= trial.error_attempt
+    trial.status, trial.status_reason = derive_status(trial.tune_status, error_present, alive)
+    return before != (trial.status, trial.status_reason, trial.process_alive,
+                      trial.process_gone_since)
+
+
+def recent_steps(trials: list[Trial], window: int) -> dict[int, list[StepResult]]:
+    """The last `window + 1` results of each trial's current attempt, in one query."""
+    if not trials:
+        return {}
+    current = Q()
+    for trial in trials:
+        current |= Q(trial_id=trial.pk, attempt=trial.attempt)
+    rows = (
+        StepResult.objects.filter(current)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("trial_id")],
+                              order_by=F("iteration").desc()))
+        .filter(rank__lte=window + 1)
+        .only("trial_id", "iteration", "at", "time_this_iter_s", "metrics")
+    )
+    grouped: dict[int, list[StepResult]] = defaultdict(list)
+    for row in rows:
+        grouped[row.trial_id].append(row)
+    for items in grouped.values():
+        items.sort(key=lambda r: r.iteration)
+    return grouped
+
+
+def snapshot_of(trial: Trial, steps: list[StepResult]) -> TrialSnapshot:
+    patterns = settings.TIMING_KEYS
+    return TrialSnapshot(
+        trial_id=trial.trial_id, experiment=trial.experiment.name, status=trial.status,
+        process_alive=trial.process_alive, process_gone_since=trial.process_gone_since,
+        last_result_at=trial.last_result_at, error_text=trial.error_text,
+        node_ip=trial.node_ip, pid=trial.pid,
+        steps=[StepTiming(iteration=s.iteration, at=s.at, total_s=s.time_this_iter_s,
+                          phases=phase_timings(s.metrics, patterns)) for s in steps],
+    )

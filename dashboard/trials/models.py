@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Experiment(models.Model):
+    """A Tune experiment (RunConfig.name) or a TensorBoard-logging training run's parent."""
+
+    TUNE, TENSORBOARD = "tune", "tensorboard"
+
+    name = models.CharField(max_length=255, unique=True)
+    kind = models.CharField(max_length=16, default=TUNE)
+    paths = models.JSONField(default=list)  # every directory it was found in
+    metric = models.CharField(max_length=255, blank=True, default="")
+    mode = models.CharField(max_length=3, blank=True, default="")  # "min" or "max"
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Trial(models.Model):
+    PENDING, RUNNING, PAUSED = "PENDING", "RUNNING", "PAUSED"
+    TERMINATED, ERROR, UNKNOWN = "TERMINATED", "ERROR", "UNKNOWN"
+    FINISHED = (TERMINATED, ERROR)
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="trials")
+    trial_id = models.CharField(max_length=255)
+    trainable = models.CharField(max_length=255, blank=True, default="")
+    directory = models.TextField(blank=True, default="")
+    status = models.CharField(max_length=16, default=UNKNOWN)
+    tune_status = models.CharField(max_length=16, blank=True, default="")  # what Tune's file says
+    status_reason = models.CharField(max_length=500, blank=True, default="")
+    config = models.JSONField(default=dict)
+    attempt = models.PositiveIntegerField(default=1)
+    pid = models.IntegerField(null=True)
+    node_ip = models.CharField(max_length=64, blank=True, default="")
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    iteration = models.IntegerField(null=True)
+    last_result_at = models.DateTimeField(null=True)  # the result's own timestamp
+    last_ingested_at = models.DateTimeField(null=True)  # when raywatch read it
+    last_metrics = models.JSONField(default=dict)
+    best_value = models.FloatField(null=True)
+    last_step_s = models.FloatField(null=True)
+    error_text = models.TextField(blank=True, default="")
+    error_attempt = models.PositiveIntegerField(default=0)  # the attempt error.txt was about
+    parse_errors = models.PositiveIntegerField(default=0)
+    last_parse_error = models.TextField(blank=True, default="")
+    process_alive = models.BooleanField(null=True)  # None: Ray could not tell
+    process_gone_since = models.DateTimeField(null=True)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "trial_id"], name="one_trial_per_id")
+        ]
+        indexes = [models.Index(fields=["trial_id"], name="trial_trial_id")]
+        ordering = ["experiment", "trial_id"]
+
+    def __str__(self) -> str:
+        return f"{self.experiment.name}/{self.trial_id}"
+
+
+class StepResult(models.Model):
+    """One reported result (a Tune iteration or a TensorBoard step) of one attempt."""
+
+    trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="results")
+    attempt = models.PositiveIntegerField(default=1)
+    iteration = models.IntegerField()
+    at = models.DateTimeField(null=True)
+    ingested_at = models.DateTimeField()
+    time_this_iter_s = models.FloatField(null=True)
+    metrics = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trial", "attempt", "iteration"], name="one_result_per_iteration"
+            )
+        ]
+        indexes = [models.Index(fields=["trial", "-id"], name="result_trial_recent")]
+
+
+class LogCursor(models.Model):
+    """How far raywatch has read one log file; a restart resumes here."""
+
+    RESULT_JSON, TB_EVENTS = "result_json", "tb_events"
+
+    path = models.CharField(max_length=1024, unique=True)
+    kind = models.CharField(max_length=16)
+    trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="cursors")
+    offset = models.BigIntegerField(default=0)
+    head_hash = models.CharField(max_length=64, blank=True, default="")
+    attempt = models.PositiveIntegerField(default=1)
+    last_iteration = models.IntegerField(null=True)
+    last_pid = models.IntegerField(null=True)
+    size = models.BigIntegerField(default=0)
+    mtime_ns = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)

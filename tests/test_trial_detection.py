@@ -1,0 +1,136 @@
+"""On a real Ray Tune search: a hanging trial is flagged trial_stalled in time, a trial
+killed from outside is flagged and its status is right, a slowed phase is named, and a
+healthy ASHA search with early-stopped trials raises nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from collectors.localray import LocalCluster
+from dashboard.celery import app as celery_app
+from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.incidents.models import Incident
+from dashboard.trials.models import StepResult, Trial
+from tests.conftest import stop_node, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.5
+STALL_MIN_S = 6.0
+pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+
+
+def start_search(
+    cluster: LocalCluster, storage: Path, name: str, scenario: str
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.search", cluster.gcs_address, str(storage),
+         name, scenario],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True,
+    )
+
+
+@pytest.fixture
+def watched(settings, ray_settings, tmp_path):  # type: ignore[no-untyped-def]
+    """raywatch's collectors polling the test cluster and a fresh Tune storage dir."""
+    storage = tmp_path / "ray_results"
+    storage.mkdir()
+    settings.LOG_DIRS = [str(storage), str(Path(ray_settings.session_dir) / "artifacts")]
+    settings.POLL_LOGS_S = settings.POLL_RAY_S = POLL_S
+    settings.STALL_MIN_S = STALL_MIN_S
+    settings.GONE_GRACE_S = 3.0
+    settings.SLOW_MIN_S = 2.0  # 2 busy cores: ignore sub-2 s scheduling blips
+    scheduler = EmbeddedScheduler(celery_app, {
+        "ray": {"task": "dashboard.cluster.tasks.poll_ray_state", "schedule": POLL_S},
+        "logs": {"task": "dashboard.trials.tasks.poll_trial_logs", "schedule": POLL_S},
+    })
+    scheduler.start()
+    yield storage
+    scheduler.stop()
+
+
+def trial_with(behaviour: str) -> Trial | None:
+    return Trial.objects.filter(config__behaviour=behaviour).first()
+
+
+def firing(kind: str, trial: Trial) -> Incident | None:
+    return Incident.objects.filter(kind=kind, trial=trial, state="firing").first()
+
+
+def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:  # type: ignore[no-untyped-def]
+    name = f"mixed-{uuid.uuid4().hex[:6]}"
+    search = start_search(ray_settings, watched, name, "mixed")
+    try:
+        # A phase that slows down is named.
+        slow = wait_for(lambda: trial_with("slow"), 90, 0.5, "the slow trial to appear")
+        regression = wait_for(lambda: firing("step_time_regression", slow), 60, 0.5,
+                              "step_time_regression on the slow trial")
+        assert regression.details["phase"] == "timing_s/reward"
+        assert "timing_s/reward" in regression.summary
+
+        # A hanging trial: flagged within the threshold plus one poll interval.
+        hung = trial_with("hang")
+        stalled = wait_for(lambda: firing("trial_stalled", hung), 60, 0.25, "trial_stalled")
+        hung.refresh_from_db()
+        assert hung.status == "RUNNING" and hung.process_alive is True
+        late_by = (stalled.opened_at - hung.last_result_at).total_seconds()
+        assert late_by <= STALL_MIN_S + POLL_S + 1.5, late_by  # +1 s: whole-second timestamps
+        assert "process is alive" in stalled.summary
+
+        # A trial killed from outside: flagged, and its status says so.
+        crash = trial_with("crash")
+        wait_for(lambda: crash.__class__.objects.get(pk=crash.pk).iteration == 4, 60, 0.5,
+                 "the crash trial to reach iteration 4")
+        crash.refresh_from_db()
+        os.kill(crash.pid, signal.SIGKILL)
+        found = wait_for(
+            lambda: firing("trial_errored", crash) or firing("trial_process_gone", crash),
+            60, 0.5, "the killed trial to be flagged",
+        )
+        crash.refresh_from_db()
+        if found.kind == "trial_errored":
+            assert crash.status == "ERROR" and crash.error_text
+        else:
+            assert crash.process_alive is False
+
+        # The healthy trial was never flagged.
+        healthy = trial_with("healthy")
+        assert not Incident.objects.filter(trial=healthy).exists()
+        # Both copies of result.json (live staging and storage) were read, no step twice.
+        iterations = list(StepResult.objects.filter(trial=healthy).values_list("iteration",
+                                                                                flat=True))
+        assert len(iterations) == len(set(iterations)) > 0
+    finally:
+        stop_node(search)
+
+
+def test_healthy_asha_search_raises_nothing(watched, ray_settings) -> None:  # type: ignore[no-untyped-def]
+    name = f"asha-{uuid.uuid4().hex[:6]}"
+    search = start_search(ray_settings, watched, name, "asha")
+    try:
+        search.wait(180)
+        assert search.returncode == 0
+        # Let the collectors catch up with the last snapshot and settle.
+        wait_for(lambda: Trial.objects.filter(experiment__name=name).count() == 6, 30, 0.5,
+                 "all six trials")
+        wait_for(lambda: not Trial.objects.filter(experiment__name=name,
+                                                  status="RUNNING").exists(),
+                 60, 0.5, "no trial left RUNNING after the search ended")
+        trials = Trial.objects.filter(experiment__name=name)
+        stopped_early = [t for t in trials if (t.iteration or 0) < 12]
+        assert stopped_early, "ASHA should have stopped some trials early"
+        assert {t.status for t in trials} == {"TERMINATED"}
+        assert not Incident.objects.filter(trial__experiment__name=name).exists(), list(
+            Incident.objects.filter(trial__experiment__name=name).values_list("summary",
+                                                                              flat=True))
+    finally:
+        stop_node(search)
+    assert timezone.now()

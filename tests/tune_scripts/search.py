@@ -1,0 +1,76 @@
+"""A real Ray Tune search whose trials misbehave on purpose, for raywatch's tests.
+
+    python -m tests.tune_scripts.search GCS_ADDRESS STORAGE_DIR NAME SCENARIO
+
+Each trial's `behaviour` (from its config) is one of:
+  healthy  - steady steps with timing_s/gen and timing_s/reward phases
+  hang     - reports a few steps, then sleeps for ever with its process alive
+  slow     - the reward phase grows 30x at iteration 6, then recovers
+  crash    - reports a few steps, then waits to be killed from outside
+SCENARIO "mixed" runs one trial of each; "asha" runs an ASHA search that stops
+trials early (all healthy).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+STEP_S = 0.3
+
+
+def trainable(config: dict) -> None:
+    behaviour = config["behaviour"]
+    for i in range(1, config.get("steps", 40) + 1):
+        gen, reward = 0.1, 0.2
+        if behaviour == "slow" and i == 6:
+            reward = 6.0
+        if behaviour == "hang" and i == 5:
+            while True:
+                time.sleep(1)
+        if behaviour == "crash" and i == 5:
+            time.sleep(3600)  # the test kills this process
+        time.sleep(gen + reward)
+        tune.report({
+            "score": i * config.get("lr", 1.0),
+            "loss": 1.0 / i,
+            "timing_s/gen": gen,
+            "timing_s/reward": reward,
+        })
+
+
+def main() -> None:
+    gcs, storage, name, scenario = sys.argv[1:5]
+    ray.init(address=gcs, log_to_driver=False, configure_logging=False)
+    resources = {"cpu": 0.25}
+    if scenario == "mixed":
+        space = {"behaviour": tune.grid_search(["healthy", "hang", "slow", "crash"]),
+                 "steps": 40}
+        scheduler = None
+    else:
+        space = {"behaviour": "healthy", "lr": tune.grid_search([0.1, 0.2, 0.5, 1.0, 2.0, 3.0]),
+                 "steps": 12}
+        scheduler = ASHAScheduler(metric="score", mode="max", grace_period=2, max_t=12,
+                                  reduction_factor=2)
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, resources),
+        param_space=space,
+        tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=6),
+        run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    tuner.fit()
+    print("search finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()
