@@ -16,6 +16,8 @@ import uvicorn
 from django.contrib.auth.models import Group, User
 
 from collectors.localray import LocalCluster, LocalRay, free_port
+from dashboard.celery import app as celery_app
+from dashboard.core.scheduler import EmbeddedScheduler
 
 # Ray reads this once, when it is first imported: a driver that joins the test
 # cluster from this process needs token auth on (shared/RAY_FACTS.md).
@@ -181,3 +183,41 @@ def login(page, server: LiveServer, user: User, next_path: str = "/cluster/") ->
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{server.url}{next_path}")
+
+
+# --- a real Tune search watched by raywatch's collectors ------------------------------------
+POLL_S = 0.5
+STALL_MIN_S = 6.0
+
+
+def start_search(
+    cluster: LocalCluster, storage: Path, name: str, scenario: str
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.search", cluster.gcs_address, str(storage),
+         name, scenario],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True,
+    )
+
+
+@pytest.fixture
+def watched(settings, ray_settings, tmp_path):  # type: ignore[no-untyped-def]
+    """raywatch's collectors polling the test cluster and a fresh Tune storage dir."""
+    storage = tmp_path / "ray_results"
+    storage.mkdir()
+    settings.LOG_DIRS = [str(storage), str(Path(ray_settings.session_dir) / "artifacts")]
+    settings.POLL_LOGS_S = settings.POLL_RAY_S = POLL_S
+    settings.STALL_MIN_S = STALL_MIN_S
+    settings.GONE_GRACE_S = 3.0
+    settings.SLOW_MIN_S = 2.0  # 2 busy cores: ignore sub-2 s scheduling blips
+    scheduler = EmbeddedScheduler(celery_app, {
+        "ray": {"task": "dashboard.cluster.tasks.poll_ray_state", "schedule": POLL_S},
+        "logs": {"task": "dashboard.trials.tasks.poll_trial_logs", "schedule": POLL_S},
+    })
+    scheduler.start()
+    yield storage
+    scheduler.stop()
+
+

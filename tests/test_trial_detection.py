@@ -6,55 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from collectors.localray import LocalCluster
-from dashboard.celery import app as celery_app
-from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import StepResult, Trial
-from tests.conftest import stop_node, wait_for
+from tests.conftest import POLL_S, STALL_MIN_S, start_search, stop_node, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-POLL_S = 0.5
-STALL_MIN_S = 6.0
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
-
-
-def start_search(
-    cluster: LocalCluster, storage: Path, name: str, scenario: str
-) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.tune_scripts.search", cluster.gcs_address, str(storage),
-         name, scenario],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True,
-    )
-
-
-@pytest.fixture
-def watched(settings, ray_settings, tmp_path):  # type: ignore[no-untyped-def]
-    """raywatch's collectors polling the test cluster and a fresh Tune storage dir."""
-    storage = tmp_path / "ray_results"
-    storage.mkdir()
-    settings.LOG_DIRS = [str(storage), str(Path(ray_settings.session_dir) / "artifacts")]
-    settings.POLL_LOGS_S = settings.POLL_RAY_S = POLL_S
-    settings.STALL_MIN_S = STALL_MIN_S
-    settings.GONE_GRACE_S = 3.0
-    settings.SLOW_MIN_S = 2.0  # 2 busy cores: ignore sub-2 s scheduling blips
-    scheduler = EmbeddedScheduler(celery_app, {
-        "ray": {"task": "dashboard.cluster.tasks.poll_ray_state", "schedule": POLL_S},
-        "logs": {"task": "dashboard.trials.tasks.poll_trial_logs", "schedule": POLL_S},
-    })
-    scheduler.start()
-    yield storage
-    scheduler.stop()
 
 
 def trial_with(behaviour: str) -> Trial | None:

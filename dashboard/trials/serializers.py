@@ -38,6 +38,7 @@ class TrialSerializer(serializers.ModelSerializer):
             "tune_status", "iteration", "attempt", "last_result_at", "pid", "node_ip",
             "hostname", "health", "best_value", "last_metrics", "last_step_s",
             "process_alive", "parse_errors", "last_parse_error", "error_text", "trainable",
+            "config",
         ]
 
     def get_health(self, trial: Trial) -> str:

@@ -1,0 +1,51 @@
+"""In Chromium: while a real Tune search runs, the trial page's charts grow without a
+reload, and the experiment's trial table shows the trials live."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from playwright.sync_api import expect
+
+from dashboard.trials.models import Trial
+from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+
+
+def points(page) -> int:  # type: ignore[no-untyped-def]
+    return int(page.locator("#metrics-chart").get_attribute("data-points") or 0)
+
+
+def test_trial_charts_grow_while_tune_runs(  # type: ignore[no-untyped-def]
+    page, live_server_asgi: LiveServer, viewer, watched, ray_settings
+) -> None:
+    name = f"live-{uuid.uuid4().hex[:6]}"
+    search = start_search(ray_settings, watched, name, "mixed")
+    try:
+        healthy = wait_for(lambda: Trial.objects.filter(experiment__name=name,
+                                                        config__behaviour="healthy",
+                                                        iteration__gte=2).first(),
+                           90, 0.5, "the healthy trial's first results")
+        login(page, live_server_asgi, viewer, f"/experiments/{healthy.experiment_id}/")
+        row = page.locator(f'#trials tbody tr[data-trial-id="{healthy.trial_id}"]')
+        expect(row).to_be_visible()
+        expect(page.locator("#trials tbody tr")).to_have_count(4, timeout=30_000)
+
+        row.locator("a").click()
+        page.wait_for_url(f"**/trials/{healthy.pk}/")
+        page.evaluate("window.__noReload = true")
+        expect(page.locator('[data-fact="status"]')).to_have_text("RUNNING")
+        first = points(page)
+        assert page.locator('#metric-picker input[data-metric="score"]').is_checked()
+        wait_for(lambda: points(page) >= first + 5, 30, 0.3, "the chart to grow")
+        # The stacked phase chart and the step-time chart carry the same steps.
+        phase_names = page.evaluate(
+            "document.getElementById('phases-chart').data.map(t => t.name)")
+        assert set(phase_names) == {"timing_s/gen", "timing_s/reward"}
+        steps = page.evaluate("document.getElementById('steptime-chart').data[0].x.length")
+        assert steps >= first + 5
+        assert page.evaluate("window.__noReload") is True
+    finally:
+        stop_node(search)
