@@ -45,6 +45,7 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:
         late_by = (stalled.opened_at - hung.last_result_at).total_seconds()
         assert late_by <= STALL_MIN_S + POLL_S + 1.5, late_by  # +1 s: whole-second timestamps
         assert "process is alive" in stalled.summary
+        assert "idle: CPU" in stalled.summary  # it sleeps: the hang is not busy work
 
         # A trial killed from outside: flagged, and its status says so.
         crash = trial_with("crash")

@@ -8,6 +8,7 @@ When the Ray source is failing, liveness is unknown and nothing is concluded.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.conf import settings
 from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 
+from collectors.procstat import process_cpu_percent, this_host
 from dashboard.cluster.models import Actor, Node
 from dashboard.core.models import SourceHealth
 from dashboard.incidents.models import Incident
@@ -27,6 +29,7 @@ from dashboard.incidents.rules import (
     derive_status,
     evaluate_trial,
     phase_timings,
+    trial_stalled,
 )
 from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import StepResult, Trial
@@ -58,12 +61,21 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     context: dict[str, dict[str, Any]] = {}
     for trial in trials:
         snapshot = snapshot_of(trial, steps.get(trial.pk, []))
+        if trial_stalled(snapshot, thresholds(), now):
+            snapshot = replace(snapshot, cpu_percent=local_cpu(trial))
         findings.extend(evaluate_trial(snapshot, thresholds(), now))
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     result = sync_findings(TRIAL_KINDS, findings, now, context)
     result["status_changes"] = len(changed)
     return result
+
+
+def local_cpu(trial: Trial) -> float | None:
+    """Busy or idle? Readable here for processes on this host (single-host clusters)."""
+    if trial.pid is None or trial.hostname != this_host():
+        return None
+    return process_cpu_percent(trial.pid)
 
 
 def live_processes(now: datetime) -> set[tuple[str, int]] | None:

@@ -22,7 +22,13 @@ EXPERIMENTS_GROUP = "experiments"
 def log_roots() -> list[Path]:
     if settings.LOG_DIRS:
         return [Path(p).expanduser() for p in settings.LOG_DIRS]
-    return default_log_dirs(Path.home(), settings.RAY_TMP_DIR)
+    roots = default_log_dirs(Path.home(), settings.RAY_TMP_DIR)
+    try:  # the cluster `make run` started may not be the newest session on this host
+        session = json.loads(settings.LOCAL_RAY_FILE.read_text())["session_dir"]
+        roots.append(Path(session) / "artifacts")
+    except (OSError, ValueError, KeyError):
+        pass
+    return roots
 
 
 @shared_task(name="dashboard.trials.tasks.poll_trial_logs")
