@@ -32,8 +32,10 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:
     try:
         # A phase that slows down is named.
         slow = wait_for(lambda: trial_with("slow"), 90, 0.5, "the slow trial to appear")
-        regression = wait_for(lambda: firing("step_time_regression", slow), 60, 0.5,
-                              "step_time_regression on the slow trial")
+        regression = wait_for(
+            lambda: Incident.objects.filter(kind="step_time_regression", trial=slow,
+                                            details__phase="timing_s/reward").first(),
+            60, 0.5, "step_time_regression naming the reward phase")
         assert regression.details["phase"] == "timing_s/reward"
         assert "timing_s/reward" in regression.summary
 

@@ -5,7 +5,7 @@
 Each trial's `behaviour` (from its config) is one of:
   healthy  - steady steps with timing_s/gen and timing_s/reward phases
   hang     - reports a few steps, then sleeps for ever with its process alive
-  slow     - the reward phase grows 30x at iteration 6, then recovers
+  slow     - the reward phase grows 30x for iterations 6-8, then recovers
   crash    - reports a few steps, then waits to be killed from outside
 SCENARIO "mixed" runs one trial of each; "asha" runs an ASHA search that stops
 trials early (all healthy).
@@ -32,8 +32,8 @@ def trainable(config: dict) -> None:
     behaviour = config["behaviour"]
     for i in range(1, config.get("steps", 40) + 1):
         gen, reward = 0.1, 0.2
-        if behaviour == "slow" and i == 6:
-            reward = 6.0
+        if behaviour == "slow" and 6 <= i <= 8:
+            reward = 6.0  # three slow steps: longer than a poll, so no poll can miss them
         if behaviour == "hang" and i == 5:
             while True:
                 time.sleep(1)
