@@ -469,12 +469,14 @@ def report(tailing: dict[str, Any], browser: dict[str, Any]) -> None:
         [[c["lines_per_trial"], c["file_bytes"] / 2**20, c["first_poll_results"],
           f"{c['first_poll_s']:.1f}", c["first_poll_results_per_s"]] for c in (small, big)],
     )
-    print(f"The {BIG_LINES:,}-line row ingests only the last {SEEDED_LINES} lines of each "
-          f"trial: {TRIALS * BIG_LINES / 1e6:.0f} M lines through Postgres would take about "
-          f"{TRIALS * BIG_LINES / small['first_poll_results_per_s'] / 60:.0f} min here. The full"
-          "\nfiles are then put in place and their cursors moved to the end (offset = size, "
-          "head hash,\nsize, mtime), so the DB holds 100 results per trial in both cases and "
-          "only the steady-state\npolls below are measured against 10,000-line files.")
+    print(f"The {BIG_LINES:,}-line row ingests only the last {SEEDED_LINES} lines of each trial: "
+          f"{TRIALS * BIG_LINES / 1e6:g} M lines\nthrough Postgres would take about "
+          f"{TRIALS * BIG_LINES / small['first_poll_results_per_s'] / 60:.0f} min here. The "
+          f"{BIG_LINES:,}-line files are then put in place and their cursors\nmoved to the end "
+          "(offset = size, head hash, size, mtime_ns), so the database holds the same\n"
+          f"{SEEDED_LINES} results per trial in both cases and the steady-state polls below "
+          f"read trees of\n{small['file_bytes'] / 2**20:,.0f} MiB and "
+          f"{big['file_bytes'] / 2**20:,.0f} MiB.")
     rows = []
     for kind, label in (("quiet", "nothing changed"),
                         ("busy", f"{CHANGED_PER_POLL} trials +1 line each")):

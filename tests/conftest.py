@@ -117,14 +117,15 @@ def stop_node(process: subprocess.Popen) -> None:
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float = 30, every_s: float = 0.2,
-             what: str = "condition") -> object:
+             what: str = "condition", explain: Callable[[], object] | None = None) -> object:
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+            seen = f"; state: {explain()}" if explain else ""
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{seen}")
         time.sleep(every_s)
 
 

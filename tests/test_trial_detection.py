@@ -18,8 +18,9 @@ from tests.conftest import POLL_S, STALL_MIN_S, start_search, stop_node, wait_fo
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
 
-def trial_with(behaviour: str) -> Trial | None:
-    return Trial.objects.filter(config__behaviour=behaviour).first()
+def trial_with(experiment: str, behaviour: str) -> Trial | None:
+    # The shared test cluster's staging area also holds earlier tests' searches.
+    return Trial.objects.filter(experiment__name=experiment, config__behaviour=behaviour).first()
 
 
 def firing(kind: str, trial: Trial) -> Incident | None:
@@ -31,16 +32,19 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:
     search = start_search(ray_settings, watched, name, "mixed")
     try:
         # A phase that slows down is named.
-        slow = wait_for(lambda: trial_with("slow"), 90, 0.5, "the slow trial to appear")
+        slow = wait_for(lambda: trial_with(name, "slow"), 90, 0.5, "the slow trial to appear")
         regression = wait_for(
             lambda: Incident.objects.filter(kind="step_time_regression", trial=slow,
                                             details__phase="timing_s/reward").first(),
-            60, 0.5, "step_time_regression naming the reward phase")
+            60, 0.5, "step_time_regression naming the reward phase",
+            explain=lambda: (list(Incident.objects.values_list("kind", "summary", "details")),
+                             list(StepResult.objects.filter(trial=slow).values_list(
+                                 "attempt", "iteration", "metrics__timing_s/reward"))))
         assert regression.details["phase"] == "timing_s/reward"
         assert "timing_s/reward" in regression.summary
 
         # A hanging trial: flagged within the threshold plus one poll interval.
-        hung = trial_with("hang")
+        hung = trial_with(name, "hang")
         stalled = wait_for(lambda: firing("trial_stalled", hung), 60, 0.25, "trial_stalled")
         hung.refresh_from_db()
         assert hung.status == "RUNNING" and hung.process_alive is True
@@ -50,7 +54,7 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:
         assert "idle: CPU" in stalled.summary  # it sleeps: the hang is not busy work
 
         # A trial killed from outside: flagged, and its status says so.
-        crash = trial_with("crash")
+        crash = trial_with(name, "crash")
         wait_for(lambda: crash.__class__.objects.get(pk=crash.pk).iteration == 4, 60, 0.5,
                  "the crash trial to reach iteration 4")
         crash.refresh_from_db()
@@ -66,7 +70,7 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:
             assert crash.process_alive is False
 
         # The healthy trial was never flagged.
-        healthy = trial_with("healthy")
+        healthy = trial_with(name, "healthy")
         assert not Incident.objects.filter(trial=healthy).exists()
         # Both copies of result.json (live staging and storage) were read, no step twice.
         iterations = list(StepResult.objects.filter(trial=healthy).values_list("iteration",

@@ -57,7 +57,7 @@ def main() -> None:
                  "steps": 40}
         scheduler = None
     else:
-        space = {"behaviour": "healthy", "lr": tune.grid_search([0.1, 0.2, 0.5, 1.0, 2.0, 3.0]),
+        space = {"behaviour": "healthy", "lr": tune.grid_search([3.0, 2.0, 1.0, 0.5, 0.2, 0.1]),
                  "steps": 12}
         scheduler = ASHAScheduler(metric="score", mode="max", grace_period=2, max_t=12,
                                   reduction_factor=2)
