@@ -69,6 +69,7 @@
         y: alive.map((n) => n.object_store_total_bytes ? (100 * (n.object_store_used_bytes || 0)) / n.object_store_total_bytes : null) },
     ];
     const layout = {
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: "#e6e9ee" },
       barmode: "group", height: 220, margin: { t: 10, r: 10, b: 40, l: 40 },
       yaxis: { title: "% in use", range: [0, 100] }, legend: { orientation: "h" },
     };

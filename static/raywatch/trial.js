@@ -14,6 +14,7 @@
   const key = (r) => r.attempt + ":" + r.iteration;
   const sorted = () => [...results.values()].sort((a, b) => a.attempt - b.attempt || a.iteration - b.iteration);
   const layout = (ytitle) => ({
+    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: "#e6e9ee" },
     height: 260, margin: { t: 10, r: 10, b: 40, l: 50 }, legend: { orientation: "h" },
     xaxis: { title: "iteration" }, yaxis: { title: ytitle },
   });
