@@ -33,6 +33,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/push_latency.py
+	$(BIN)/python bench/trial_logs_bench.py
 
 clean:
 	rm -rf $(VENV) .raywatch .pytest_cache

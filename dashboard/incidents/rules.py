@@ -7,9 +7,11 @@ time instead of sleeping. The thresholds are documented in README ("Detectors").
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from itertools import pairwise
 from statistics import median
 from typing import Any
@@ -68,12 +70,20 @@ class Finding:
 
 def phase_timings(metrics: dict[str, Any], patterns: Sequence[str]) -> dict[str, float]:
     """The metrics whose keys match the timing patterns (e.g. timing_s/*), as phases."""
+    matches = _timing_regex(tuple(patterns)).match
     return {
         key: float(value)
         for key, value in metrics.items()
         if isinstance(value, int | float) and not isinstance(value, bool)
-        and value == value and any(fnmatch.fnmatchcase(key, p) for p in patterns)
+        and value == value and matches(key)
     }
+
+
+@lru_cache(maxsize=16)
+def _timing_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    # One compiled regex instead of fnmatch per key and pattern: this runs for every
+    # recent step of every running trial at every poll.
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns) or "(?!)")
 
 
 def median_interval_s(steps: Sequence[StepTiming]) -> float | None:

@@ -13,8 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Q
 
 from collectors.procstat import process_cpu_percent, this_host
 from dashboard.cluster.models import Actor, Node
@@ -112,15 +111,15 @@ def recent_steps(trials: list[Trial], window: int) -> dict[int, list[StepResult]
     """The last `window + 1` results of each trial's current attempt, in one query."""
     if not trials:
         return {}
+    # A range on the (trial, attempt, iteration) index: the cost follows the window,
+    # not how many results a long-running trial has stored.
     current = Q()
     for trial in trials:
-        current |= Q(trial_id=trial.pk, attempt=trial.attempt)
-    rows = (
-        StepResult.objects.filter(current)
-        .annotate(rank=Window(RowNumber(), partition_by=[F("trial_id")],
-                              order_by=F("iteration").desc()))
-        .filter(rank__lte=window + 1)
-        .only("trial_id", "iteration", "at", "time_this_iter_s", "metrics")
+        newest = trial.iteration or 0
+        current |= Q(trial_id=trial.pk, attempt=trial.attempt,
+                     iteration__gt=newest - window - 1, iteration__lte=newest)
+    rows = StepResult.objects.filter(current).only(
+        "trial_id", "iteration", "at", "time_this_iter_s", "metrics"
     )
     grouped: dict[int, list[StepResult]] = defaultdict(list)
     for row in rows:

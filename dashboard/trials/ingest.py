@@ -56,6 +56,7 @@ class TrialLogIngest:
         self.experiments = {e.name: e for e in Experiment.objects.all()}
         self.trials = {(t.experiment_id, t.trial_id): t for t in Trial.objects.all()}
         self.cursors = {c.path: c for c in LogCursor.objects.all()}
+        self.tune_states: dict[str, dict[str, Any]] = {}
 
     def run(self, trial_dirs: Iterable[TrialDir]) -> IngestStats:
         for trial_dir in trial_dirs:
@@ -169,7 +170,11 @@ class TrialLogIngest:
             self.stats.changed_trials.add(trial.pk)
 
     def _tune_state(self, trial_dir: TrialDir) -> dict[str, Any]:
-        return tune_state(Path(trial_dir.experiment_dir))
+        # Once per experiment directory per poll, not once per trial.
+        key = str(trial_dir.experiment_dir)
+        if key not in self.tune_states:
+            self.tune_states[key] = tune_state(Path(key))
+        return self.tune_states[key]
 
 
 # Tune rewrites experiment_state-*.json whole every snapshot; read it again only when
