@@ -209,7 +209,7 @@ def flatten_metrics(obj: dict[str, Any], prefix: str = "") -> dict[str, float | 
     for key, value in obj.items():
         if not prefix and key in BOOKKEEPING:
             continue
-        name = f"{prefix}{key}"[:MAX_KEY]
+        name = f"{prefix}{key}".replace("\x00", "")[:MAX_KEY]  # Postgres rejects NUL
         if isinstance(value, dict):
             out.update(flatten_metrics(value, f"{name}/"))
         elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -249,7 +249,20 @@ def _time(value: Any) -> datetime | None:
 
 
 def _text(value: Any) -> str | None:
-    return value[:255] if isinstance(value, str) else None
+    return value.replace("\x00", "")[:255] if isinstance(value, str) else None
+
+
+def json_safe(value: Any) -> Any:
+    """What Postgres jsonb accepts: no NaN/Infinity (Tune writes them), no NUL characters."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {str(k).replace("\x00", ""): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
 
 
 # --- TensorBoard event files ------------------------------------------------------------------
@@ -343,7 +356,7 @@ def read_params(path: Path) -> tuple[dict | None, ParseProblem | None]:
         return None, ParseProblem(str(path), 0, f"params.json unreadable: {str(exc)[:160]}")
     if not isinstance(data, dict):
         return None, ParseProblem(str(path), 0, "params.json is not a JSON object")
-    return data, None
+    return json_safe(data), None
 
 
 def read_error(path: Path, max_lines: int = 20) -> str | None:
