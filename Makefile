@@ -24,6 +24,10 @@ run: $(STAMP)
 	$(BIN)/python manage.py ensure_admin
 	$(BIN)/python manage.py serve
 
+# On each GPU node, with the cluster's DATABASE_URL and REDIS_URL in the environment.
+agent: $(STAMP)
+	$(BIN)/python manage.py agent
+
 test: $(STAMP)
 	$(BIN)/python -m tests.runner $(PYTEST_ARGS)
 
@@ -34,6 +38,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/push_latency.py
 	$(BIN)/python bench/trial_logs_bench.py
+	$(BIN)/python bench/nvml_poll_bench.py
+	$(BIN)/python bench/gpu_bench.py
 
 clean:
 	rm -rf $(VENV) .raywatch .pytest_cache

@@ -34,3 +34,22 @@ def _cpu(process: psutil.Process) -> float:
         return float(process.cpu_percent(None))
     except psutil.Error:
         return 0.0
+
+
+def ancestors(pid: int, depth: int = 8) -> tuple[int, ...]:
+    """Parent, grandparent, ... of `pid` on this host, nearest first, without init.
+
+    A GPU is often held by a child of a Ray worker (a vLLM engine, a DataLoader
+    worker); the owner join walks up to the worker through these.
+    """
+    chain: list[int] = []
+    try:
+        process = psutil.Process(pid)
+        for _ in range(depth):
+            process = process.parent()
+            if process is None or process.pid <= 1:
+                break
+            chain.append(process.pid)
+    except (psutil.Error, OSError):
+        pass
+    return tuple(chain)

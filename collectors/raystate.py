@@ -1,23 +1,32 @@
-"""Ray state source: the cluster's nodes and their resources, over the
-dashboard's HTTP API (the same endpoints `ray.util.state` and `ray status` use).
+"""Ray state source: the cluster's nodes, actors, jobs and placement groups, over
+the dashboard's HTTP API (the same endpoints `ray.util.state`, `ray status` and
+`ray job` use), so that a Django process never imports ray.
 
-fetch_cluster() does the I/O; parse_nodes() is pure.
+fetch_cluster() does the I/O; parse_nodes() and parse_actors() here, and
+parse_jobs(), parse_placement_groups() and parse_demands() in
+collectors/raydemand.py, are pure.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from collectors.http import SourceError, get_json
-from collectors.records import ActorRecord, NodeRecord, ResourceUse
+from collectors.records import ActorRecord, NodeRecord, ResourceUse, WorkerRecord
 
 MAX_ROWS = 10_000  # the state API's own ceiling
 # Only actors that are not DEAD: dead ones pile up by the thousand in long clusters.
 LIVE_ACTORS = "filter_keys=state&filter_predicates=%21%3D&filter_values=DEAD"
+# Likewise placement groups: removed ones stay in the GCS table.
+LIVE_WORKERS = "filter_keys=is_alive&filter_predicates=%3D&filter_values=true"
+LIVE_PLACEMENT_GROUPS = "filter_keys=state&filter_predicates=%21%3D&filter_values=REMOVED"
+# Actor ids per /logical/actors?ids= request: keeps the URL under aiohttp's 8 KiB line limit.
+START_TIME_BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,11 @@ class ClusterReply:
     status: dict[str, Any]
     summary: dict[str, Any]
     actors: dict[str, Any]
+    placement_groups: dict[str, Any] = field(default_factory=dict)
+    jobs: list[Any] = field(default_factory=list)  # /api/jobs/ answers a bare list
+    workers: dict[str, Any] = field(default_factory=dict)
+    # actor id -> the dashboard's actor table entry (it has startTime; the state API does not)
+    actor_entries: dict[str, Any] = field(default_factory=dict)
 
 
 def read_token(token: str | None, token_path: str | None) -> str | None:
@@ -57,8 +71,24 @@ def read_token(token: str | None, token_path: str | None) -> str | None:
 
 
 def fetch_json(endpoint: RayEndpoint, path: str) -> dict[str, Any]:
+    reply = _fetch(endpoint, path)
+    if not isinstance(reply, dict):
+        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: unexpected reply shape")
+    if reply.get("result") is False:
+        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: {reply.get('msg')}")
+    return reply
+
+
+def fetch_list(endpoint: RayEndpoint, path: str) -> list[Any]:
+    reply = _fetch(endpoint, path)
+    if not isinstance(reply, list):
+        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: unexpected reply shape")
+    return reply
+
+
+def _fetch(endpoint: RayEndpoint, path: str) -> Any:
     try:
-        reply = get_json(
+        return get_json(
             endpoint.dashboard_url + path, headers=endpoint.headers(), timeout=endpoint.timeout_s
         )
     except SourceError as exc:
@@ -73,20 +103,69 @@ def fetch_json(endpoint: RayEndpoint, path: str) -> dict[str, Any]:
             where = endpoint.dashboard_url
             raise SourceError(f"Ray dashboard {where}: {hint}", auth=True) from None
         raise
-    if not isinstance(reply, dict):
-        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: unexpected reply shape")
-    if reply.get("result") is False:
-        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: {reply.get('msg')}")
-    return reply
 
 
-def fetch_cluster(endpoint: RayEndpoint) -> ClusterReply:
+def fetch_cluster(
+    endpoint: RayEndpoint, *, start_times_known: Collection[str] | None = None
+) -> ClusterReply:
+    """One poll's replies. Actor start times cost a second lookup of about 5 KB an
+    actor (Ray 2.60's state API has none), so they are opt-in: pass the ids whose
+    start time the caller already holds (it never changes while an actor is
+    ALIVE), possibly none, and the other ALIVE actors' are fetched. parse_actors()
+    gives start_time None to every actor not looked up."""
+    actors = fetch_json(endpoint, f"/api/v0/actors?limit={MAX_ROWS}&detail=1&{LIVE_ACTORS}")
     return ClusterReply(
         nodes=fetch_json(endpoint, f"/api/v0/nodes?limit={MAX_ROWS}&detail=1"),
         status=fetch_json(endpoint, "/api/cluster_status"),
         summary=fetch_json(endpoint, "/nodes?view=summary"),
-        actors=fetch_json(endpoint, f"/api/v0/actors?limit={MAX_ROWS}&detail=1&{LIVE_ACTORS}"),
+        actors=actors,
+        placement_groups=fetch_json(
+            endpoint, f"/api/v0/placement_groups?limit={MAX_ROWS}&detail=1&{LIVE_PLACEMENT_GROUPS}"
+        ),
+        # The Jobs API rather than the state API's /api/v0/jobs: both answer the same
+        # JobDetails (driver_info.pid, driver_node_id), both load every job ever run
+        # before filtering, but the state API then truncates at `limit` after sorting
+        # by job id, so at scale it would drop arbitrary jobs.
+        jobs=fetch_list(endpoint, "/api/jobs/"),
+        workers=fetch_json(endpoint, f"/api/v0/workers?limit={MAX_ROWS}&{LIVE_WORKERS}"),
+        actor_entries=(
+            {}
+            if start_times_known is None
+            else _fetch_actor_entries(endpoint, actors, set(start_times_known))
+        ),
     )
+
+
+def _fetch_actor_entries(
+    endpoint: RayEndpoint, actors: dict[str, Any], known: set[str]
+) -> dict[str, Any]:
+    """The dashboard's actor table entries of the ALIVE actors not in `known`, a
+    batch of ids per request: the unfiltered /logical/actors would also send every
+    cached DEAD actor."""
+    rows = _dig(actors, "data", "result", "result") or []
+    alive = {
+        row.get("actor_id") for row in rows if isinstance(row, dict) and row.get("state") == "ALIVE"
+    }
+    wanted = sorted(alive - known - {None})
+    entries: dict[str, Any] = {}
+    for start in range(0, len(wanted), START_TIME_BATCH):
+        ids = ",".join(wanted[start : start + START_TIME_BATCH])
+        reply = fetch_json(endpoint, f"/logical/actors?ids={ids}")
+        entries.update(_dig(reply, "data", "actors") or {})
+    return entries
+
+
+def parse_workers(reply: ClusterReply) -> list[WorkerRecord]:
+    """Live worker processes: who a GPU process belongs to when it is no actor."""
+    rows = _dig(reply.workers, "data", "result", "result") or []
+    records = [
+        WorkerRecord(worker_id=row["worker_id"], node_id=row.get("node_id") or "",
+                     pid=int(row["pid"]), worker_type=row.get("worker_type") or "WORKER",
+                     job_id=row.get("job_id") or None)
+        for row in rows
+        if isinstance(row, dict) and row.get("worker_id") and row.get("pid")
+    ]
+    return sorted(records, key=lambda r: r.worker_id)
 
 
 def parse_actors(reply: ClusterReply) -> list[ActorRecord]:
@@ -107,6 +186,7 @@ def parse_actors(reply: ClusterReply) -> list[ActorRecord]:
             required_resources={
                 str(k): float(v) for k, v in (row.get("required_resources") or {}).items()
             },
+            start_time=_from_ms(_dig(reply.actor_entries, row["actor_id"], "startTime")),
         )
         for row in rows
         if isinstance(row, dict) and row.get("actor_id")
@@ -139,6 +219,7 @@ def _node_record(row: dict[str, Any], usage: dict | None, summary: dict | None) 
     mem = (summary or {}).get("mem") or []
     store_used = _dig(summary, "raylet", "objectStoreUsedMemory")
     store_total = resources.get("object_store_memory")
+    store_stats = _dig(summary, "raylet", "storeStats") if alive else None
     return NodeRecord(
         node_id=row["node_id"],
         node_ip=row.get("node_ip") or "",
@@ -155,7 +236,22 @@ def _node_record(row: dict[str, Any], usage: dict | None, summary: dict | None) 
         mem_used_bytes=int(mem[3]) if alive and len(mem) >= 4 else None,
         object_store_used_bytes=int(store_used) if alive and store_used is not None else None,
         object_store_total_bytes=int(store_total.total) if store_total else None,
+        object_store_spilled_bytes=_store_counter(store_stats, "spilledBytesTotal"),
+        object_store_restored_bytes=_store_counter(store_stats, "restoredBytesTotal"),
     )
+
+
+def _store_counter(store_stats: Any, key: str) -> int | None:
+    """A raylet ObjectStoreStats counter. The dashboard turns the protobuf into JSON
+    without default values, so a counter still at zero is left out of a storeStats
+    that is there: absent key means 0. No storeStats (stats not fetched yet, or a
+    dead node) means unknown."""
+    if not isinstance(store_stats, dict):
+        return None
+    try:
+        return int(store_stats.get(key, 0))
+    except (TypeError, ValueError):
+        return None
 
 
 def _used(name: str, usage: dict | None) -> float | None:

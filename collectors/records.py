@@ -32,24 +32,60 @@ class NodeRecord:
     mem_used_bytes: int | None = None
     object_store_used_bytes: int | None = None
     object_store_total_bytes: int | None = None
+    object_store_spilled_bytes: int | None = None  # total spilled to disk since start
+    object_store_restored_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuProcessRecord:
+    """A process NVML lists on a GPU."""
+
+    pid: int
+    used_memory_bytes: int | None  # None when NVML does not say (e.g. under MIG)
+    type: str = "compute"  # "compute" or "graphics"
+    ancestors: tuple[int, ...] = ()  # parent pids, nearest first (read by the agent)
 
 
 @dataclass(frozen=True)
 class GpuSampleRecord:
-    """One NVML reading of one GPU at one instant."""
+    """One NVML reading of one GPU at one instant, on the node `node` (the agent's
+    node name). Every field NVML does not support on this device is None."""
 
-    node_id: str
+    node: str
     gpu_index: int
     uuid: str
     at: datetime
-    utilization_gpu: float | None = None
-    utilization_memory: float | None = None
+    name: str | None = None
+    utilization_gpu: float | None = None  # percent
+    utilization_memory: float | None = None  # percent of time memory was read or written
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
     sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    # Active clock throttle reasons by name ("hw_thermal_slowdown", "sw_power_cap", ...);
+    # () when none is active, None when NVML cannot tell.
+    throttle_reasons: tuple[str, ...] | None = None
+    ecc_corrected: int | None = None  # volatile counts since the driver loaded
+    ecc_uncorrected: int | None = None
+    mig_mode: bool | None = None
+    # None when NVML could not list the processes; () when there are none.
+    processes: tuple[GpuProcessRecord, ...] | None = ()
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class GpuPoll:
+    """Everything one NVML poll of one node read. `problems` are partial failures
+    (a GPU that fell off the bus, a field that errored), said in words."""
+
+    node: str
+    at: datetime
+    gpus: tuple[GpuSampleRecord, ...]
+    driver_version: str | None = None
+    problems: tuple[str, ...] = ()
     simulated: bool = False
 
 
@@ -67,3 +103,63 @@ class ActorRecord:
     job_id: str | None
     placement_group_id: str | None
     required_resources: dict[str, float] = field(default_factory=dict)
+    start_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A Ray job: one driver, submitted through the Jobs API or started by hand."""
+
+    job_id: str | None  # Ray's job id ("02000000"); None until a submitted job's driver starts
+    submission_id: str | None  # the Jobs API id ("raysubmit_..."), None for a hand-started driver
+    type: str  # "SUBMISSION" or "DRIVER"
+    status: str  # PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED
+    entrypoint: str
+    message: str
+    driver_pid: int | None
+    driver_node_id: str | None
+    driver_node_ip: str | None
+    start_time: datetime | None
+    end_time: datetime | None
+
+    @property
+    def key(self) -> str:
+        return self.submission_id or self.job_id or ""
+
+
+@dataclass(frozen=True)
+class PlacementGroupRecord:
+    placement_group_id: str
+    name: str
+    state: str  # PENDING, CREATED, REMOVED, RESCHEDULING
+    strategy: str | None  # the state API does not say; known only while it waits
+    bundles: tuple[dict[str, float], ...]
+    creator_job_id: str | None
+    scheduling_state: str | None  # Ray's stats.scheduling_state, e.g. "INFEASIBLE"
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class DemandRecord:
+    """Work Ray cannot place yet: a pending actor, a placement group, or a shape of
+    pending tasks (Ray reports tasks by resource shape with a count)."""
+
+    kind: str  # "actor", "placement_group" or "task"
+    key: str  # actor id, placement group id, or the task shape ("CPU:1,GPU:1")
+    name: str  # what a person recognises: class/repr name, pg name, task function
+    bundles: tuple[dict[str, float], ...]  # one bundle for actors and tasks
+    count: int = 1
+    infeasible: bool | None = None  # as Ray says; None when Ray does not say
+    job_id: str | None = None
+    strategy: str | None = None  # placement groups only
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A live Ray worker process: a task or actor worker, or a driver."""
+
+    worker_id: str
+    node_id: str
+    pid: int
+    worker_type: str  # WORKER, DRIVER, SPILL_WORKER, RESTORE_WORKER
+    job_id: str | None = None

@@ -36,6 +36,13 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean: use 1/0, true/false, yes/no or on/off")
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    value = (os.environ.get(name) or "").strip().lower() or default
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r}: choose one of {', '.join(choices)}")
+    return value
+
+
 def env_number(name: str, default: float, *, minimum: float | None = None) -> float:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

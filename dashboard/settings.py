@@ -17,6 +17,7 @@ import dj_database_url
 from dashboard.envconf import (
     ConfigError,
     env_bool,
+    env_choice,
     env_int,
     env_list,
     env_number,
@@ -165,6 +166,52 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": max(POLL_LOGS_S * 2, 5)},
     },
 }
+
+# --- GPUs: NVML agents (README: "GPU agents") --------------------------------------
+# Each GPU node runs an agent (`manage.py agent`: a Celery worker on its own queue);
+# beat's dispatcher sends every registered agent a poll each POLL_GPU_S.
+POLL_GPU_S = env_number("RAYWATCH_POLL_GPU_S", 1.0, minimum=0.2)
+# nvml: the real nvidia-ml-py; simulated: invented GPUs for a demo, labelled SIMULATED
+# everywhere; off: no GPU source on this process.
+GPU_SOURCE = env_choice("RAYWATCH_GPU_SOURCE", ("nvml", "simulated", "off"), "nvml")
+# The module the NVML source imports: the boundary where tests put a fake.
+NVML_MODULE = env_str("RAYWATCH_NVML_MODULE", "pynvml")
+NODE_NAME = env_str("RAYWATCH_NODE_NAME")  # default: this host's name
+NODE_IP = env_str("RAYWATCH_NODE_IP")  # default: the address Ray would pick
+AGENT_FORGET_S = env_number("RAYWATCH_AGENT_FORGET_S", 600.0, minimum=10)
+RAW_RETENTION_H = env_number("RAYWATCH_RAW_RETENTION_H", 48.0, minimum=1)
+ROLLUP_RETENTION_D = env_number("RAYWATCH_ROLLUP_RETENTION_D", 30.0, minimum=1)
+RETENTION_BATCH = env_int("RAYWATCH_RETENTION_BATCH", 20_000, minimum=100)
+DETECT_S = env_number("RAYWATCH_DETECT_S", 5.0, minimum=0.2)
+IDLE_GPU_S = env_number("RAYWATCH_IDLE_GPU_S", 300.0, minimum=0)
+IDLE_GPU_PERCENT = env_number("RAYWATCH_IDLE_GPU_PERCENT", 5.0, minimum=0)
+GPU_MEMORY_HIGH_PERCENT = env_number("RAYWATCH_GPU_MEMORY_HIGH_PERCENT", 95.0, minimum=1)
+GPU_MEMORY_HIGH_S = env_number("RAYWATCH_GPU_MEMORY_HIGH_S", 300.0, minimum=0)
+ORPHAN_GRACE_S = env_number("RAYWATCH_ORPHAN_GRACE_S", 60.0, minimum=0)
+PENDING_S = env_number("RAYWATCH_PENDING_S", 120.0, minimum=0)
+SPILL_WINDOW_S = env_number("RAYWATCH_SPILL_WINDOW_S", 300.0, minimum=1)
+NODE_DEAD_KEEP_H = env_number("RAYWATCH_NODE_DEAD_KEEP_H", 24.0, minimum=0)
+
+CELERY_BEAT_SCHEDULE.update({
+    "dispatch-gpu-polls": {
+        "task": "dashboard.gpus.tasks.dispatch_gpu_polls",
+        "schedule": POLL_GPU_S,
+        "options": {"expires": max(POLL_GPU_S * 2, 2)},
+    },
+    "detect-resources": {
+        "task": "dashboard.gpus.tasks.detect_resources",
+        "schedule": DETECT_S,
+        "options": {"expires": max(DETECT_S * 2, 5)},
+    },
+    "gpu-retention": {
+        "task": "dashboard.gpus.tasks.roll_up_and_prune",
+        "schedule": 60.0,
+        "options": {"expires": 120},
+    },
+})
+# What the embedded scheduler runs in place of a beat task: with no agents, this
+# process polls its own node's GPUs.
+EMBEDDED_STANDINS = {"dashboard.gpus.tasks.dispatch_gpu_polls": "dashboard.gpus.tasks.poll_gpus"}
 
 # --- Ray --------------------------------------------------------------------------
 # RAY_ADDRESS: the dashboard URL (http://head:8265) or the GCS address (head:6379),

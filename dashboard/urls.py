@@ -8,6 +8,8 @@ from dashboard.cluster import api as cluster_api
 from dashboard.cluster import views as cluster_views
 from dashboard.core import api as core_api
 from dashboard.core import views as core_views
+from dashboard.gpus import api as gpus_api
+from dashboard.gpus import views as gpus_views
 from dashboard.incidents import api as incidents_api
 from dashboard.trials import api as trials_api
 from dashboard.trials import views as trials_views
@@ -21,7 +23,16 @@ urlpatterns = [
     path("experiments/", trials_views.experiments_page, name="experiments"),
     path("experiments/<int:pk>/", trials_views.experiment_page, name="experiment"),
     path("trials/<int:pk>/", trials_views.trial_page, name="trial"),
+    path("gpus/", gpus_views.gpu_wall, name="gpus"),
+    path("gpus/<str:uuid>/", gpus_views.gpu_page, name="gpu"),
+    path("nodes/<str:node_id>/", gpus_views.node_page, name="node"),
+    path("demands/", gpus_views.demands_page, name="demands"),
     path("api/nodes/", cluster_api.NodeList.as_view(), name="api-nodes"),
+    path("api/gpus/", gpus_api.GpuList.as_view(), name="api-gpus"),
+    path("api/gpus/<str:uuid>/samples/", gpus_api.GpuSamples.as_view(), name="api-gpu-samples"),
+    path("api/actors/", cluster_api.ActorList.as_view(), name="api-actors"),
+    path("api/jobs/", cluster_api.JobList.as_view(), name="api-jobs"),
+    path("api/demands/", cluster_api.DemandList.as_view(), name="api-demands"),
     path("api/trials/", trials_api.TrialList.as_view(), name="api-trials"),
     path("api/trials/<str:trial_id>/results/", trials_api.TrialResults.as_view(),
          name="api-trial-results"),

@@ -222,3 +222,35 @@ def watched(settings, ray_settings, tmp_path):  # type: ignore[no-untyped-def]
     scheduler.stop()
 
 
+
+
+@pytest.fixture
+def fake_gpus(settings):  # type: ignore[no-untyped-def]
+    """The NVML source pointed at tests/fake_pynvml.py (no GPU on this machine), as the
+    agent of node `gpu-node-1` at 10.0.0.5; the fake starts with no GPUs."""
+    from collectors.nvml import shutdown_nvml
+    from tests import fake_pynvml
+
+    settings.GPU_SOURCE = "nvml"
+    settings.NVML_MODULE = "tests.fake_pynvml"
+    settings.NODE_NAME = "gpu-node-1"
+    settings.NODE_IP = "10.0.0.5"
+    shutdown_nvml(fake_pynvml)
+    fake_pynvml.reset()
+    yield fake_pynvml
+    shutdown_nvml(fake_pynvml)
+    fake_pynvml.reset()
+
+
+def mark_ray_current(at=None) -> None:  # type: ignore[no-untyped-def]
+    """Record a good Ray poll now, as the Ray collector would: its view is current."""
+    from django.utils import timezone
+
+    from dashboard.core.health import record
+
+    record("ray", "", 2.0, 1.0, None, [])
+    if at is not None:
+        from dashboard.core.models import SourceHealth
+
+        SourceHealth.objects.filter(source="ray", scope="").update(last_success_at=at)
+    return timezone.now()

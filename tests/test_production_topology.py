@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 
 from collectors.localray import LocalCluster, free_port
 from tests.conftest import wait_for
-from tests.test_serve_command import _nodes_or_none, manage
+from tests.test_serve_command import _nodes_or_none, api_get, manage
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
@@ -36,7 +37,32 @@ def scratch_database() -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_celery_worker_and_beat_feed_the_dashboard(
+def fake_gpu_spec(path: Path, prefix: str, count: int) -> str:
+    gpus = [{"uuid": f"GPU-{prefix}-{i}", "util": 10 * (i + 1)} for i in range(count)]
+    path.write_text(json.dumps({"gpus": gpus}))
+    return str(path)
+
+
+def agent_env(env: dict[str, str], tmp_path: Path, node: str, ip: str, count: int
+              ) -> dict[str, str]:
+    """A GPU node's agent: its own identity and GPUs (the fake pynvml: no GPU here)."""
+    return {**env, "RAYWATCH_NODE_NAME": node, "RAYWATCH_NODE_IP": ip,
+            "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
+            "FAKE_NVML_SPEC": fake_gpu_spec(tmp_path / f"{node}.json", node, count)}
+
+
+def gpu_nodes(port: int, token: str) -> dict[str, set[str]] | None:
+    try:
+        gpus = api_get(f"http://127.0.0.1:{port}/api/gpus/", token)
+    except OSError:
+        return None
+    found: dict[str, set[str]] = {}
+    for gpu in gpus:  # type: ignore[attr-defined]
+        found.setdefault(f"{gpu['node']}@{gpu['node_ip']}", set()).add(gpu["uuid"])
+    return found if len(found) == 3 else None
+
+
+def test_celery_worker_beat_and_agents_feed_the_dashboard(
     tmp_path: Path, scratch_database: str, ray_cluster: LocalCluster
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"RAY_ADDRESS"}}
@@ -47,26 +73,46 @@ def test_celery_worker_and_beat_feed_the_dashboard(
         "RAY_API_SERVER_ADDRESS": ray_cluster.dashboard_url,
         "RAYWATCH_DATA_DIR": str(tmp_path),
         "RAYWATCH_POLL_RAY_S": "1",
+        "RAYWATCH_POLL_GPU_S": "1",
     })
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "ensure_admin")
     token = manage(env, "drf_create_token", "admin").split()[2]
     port = free_port()
+    # `serve` runs this host's agent; two more GPU nodes run `manage.py agent` (make agent).
     server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                              cwd=ROOT, env=agent_env(env, tmp_path, "head-gpu", "10.9.0.1", 1),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    agents = [subprocess.Popen([sys.executable, "manage.py", "agent"], cwd=ROOT,
+                               env=agent_env(env, tmp_path, node, ip, 2),
+                               start_new_session=True)
+              for node, ip in (("gpu-a", "10.9.0.2"), ("gpu-b", "10.9.0.3"))]
     try:
         nodes = wait_for(lambda: _nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token),
                          120, 1, "Celery to poll Ray into Postgres")
         assert nodes[0]["node_id"] == ray_cluster.node_id
+        gpus = wait_for(lambda: gpu_nodes(port, token), 120, 1,
+                        "beat's dispatcher to reach three agents on their own queues")
+        # Each node's GPUs are stored under that node's identity, never another's.
+        assert gpus == {"head-gpu@10.9.0.1": {"GPU-head-gpu-0"},
+                        "gpu-a@10.9.0.2": {"GPU-gpu-a-0", "GPU-gpu-a-1"},
+                        "gpu-b@10.9.0.3": {"GPU-gpu-b-0", "GPU-gpu-b-1"}}
         children = psutil.Process(server.pid).children(recursive=True)
         roles = {" ".join(c.cmdline()).split("celery -A dashboard ")[-1].split()[0]
                  for c in children if "celery" in " ".join(c.cmdline())}
         assert roles == {"worker", "beat"}
+        queues = {" ".join(c.cmdline()).split("--queues ")[-1].split()[0]
+                  for c in children if "--queues" in " ".join(c.cmdline())}
+        assert queues == {"gpu.head-gpu"}
     finally:
         server.send_signal(signal.SIGINT)
+        for agent in agents:
+            agent.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=90)
-    assert "Celery worker and beat on REDIS_URL" in output
+        for agent in agents:
+            agent.wait(30)
+    assert "Celery worker, beat, agent on REDIS_URL" in output
     assert "Traceback" not in output
     gone = psutil.wait_procs(children, timeout=30)[1]
     assert not gone, f"still running after Ctrl-C: {gone}"

@@ -24,6 +24,10 @@ class Node(models.Model):
     mem_used_bytes = models.BigIntegerField(null=True)
     object_store_total_bytes = models.BigIntegerField(null=True)
     object_store_used_bytes = models.BigIntegerField(null=True)
+    object_store_spilled_bytes = models.BigIntegerField(null=True)
+    object_store_restored_bytes = models.BigIntegerField(null=True)
+    # When the spilled total last grew: the object_store_spilling detector's input.
+    spilled_changed_at = models.DateTimeField(null=True)
     first_seen_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField(auto_now=True)
@@ -36,8 +40,9 @@ class Node(models.Model):
 
 
 class Actor(models.Model):
-    """A Ray actor that is not DEAD, as of the last poll. Rows of actors that died
-    (or that Ray stopped listing) are removed at the next poll."""
+    """A Ray actor as of the last poll. Ray is asked only for actors that are not
+    DEAD; one it stops listing is kept here as DEAD for a day (`ended_at`), so that
+    a process still holding a GPU can be told apart as a dead actor's leftover."""
 
     actor_id = models.CharField(max_length=64, unique=True)
     state = models.CharField(max_length=32)
@@ -49,6 +54,8 @@ class Actor(models.Model):
     job_id = models.CharField(max_length=64, blank=True, default="")
     placement_group_id = models.CharField(max_length=64, blank=True, default="")
     required_resources = models.JSONField(default=dict)
+    start_time = models.DateTimeField(null=True)
+    ended_at = models.DateTimeField(null=True)
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -56,4 +63,86 @@ class Actor(models.Model):
         indexes = [models.Index(fields=["node_id", "pid"], name="actor_node_pid")]
 
     def __str__(self) -> str:
-        return f"{self.repr_name or self.class_name} {self.actor_id[:8]} ({self.state})"
+        return f"{self.label} {self.actor_id[:8]} ({self.state})"
+
+    @property
+    def label(self) -> str:
+        """Its name, repr name, or class name without the module and `<locals>` path."""
+        return self.name or self.repr_name or self.class_name.rsplit(".", 1)[-1] or "actor"
+
+
+class Worker(models.Model):
+    """A live Ray worker process (task or actor worker, or a driver)."""
+
+    worker_id = models.CharField(max_length=64, unique=True)
+    node_id = models.CharField(max_length=64)
+    pid = models.IntegerField()
+    worker_type = models.CharField(max_length=32)
+    job_id = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["node_id", "pid"], name="worker_node_pid")]
+
+
+class Job(models.Model):
+    """A Ray job (a driver), from the Jobs API."""
+
+    key = models.CharField(max_length=128, unique=True)  # submission id, else job id
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    submission_id = models.CharField(max_length=128, blank=True, default="")
+    type = models.CharField(max_length=16)
+    status = models.CharField(max_length=16)
+    entrypoint = models.TextField(blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    driver_pid = models.IntegerField(null=True)
+    driver_node_id = models.CharField(max_length=64, blank=True, default="")
+    driver_node_ip = models.CharField(max_length=64, blank=True, default="")
+    start_time = models.DateTimeField(null=True)
+    end_time = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField()
+
+    RUNNING_STATES = ("PENDING", "RUNNING")
+
+    class Meta:
+        ordering = ["-start_time"]
+
+
+class PlacementGroup(models.Model):
+    """A placement group that is not REMOVED."""
+
+    placement_group_id = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=500, blank=True, default="")
+    state = models.CharField(max_length=32)
+    strategy = models.CharField(max_length=32, blank=True, default="")
+    bundles = models.JSONField(default=list)
+    creator_job_id = models.CharField(max_length=64, blank=True, default="")
+    scheduling_state = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(null=True)
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+
+class Demand(models.Model):
+    """Work Ray cannot place yet: a pending actor, placement group or task shape.
+
+    `first_seen_at` is when raywatch first saw it pending: how long it has waited.
+    Feasibility is worked out against the alive nodes' totals at each poll.
+    """
+
+    kind = models.CharField(max_length=32)
+    key = models.CharField(max_length=500)
+    name = models.CharField(max_length=500, blank=True, default="")
+    bundles = models.JSONField(default=list)
+    count = models.IntegerField(default=1)
+    strategy = models.CharField(max_length=32, blank=True, default="")
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    ray_infeasible = models.BooleanField(null=True)  # what Ray says, when it says
+    feasible = models.BooleanField(null=True)  # our verdict: could any node ever fit it
+    explanation = models.TextField(blank=True, default="")
+    blockers = models.JSONField(default=list)  # who holds what it needs
+    first_seen_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "key"], name="one_demand_row")]
+        ordering = ["first_seen_at"]

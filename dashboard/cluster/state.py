@@ -5,22 +5,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from rest_framework.utils.encoders import JSONEncoder
 
-from collectors.records import ActorRecord, NodeRecord
-from dashboard.cluster.models import Actor, Node
+from collectors.records import NodeRecord
+from dashboard.cluster.models import Node
 from dashboard.cluster.serializers import ClusterSerializer
+from dashboard.core.models import SourceHealth
 from dashboard.core.push import publish
 
 CLUSTER_GROUP = "cluster"
+DEMANDS_GROUP = "demands"
 _FIELDS = (
     "node_ip", "hostname", "is_head", "state", "state_message", "started_at", "ended_at",
     "resources", "labels", "cpu_percent", "mem_total_bytes", "mem_used_bytes",
-    "object_store_total_bytes", "object_store_used_bytes",
+    "object_store_total_bytes", "object_store_used_bytes", "object_store_spilled_bytes",
+    "object_store_restored_bytes",
 )
 
 
@@ -40,6 +43,8 @@ def _values(record: NodeRecord) -> dict[str, Any]:
         "mem_used_bytes": record.mem_used_bytes,
         "object_store_total_bytes": record.object_store_total_bytes,
         "object_store_used_bytes": record.object_store_used_bytes,
+        "object_store_spilled_bytes": record.object_store_spilled_bytes,
+        "object_store_restored_bytes": record.object_store_restored_bytes,
     }
 
 
@@ -61,6 +66,7 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
                 created = True
                 continue
             _keep_last_known_usage(node, values)
+            _note_spill(node, values["object_store_spilled_bytes"], now)
             if any(getattr(node, f) != v for f, v in values.items()):
                 for field, value in values.items():
                     setattr(node, field, value)
@@ -75,10 +81,17 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
         Node.objects.filter(node_id__in=list(incoming)).update(last_seen_at=now)
         for node in changed:
             node.updated_at = now  # bulk_update does not apply auto_now
-        Node.objects.bulk_update(changed, [*_FIELDS, "updated_at"])
+        Node.objects.bulk_update(changed, [*_FIELDS, "updated_at", "spilled_changed_at"])
         if changed or created:
             publish(CLUSTER_GROUP, "cluster", cluster_payload())
     return bool(changed or created)
+
+
+def _note_spill(node: Node, spilled: int | None, now: datetime) -> None:
+    """Remember when the spilled total last grew: spilling now, not long ago."""
+    if spilled is not None and node.object_store_spilled_bytes is not None \
+            and spilled > node.object_store_spilled_bytes:
+        node.spilled_changed_at = now
 
 
 def _keep_last_known_usage(node: Node, values: dict[str, Any]) -> None:
@@ -89,6 +102,14 @@ def _keep_last_known_usage(node: Node, values: dict[str, Any]) -> None:
         previous = node.resources.get(name)
         if use["used"] is None and previous and previous.get("used") is not None:
             use["used"] = previous["used"]
+
+
+def ray_is_current(now: datetime) -> bool:
+    """Whether the stored view of Ray is fresh enough to conclude that something is gone."""
+    health = SourceHealth.objects.filter(source="ray", scope="").first()
+    if not health or not health.last_success_at:
+        return False
+    return now - health.last_success_at <= timedelta(seconds=max(3 * health.interval_s, 10))
 
 
 def cluster_state() -> dict[str, Any]:
@@ -135,37 +156,12 @@ def _sum_pair(nodes: list[Node], total_field: str, used_field: str) -> dict[str,
     }
 
 
-_ACTOR_FIELDS = ("state", "pid", "node_id", "class_name", "repr_name", "name", "job_id",
-                 "placement_group_id", "required_resources")
+def demands_payload() -> list[dict[str, Any]]:
+    """Pending demand as the API and the demand page show it."""
+    from django.utils import timezone
 
+    from dashboard.cluster.models import Demand
+    from dashboard.cluster.serializers import DemandSerializer
 
-def ingest_actors(records: Iterable[ActorRecord], now: datetime) -> None:
-    """Mirror Ray's non-DEAD actors: add new ones, update changed ones, drop the rest."""
-    incoming = {
-        r.actor_id: {
-            "state": r.state, "pid": r.pid, "node_id": r.node_id or "",
-            "class_name": r.class_name[:500], "repr_name": r.repr_name[:500],
-            "name": r.name[:500], "job_id": r.job_id or "",
-            "placement_group_id": r.placement_group_id or "",
-            "required_resources": r.required_resources,
-        }
-        for r in records
-    }
-    with transaction.atomic():
-        existing = {a.actor_id: a for a in Actor.objects.all()}
-        Actor.objects.filter(actor_id__in=set(existing) - set(incoming)).delete()
-        changed = []
-        for actor_id, values in incoming.items():
-            actor = existing.get(actor_id)
-            if actor is None:
-                continue
-            if any(getattr(actor, f) != v for f, v in values.items()):
-                for field, value in values.items():
-                    setattr(actor, field, value)
-                actor.updated_at = now
-                changed.append(actor)
-        Actor.objects.bulk_update(changed, [*_ACTOR_FIELDS, "updated_at"])
-        Actor.objects.bulk_create(
-            [Actor(actor_id=a, first_seen_at=now, updated_at=now, **v)
-             for a, v in incoming.items() if a not in existing]
-        )
+    data = DemandSerializer(Demand.objects.all(), many=True, context={"now": timezone.now()}).data
+    return json.loads(json.dumps(data, cls=JSONEncoder))

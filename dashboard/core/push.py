@@ -17,8 +17,13 @@ log = logging.getLogger(__name__)
 
 
 def publish(group: str, topic: str, data: Any) -> None:
-    """Send `data` to every socket in `group` once the current transaction commits."""
-    transaction.on_commit(lambda: send_now(group, topic, data))
+    """Send `data` to every socket in `group` once the current transaction commits.
+
+    `data` may be a callable that builds the payload then, from committed state.
+    """
+    transaction.on_commit(
+        lambda: send_now(group, topic, data() if callable(data) else data), robust=True
+    )
 
 
 def send_now(group: str, topic: str, data: Any) -> bool:

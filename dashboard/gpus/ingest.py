@@ -1,47 +1,152 @@
-"""Bulk ingest of GPU samples: COPY on Postgres, one multi-row INSERT elsewhere.
+"""Store one NVML poll of one node: the GPUs' latest readings, their processes, and
+the raw samples (COPY on Postgres, one multi-row INSERT elsewhere).
 
-The NVML agents of a whole cluster write here about once a second per GPU, so
-this path is kept to one round trip per batch (bench/ingest_bench.py measures
-it against raw COPY of the same rows).
+The agents of a whole cluster write here about once a second per GPU, so a poll is
+one transaction of a handful of statements whatever the number of GPUs on the node
+(bench/ingest_bench.py and bench/gpu_bench.py measure it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
+from django.conf import settings
 from django.db import connection, transaction
 
-from collectors.records import GpuSampleRecord
-from dashboard.gpus.models import GpuSample
+from collectors.records import GpuPoll, GpuSampleRecord
+from dashboard.core.push import publish
+from dashboard.gpus.models import Gpu, GpuProcess, GpuSample
 
-COLUMNS = (
-    "node_id", "gpu_index", "gpu_uuid", "at", "utilization_gpu", "utilization_memory",
-    "memory_used_bytes", "memory_total_bytes", "temperature_c", "power_w", "power_limit_w",
-    "sm_clock_mhz", "simulated",
+GPUS_GROUP = "gpus"
+SAMPLE_COLUMNS = (
+    "gpu_id", "at", "utilization_gpu", "utilization_memory", "memory_used_bytes",
+    "temperature_c", "power_w", "sm_clock_mhz",
+)
+LATEST_FIELDS = (
+    "node", "node_ip", "index", "name", "simulated", "at", "utilization_gpu",
+    "utilization_memory", "memory_used_bytes", "memory_total_bytes", "temperature_c",
+    "power_w", "power_limit_w", "sm_clock_mhz", "memory_clock_mhz", "throttle_reasons",
+    "ecc_corrected", "ecc_uncorrected", "mig_mode",
 )
 
 
-def _row(r: GpuSampleRecord) -> tuple:
-    return (
-        r.node_id, r.gpu_index, r.uuid, r.at, r.utilization_gpu, r.utilization_memory,
-        r.memory_used_bytes, r.memory_total_bytes, r.temperature_c, r.power_w,
-        r.power_limit_w, r.sm_clock_mhz, r.simulated,
-    )
+def ingest_gpu_poll(poll: GpuPoll, node_ip: str, now: datetime) -> list[Gpu]:
+    """Store a poll; returns the node's GPU rows as updated."""
+    with transaction.atomic():
+        gpus = _upsert_gpus(poll, node_ip, now)
+        by_uuid = {g.uuid: g for g in gpus}
+        write_gpu_samples([(by_uuid[r.uuid].pk, r) for r in poll.gpus])
+        _replace_processes(poll, by_uuid, now)
+        if gpus:
+            # The tiles are built after commit, so a page never shows what rolled back.
+            publish(GPUS_GROUP, "gpus", _LazyTiles([g.pk for g in gpus]))
+    return gpus
 
 
-def write_gpu_samples(records: Sequence[GpuSampleRecord]) -> int:
-    if not records:
+class _LazyTiles:
+    """Tiles for the given GPUs, read when the push is sent (after commit)."""
+
+    def __init__(self, pks: list[int]) -> None:
+        self.pks = pks
+
+    def __call__(self) -> dict:
+        from dashboard.gpus.views_data import gpu_payload
+
+        return {"gpus": gpu_payload(Gpu.objects.filter(pk__in=self.pks))}
+
+
+def _upsert_gpus(poll: GpuPoll, node_ip: str, now: datetime) -> list[Gpu]:
+    """One INSERT ... ON CONFLICT for the node's GPUs (bulk_update's CASE per field and
+    row cost ~6x more CPU per poll: bench/gpu_bench.py)."""
+    held = _since(poll)
+    rows = []
+    for record in poll.gpus:
+        gpu = Gpu(uuid=record.uuid, first_seen_at=now)
+        gpu.idle_since, gpu.memory_high_since = held.get(record.uuid, (None, None))
+        _apply(gpu, record, node_ip)
+        rows.append(gpu)
+    Gpu.objects.bulk_create(rows, update_conflicts=True, unique_fields=["uuid"],
+                            update_fields=[*LATEST_FIELDS, "idle_since", "memory_high_since"])
+    if any(g.pk is None for g in rows):  # backends that return no ids from an upsert
+        ids = dict(Gpu.objects.filter(uuid__in=[g.uuid for g in rows]).values_list("uuid", "pk"))
+        for gpu in rows:
+            gpu.pk = ids[gpu.uuid]
+    return sorted(rows, key=lambda g: g.index)
+
+
+def _since(poll: GpuPoll) -> dict[str, tuple]:
+    """When each GPU's idle / memory-high stretch began, as stored."""
+    return {uuid: (idle, high) for uuid, idle, high in Gpu.objects.filter(
+        uuid__in=[r.uuid for r in poll.gpus]).values_list("uuid", "idle_since",
+                                                         "memory_high_since")}
+
+
+def _apply(gpu: Gpu, r: GpuSampleRecord, node_ip: str) -> None:
+    values = {
+        "node": r.node, "node_ip": node_ip, "index": r.gpu_index, "name": r.name or "",
+        "simulated": r.simulated, "at": r.at, "utilization_gpu": r.utilization_gpu,
+        "utilization_memory": r.utilization_memory, "memory_used_bytes": r.memory_used_bytes,
+        "memory_total_bytes": r.memory_total_bytes, "temperature_c": r.temperature_c,
+        "power_w": r.power_w, "power_limit_w": r.power_limit_w, "sm_clock_mhz": r.sm_clock_mhz,
+        "memory_clock_mhz": r.memory_clock_mhz,
+        "throttle_reasons": list(r.throttle_reasons) if r.throttle_reasons is not None else None,
+        "ecc_corrected": r.ecc_corrected, "ecc_uncorrected": r.ecc_uncorrected,
+        "mig_mode": r.mig_mode,
+    }
+    for field, value in values.items():
+        setattr(gpu, field, value)
+    idle = r.utilization_gpu is not None and r.utilization_gpu < settings.IDLE_GPU_PERCENT
+    gpu.idle_since = (gpu.idle_since or r.at) if idle else None
+    gpu.memory_high_since = (gpu.memory_high_since or r.at) if _memory_high(r) else None
+
+
+def _memory_high(r: GpuSampleRecord) -> bool:
+    if not r.memory_total_bytes or r.memory_used_bytes is None:
+        return False
+    return 100 * r.memory_used_bytes / r.memory_total_bytes > settings.GPU_MEMORY_HIGH_PERCENT
+
+
+def _replace_processes(poll: GpuPoll, by_uuid: dict[str, Gpu], now: datetime) -> None:
+    listed = {by_uuid[r.uuid].pk: r.processes for r in poll.gpus if r.processes is not None}
+    if not listed:
+        return
+    first_seen = {(gpu_pk, pid): at for gpu_pk, pid, at in GpuProcess.objects.filter(
+        gpu_id__in=list(listed)).values_list("gpu_id", "pid", "first_seen_at")}
+    rows = [
+        GpuProcess(gpu_id=gpu_pk, pid=p.pid, type=p.type, used_memory_bytes=p.used_memory_bytes,
+                   ancestors=list(p.ancestors), last_seen_at=now,
+                   first_seen_at=first_seen.get((gpu_pk, p.pid), now))
+        for gpu_pk, processes in listed.items() for p in processes
+    ]
+    seen = {(row.gpu_id, row.pid) for row in rows}
+    gone = [key for key in first_seen if key not in seen]
+    for gpu_pk, pid in gone:
+        GpuProcess.objects.filter(gpu_id=gpu_pk, pid=pid).delete()
+    GpuProcess.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["gpu", "pid"],
+        update_fields=["used_memory_bytes", "type", "ancestors", "last_seen_at"])
+
+
+def _row(gpu_pk: int, r: GpuSampleRecord) -> tuple:
+    return (gpu_pk, r.at, r.utilization_gpu, r.utilization_memory, r.memory_used_bytes,
+            r.temperature_c, r.power_w, r.sm_clock_mhz)
+
+
+def write_gpu_samples(rows: Sequence[tuple[int, GpuSampleRecord]]) -> int:
+    """Append raw samples, each given with its Gpu row's primary key."""
+    if not rows:
         return 0
     if connection.vendor == "postgresql":
         table = GpuSample._meta.db_table
-        sql = f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN"
-        with transaction.atomic(), connection.cursor() as cursor:
+        sql = f"COPY {table} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN"
+        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
             with cursor.cursor.copy(sql) as copy:
-                for record in records:
-                    copy.write_row(_row(record))
+                for gpu_pk, record in rows:
+                    copy.write_row(_row(gpu_pk, record))
     else:
         GpuSample.objects.bulk_create(
-            [GpuSample(**dict(zip(COLUMNS, _row(r), strict=True))) for r in records],
+            [GpuSample(**dict(zip(SAMPLE_COLUMNS, _row(pk, r), strict=True))) for pk, r in rows],
             batch_size=500,
         )
-    return len(records)
+    return len(rows)

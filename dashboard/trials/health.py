@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -17,7 +17,7 @@ from django.db.models import Q
 
 from collectors.procstat import process_cpu_percent, this_host
 from dashboard.cluster.models import Actor, Node
-from dashboard.core.models import SourceHealth
+from dashboard.cluster.state import ray_is_current
 from dashboard.incidents.models import Incident
 from dashboard.incidents.rules import (
     TRIAL_KINDS,
@@ -79,10 +79,7 @@ def local_cpu(trial: Trial) -> float | None:
 
 def live_processes(now: datetime) -> set[tuple[str, int]] | None:
     """(node_ip, pid) of every live actor, or None when Ray's view is not current."""
-    health = SourceHealth.objects.filter(source="ray", scope="").first()
-    if not health or not health.last_success_at:
-        return None
-    if now - health.last_success_at > timedelta(seconds=max(3 * health.interval_s, 10)):
+    if not ray_is_current(now):
         return None
     ips = dict(Node.objects.values_list("node_id", "node_ip"))
     return {

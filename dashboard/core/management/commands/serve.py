@@ -43,14 +43,16 @@ class Command(BaseCommand):
         with ExitStack() as cleanup:
             self.attach_ray(cleanup)
             if settings.EMBEDDED:
-                scheduler = EmbeddedScheduler(celery_app, settings.CELERY_BEAT_SCHEDULE)
+                scheduler = EmbeddedScheduler(celery_app, settings.CELERY_BEAT_SCHEDULE,
+                                              settings.EMBEDDED_STANDINS)
                 scheduler.start()
                 cleanup.callback(scheduler.stop)
                 self.stdout.write("collectors: in-process scheduler (no REDIS_URL)")
             elif not no_celery:
-                for role in ("worker", "beat"):
+                roles = ["worker", "beat"] + (["agent"] if settings.GPU_SOURCE != "off" else [])
+                for role in roles:
                     cleanup.callback(stop_child, start_celery(role))
-                self.stdout.write("collectors: Celery worker and beat on REDIS_URL")
+                self.stdout.write(f"collectors: Celery {', '.join(roles)} on REDIS_URL")
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"raywatch on {url}  (Ctrl-C stops)"))
             sys.stdout.flush()
@@ -123,6 +125,8 @@ def _describe_db() -> str:
 
 
 def start_celery(role: str) -> subprocess.Popen[bytes]:
+    if role == "agent":  # this node's GPU agent: `manage.py agent` execs its own worker
+        return subprocess.Popen([sys.executable, "manage.py", "agent"], cwd=settings.BASE_DIR)
     cmd = [sys.executable, "-m", "celery", "-A", "dashboard", role, "--loglevel", "WARNING"]
     if role == "beat":
         cmd += ["--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]

@@ -1,0 +1,165 @@
+"""Ingest what runs on the cluster besides nodes: actors, workers, jobs, placement
+groups, and the demand Ray cannot place yet (explained by dashboard.cluster.demand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import models, transaction
+
+from collectors.records import (
+    ActorRecord,
+    DemandRecord,
+    JobRecord,
+    PlacementGroupRecord,
+    WorkerRecord,
+)
+from dashboard.cluster.demand import Holder, NodeCapacity, judge
+from dashboard.cluster.models import Actor, Demand, Job, Node, PlacementGroup, Worker
+from dashboard.cluster.state import DEMANDS_GROUP, demands_payload
+from dashboard.core.push import publish
+from dashboard.trials.models import Trial
+
+DEAD_ACTOR_KEEP = timedelta(hours=24)
+
+
+def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, Any]],
+           now: datetime, *, stamp: tuple[str, ...] = ("updated_at",),
+           created: tuple[str, ...] = ("first_seen_at",)) -> set[str]:
+    """Make `model`'s rows match `incoming` (key -> field values): create, update what
+    changed. Returns the keys of stored rows that Ray no longer lists."""
+    existing = {getattr(row, key): row for row in model.objects.all()}
+    changed = []
+    for name, values in incoming.items():
+        row = existing.get(name)
+        if row is None or not any(getattr(row, f) != v for f, v in values.items()):
+            continue
+        for field, value in values.items():
+            setattr(row, field, value)
+        for field in stamp:
+            setattr(row, field, now)
+        changed.append(row)
+    fields = sorted({f for v in incoming.values() for f in v} | set(stamp))
+    model.objects.bulk_update(changed, fields, batch_size=500)
+    model.objects.bulk_create(
+        [model(**{key: name, **values, **dict.fromkeys(stamp + created, now)})
+         for name, values in incoming.items() if name not in existing],
+        batch_size=500,
+    )
+    return set(existing) - set(incoming)
+
+
+def ingest_actors(records: Iterable[ActorRecord], now: datetime) -> None:
+    """Mirror Ray's non-DEAD actors. One Ray stops listing is kept a day as DEAD: a
+    process it leaves holding a GPU is then known as a dead actor's leftover."""
+    incoming = {
+        r.actor_id: {
+            "state": r.state, "pid": r.pid, "node_id": r.node_id or "",
+            "class_name": r.class_name[:500], "repr_name": r.repr_name[:500],
+            "name": r.name[:500], "job_id": r.job_id or "",
+            "placement_group_id": r.placement_group_id or "",
+            "required_resources": r.required_resources, "ended_at": None,
+            # Ray is asked for a start time once; None then means "as stored".
+            **({"start_time": r.start_time} if r.start_time else {}),
+        }
+        for r in records
+    }
+    with transaction.atomic():
+        gone = mirror(Actor, "actor_id", incoming, now)
+        Actor.objects.filter(actor_id__in=gone).exclude(state="DEAD").update(
+            state="DEAD", ended_at=now, updated_at=now)
+        Actor.objects.filter(state="DEAD", ended_at__lt=now - DEAD_ACTOR_KEEP).delete()
+
+
+def ingest_workers(records: Iterable[WorkerRecord], now: datetime) -> None:
+    incoming = {r.worker_id: {"node_id": r.node_id, "pid": r.pid,
+                              "worker_type": r.worker_type, "job_id": r.job_id or ""}
+                for r in records}
+    with transaction.atomic():
+        gone = mirror(Worker, "worker_id", incoming, now, stamp=(), created=())
+        Worker.objects.filter(worker_id__in=gone).delete()
+
+
+def ingest_jobs(records: Iterable[JobRecord], now: datetime) -> None:
+    incoming = {
+        r.key: {"job_id": r.job_id or "", "submission_id": r.submission_id or "",
+                "type": r.type, "status": r.status, "entrypoint": r.entrypoint,
+                "message": r.message[:2000], "driver_pid": r.driver_pid,
+                "driver_node_id": r.driver_node_id or "", "driver_node_ip": r.driver_node_ip or "",
+                "start_time": r.start_time, "end_time": r.end_time}
+        for r in records if r.key
+    }
+    with transaction.atomic():
+        mirror(Job, "key", incoming, now, created=())  # finished jobs stay: history
+
+
+def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime) -> None:
+    incoming = {
+        r.placement_group_id: {
+            "name": r.name[:500], "state": r.state, "strategy": r.strategy or "",
+            "bundles": [dict(b) for b in r.bundles], "creator_job_id": r.creator_job_id or "",
+            "scheduling_state": r.scheduling_state or "", "created_at": r.created_at,
+        }
+        for r in records
+    }
+    with transaction.atomic():
+        gone = mirror(PlacementGroup, "placement_group_id", incoming, now)
+        PlacementGroup.objects.filter(placement_group_id__in=gone).delete()
+
+
+def ingest_demands(records: Iterable[DemandRecord], now: datetime) -> None:
+    """Store pending demand with a verdict: infeasible, or what it waits behind."""
+    nodes = capacities()
+    holders = resource_holders()
+    incoming = {}
+    for r in records:
+        verdict = judge(r.bundles, r.strategy, r.infeasible, nodes, holders)
+        incoming[f"{r.kind}:{r.key}"[:500]] = {
+            "kind": r.kind, "key": r.key[:500], "name": r.name[:500],
+            "bundles": [dict(b) for b in r.bundles], "count": r.count,
+            "strategy": r.strategy or "", "job_id": r.job_id or "",
+            "ray_infeasible": r.infeasible, "feasible": verdict.feasible,
+            "explanation": verdict.explanation, "blockers": verdict.blockers,
+        }
+    with transaction.atomic():
+        existing = {f"{d.kind}:{d.key}": d for d in Demand.objects.all()}
+        gone = [d.pk for k, d in existing.items() if k not in incoming]
+        Demand.objects.filter(pk__in=gone).delete()
+        changed = bool(gone)
+        for name, values in incoming.items():
+            row = existing.get(name)
+            if row is None:
+                Demand.objects.create(first_seen_at=now, updated_at=now, **values)
+                changed = True
+            elif any(getattr(row, f) != v for f, v in values.items()):
+                Demand.objects.filter(pk=row.pk).update(updated_at=now, **values)
+                changed = True
+        if changed:
+            publish(DEMANDS_GROUP, "demands", demands_payload)
+
+
+def capacities() -> list[NodeCapacity]:
+    out = []
+    for node in Node.objects.filter(state=Node.ALIVE):
+        total = {k: float(v["total"]) for k, v in node.resources.items()}
+        used = {k: float(v["used"]) for k, v in node.resources.items() if v.get("used") is not None}
+        out.append(NodeCapacity(node.node_id, node.node_ip, total, used))
+    return out
+
+
+def resource_holders() -> list[Holder]:
+    """Alive actors with the resources they hold, named as a person knows them."""
+    actors = list(Actor.objects.filter(state="ALIVE").exclude(required_resources={}))
+    ips = dict(Node.objects.values_list("node_id", "node_ip"))
+    trials = {(t.node_ip, t.pid): t for t in Trial.objects.select_related("experiment").filter(
+        pid__in=[a.pid for a in actors if a.pid])}
+    holders = []
+    for actor in actors:
+        trial = trials.get((ips.get(actor.node_id, ""), actor.pid))
+        label = (f"trial {trial.trial_id} ({trial.experiment.name})" if trial
+                 else f"actor {actor.label} {actor.actor_id[:8]}")
+        holders.append(Holder(label, actor.node_id, actor.required_resources))
+    return holders

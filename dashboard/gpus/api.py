@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dashboard.gpus.models import Gpu
+from dashboard.gpus.serializers import GpuChartSerializer, GpuSerializer
+from dashboard.gpus.series import MAX_POINTS, gpu_chart
+from dashboard.gpus.views_data import gpu_payload
+
+RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class GpuList(APIView):
+    """Every GPU with its latest reading and the processes holding it, with owners.
+    `simulated` is true for readings from the demo's simulated source."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("node", str, description="only this node's GPUs")],
+        responses=GpuSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        gpus = Gpu.objects.all()
+        if node := request.query_params.get("node"):
+            gpus = gpus.filter(node=node)
+        return Response(gpu_payload(gpus))
+
+
+def parse_time(name: str, raw: str | None, now: datetime, default: datetime) -> datetime:
+    """ISO 8601, seconds since the epoch, or relative to now: -15m, -6h, -7d."""
+    if raw is None or raw == "":
+        return default
+    if match := RELATIVE.match(raw):
+        return now - timedelta(seconds=float(match[1]) * UNITS[match[2]])
+    try:
+        return datetime.fromtimestamp(float(raw), tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    try:
+        parsed = parse_datetime(raw)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ValidationError({name: "an ISO 8601 time, seconds since the epoch, or -15m/-6h/-7d"})
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class GpuSamples(APIView):
+    """One GPU's history, downsampled in the database to at most `points` buckets
+    (2,000 at most): utilization (mean, min, max), memory, temperature, power."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("since", str, description="ISO 8601, epoch seconds or -1h (default)"),
+            OpenApiParameter("until", str, description="ISO 8601, epoch seconds or now (default)"),
+            OpenApiParameter("points", int, description=f"1 to {MAX_POINTS} (default)"),
+        ],
+        responses=GpuChartSerializer,
+    )
+    def get(self, request: Request, uuid: str) -> Response:
+        gpu = get_object_or_404(Gpu, uuid=uuid)
+        now = timezone.now()
+        until = parse_time("until", request.query_params.get("until"), now, now)
+        since = parse_time("since", request.query_params.get("since"), now,
+                           until - timedelta(hours=1))
+        if since >= until:
+            raise ValidationError({"since": "must be before until"})
+        raw = request.query_params.get("points", str(MAX_POINTS))
+        if not raw.isdigit() or not 0 < int(raw) <= MAX_POINTS:
+            raise ValidationError({"points": f"a whole number from 1 to {MAX_POINTS}"})
+        chart = gpu_chart(gpu.pk, since, until, int(raw))
+        return Response({"uuid": gpu.uuid, "simulated": gpu.simulated, **chart.as_dict()})

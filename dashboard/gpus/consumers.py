@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from typing import Any
+
+from dashboard.cluster.state import DEMANDS_GROUP, demands_payload
+from dashboard.core.consumers import LiveConsumer
+from dashboard.gpus.ingest import GPUS_GROUP
+from dashboard.gpus.models import Gpu
+from dashboard.gpus.views_data import gpu_payload
+
+
+class GpusConsumer(LiveConsumer):
+    """The GPU wall, node and GPU pages: every GPU's latest tile, pushed per node poll."""
+
+    topics = (GPUS_GROUP,)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        return {"gpus": {"gpus": gpu_payload(Gpu.objects.all()), "complete": True}}
+
+
+class DemandsConsumer(LiveConsumer):
+    topics = (DEMANDS_GROUP,)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        return {"demands": demands_payload()}

@@ -1,0 +1,182 @@
+"""Run the resource detectors over the stored state and sync their incidents.
+
+GPU readings that are not current (agent down) are left out; kinds that depend on
+Ray's view (orphans, demand, nodes) are neither opened nor resolved while the Ray
+source is not current, so a Ray outage never resolves or invents an incident.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+
+from dashboard.cluster.models import Demand, Job, Node
+from dashboard.cluster.state import ray_is_current
+from dashboard.gpus.models import Agent, Gpu, GpuProcess
+from dashboard.gpus.owners import JOB, TRIAL, Owner
+from dashboard.gpus.views_data import owner_maps_for
+from dashboard.incidents import resource_rules as rules
+from dashboard.incidents.resource_rules import (
+    DemandView,
+    GpuView,
+    HostView,
+    NodeView,
+    ProcessView,
+    ResourceThresholds,
+    WorkView,
+)
+from dashboard.incidents.rules import Finding
+from dashboard.incidents.service import sync_findings
+from dashboard.trials.models import Trial
+
+
+def thresholds() -> ResourceThresholds:
+    return ResourceThresholds(
+        idle_gpu_s=settings.IDLE_GPU_S, idle_gpu_percent=settings.IDLE_GPU_PERCENT,
+        memory_high_percent=settings.GPU_MEMORY_HIGH_PERCENT,
+        memory_high_s=settings.GPU_MEMORY_HIGH_S, orphan_grace_s=settings.ORPHAN_GRACE_S,
+        pending_s=settings.PENDING_S, spill_window_s=settings.SPILL_WINDOW_S,
+        node_dead_keep_s=settings.NODE_DEAD_KEEP_H * 3600,
+    )
+
+
+def fresh_after(now: datetime) -> datetime:
+    return now - timedelta(seconds=max(5 * settings.POLL_GPU_S, 15))
+
+
+def evaluate_resources(now: datetime) -> dict[str, int]:
+    th = thresholds()
+    gpus = {g.pk: g for g in Gpu.objects.filter(at__gte=fresh_after(now))}
+    views = {pk: gpu_view(g) for pk, g in gpus.items()}
+    procs = list(GpuProcess.objects.filter(gpu_id__in=list(gpus)))
+    owner_of = _owners(gpus, procs, now)
+    findings: list[Finding] = []
+    for view in views.values():
+        findings += [f for f in (rules.gpu_memory_high(view, th, now),
+                                 rules.gpu_hardware(view, th, now)) if f]
+    works, context = work_views(gpus, views, procs, owner_of)
+    findings += [f for w in works if (f := rules.gpu_idle_during_step(w, th, now))]
+    for view in views.values():
+        context.setdefault(view.subject, {"node_ip": view.node_ip})
+    result = sync_findings(rules.GPU_KINDS, findings, now, context)
+    if ray_is_current(now):
+        ray_findings, ray_context = _ray_findings(gpus, views, procs, owner_of, th, now)
+        ray_result = sync_findings(rules.RAY_KINDS, ray_findings, now, ray_context)
+        result = {k: result[k] + ray_result[k] for k in result}
+    return result
+
+
+def gpu_view(g: Gpu) -> GpuView:
+    return GpuView(
+        uuid=g.uuid, node=g.node, node_ip=g.node_ip, index=g.index,
+        utilization=g.utilization_gpu, idle_since=g.idle_since,
+        memory_used=g.memory_used_bytes, memory_total=g.memory_total_bytes,
+        memory_high_since=g.memory_high_since, ecc_uncorrected=g.ecc_uncorrected,
+        ecc_corrected=g.ecc_corrected, throttle_reasons=tuple(g.throttle_reasons or ()),
+    )
+
+
+def _owners(gpus: dict[int, Gpu], procs: list[GpuProcess], now: datetime
+            ) -> dict[int, Owner]:
+    """Owner of each GpuProcess row, by its primary key."""
+    grouped: dict[int, list[GpuProcess]] = defaultdict(list)
+    for proc in procs:
+        grouped[proc.gpu_id].append(proc)
+    by_ip = owner_maps_for(gpus.values(), grouped, now)
+    return {proc.pk: by_ip[gpus[proc.gpu_id].node_ip][proc.pid] for proc in procs}
+
+
+def work_views(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[GpuProcess],
+               owner_of: dict[int, Owner]) -> tuple[list[WorkView], dict[str, dict[str, Any]]]:
+    """Running trials and jobs with the GPUs their processes hold."""
+    trial_gpus: dict[str, set[int]] = defaultdict(set)
+    job_gpus: dict[str, set[int]] = defaultdict(set)
+    for proc in procs:
+        owner = owner_of[proc.pk]
+        if owner.kind == TRIAL and owner.trial_id:
+            trial_gpus[owner.trial_id].add(proc.gpu_id)
+        elif owner.kind == JOB or (owner.job_id and owner.kind in ("actor", "worker")):
+            job_gpus[owner.job_id or ""].add(proc.gpu_id)
+    works: list[WorkView] = []
+    context: dict[str, dict[str, Any]] = {}
+    trials = Trial.objects.select_related("experiment").filter(
+        trial_id__in=list(trial_gpus), status=Trial.RUNNING)
+    for trial in trials:
+        subject = f"trial:{trial.experiment.name}/{trial.trial_id}"
+        works.append(WorkView(
+            subject=subject, label=f"trial {trial.trial_id} ({trial.experiment.name})",
+            gpus=[views[pk] for pk in sorted(trial_gpus[trial.trial_id])],
+            last_result_at=trial.last_result_at, step=(trial.iteration or 0) + 1))
+        context[subject] = {"trial": trial, "experiment": trial.experiment.name,
+                            "node_ip": trial.node_ip}
+    jobs = Job.objects.filter(status="RUNNING").exclude(job_id="")
+    for job in jobs.filter(job_id__in=[j for j in job_gpus if j]):
+        subject = f"job:{job.key}"
+        works.append(WorkView(subject=subject, label=f"job {job.key}",
+                              gpus=[views[pk] for pk in sorted(job_gpus[job.job_id])]))
+        context[subject] = {"node_ip": job.driver_node_ip}
+    return works, context
+
+
+def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[GpuProcess],
+                  owner_of: dict[int, Owner], th: ResourceThresholds, now: datetime
+                  ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
+    findings: list[Finding] = []
+    context: dict[str, dict[str, Any]] = {}
+    for proc in procs:
+        owner = owner_of[proc.pk]
+        view = ProcessView(views[proc.gpu_id], proc.pid, proc.used_memory_bytes,
+                           proc.first_seen_at, owner.reason if owner.orphan else None)
+        if finding := rules.gpu_orphan_memory(view, th, now):
+            findings.append(finding)
+            context[finding.subject] = {"node_ip": view.gpu.node_ip}
+    for host in host_views(gpus, now):
+        if finding := rules.gpu_count_mismatch(host, th, now):
+            findings.append(finding)
+            context[finding.subject] = {"node_ip": host.node_ip}
+    for demand in Demand.objects.all():
+        if finding := rules.demand_waiting(demand_view(demand), th, now):
+            findings.append(finding)
+    for node in Node.objects.all():
+        view = node_view(node)
+        for finding in (rules.object_store_spilling(view, th, now), rules.node_dead(view, th, now)):
+            if finding:
+                findings.append(finding)
+                context[finding.subject] = {"node_ip": node.node_ip}
+    return findings, context
+
+
+def host_views(gpus: dict[int, Gpu], now: datetime) -> list[HostView]:
+    """Hosts with a current agent and Ray nodes: how many GPUs each side sees.
+    Simulated GPUs are left out: Ray cannot have been told about them."""
+    polled = set(Agent.objects.filter(last_poll_at__gte=fresh_after(now))
+                 .exclude(source="simulated").values_list("node_ip", flat=True))
+    nvml: dict[str, int] = dict.fromkeys(polled, 0)
+    for gpu in gpus.values():
+        if gpu.node_ip in nvml and not gpu.simulated:
+            nvml[gpu.node_ip] += 1
+    ray: dict[str, list[Node]] = defaultdict(list)
+    for node in Node.objects.filter(state=Node.ALIVE, node_ip__in=list(nvml)):
+        ray[node.node_ip].append(node)
+    return [
+        HostView(node_ip=ip, nvml_gpus=nvml[ip],
+                 ray_gpus=sum((n.resources.get("GPU") or {}).get("total", 0) for n in nodes),
+                 ray_nodes=[n.node_id for n in nodes])
+        for ip, nodes in sorted(ray.items())
+    ]
+
+
+def demand_view(d: Demand) -> DemandView:
+    return DemandView(kind=d.kind, key=d.key, name=d.name, bundles=d.bundles, count=d.count,
+                      feasible=d.feasible, first_seen_at=d.first_seen_at,
+                      explanation=d.explanation, blockers=d.blockers)
+
+
+def node_view(n: Node) -> NodeView:
+    return NodeView(node_id=n.node_id, node_ip=n.node_ip, state=n.state,
+                    state_message=n.state_message, ended_at=n.ended_at,
+                    spilled_bytes=n.object_store_spilled_bytes,
+                    spilled_changed_at=n.spilled_changed_at)

@@ -1,0 +1,125 @@
+"""Who holds a GPU: join a GPU process (node, pid) to a Tune trial, a Ray actor, a
+Ray job's driver or another Ray worker. A process that belongs to no live Ray
+worker, or to an actor that is dead, is an orphan: it holds memory nobody uses.
+
+Nodes are joined on IP: NVML sees a host, and every Ray node on that host
+shares its address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+
+from dashboard.cluster.models import Actor, Job, Node, Worker
+from dashboard.cluster.state import ray_is_current
+from dashboard.trials.models import Trial
+
+TRIAL, ACTOR, JOB, WORKER, ORPHAN, UNKNOWN = (
+    "trial", "actor", "job", "worker", "orphan", "unknown")
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: str
+    label: str
+    url: str | None = None
+    actor_id: str | None = None
+    job_id: str | None = None
+    trial_id: str | None = None
+    reason: str = ""
+
+    @property
+    def orphan(self) -> bool:
+        return self.kind == ORPHAN
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def owners(node_ip: str, processes: Mapping[int, Sequence[int]], now: datetime
+           ) -> dict[int, Owner]:
+    """The owner of each process on the host `node_ip`, given as pid -> its parent
+    pids (nearest first): a child of a Ray worker belongs to that worker's owner."""
+    if not processes:
+        return {}
+    if not ray_is_current(now):
+        unknown = Owner(UNKNOWN, "unknown", reason="Ray's state is not current")
+        return dict.fromkeys(processes, unknown)
+    everyone = set(processes) | {p for chain in processes.values() for p in chain}
+    index = _RayIndex(node_ip, everyone)
+    return {pid: index.owner_of_family(pid, chain) for pid, chain in processes.items()}
+
+
+class _RayIndex:
+    """What Ray says about these pids on this host, read in a few queries."""
+
+    def __init__(self, node_ip: str, pids: set[int]) -> None:
+        node_ids = list(Node.objects.filter(node_ip=node_ip).values_list("node_id", flat=True))
+        self.actors: dict[int, Actor] = {}
+        for actor in Actor.objects.filter(node_id__in=node_ids, pid__in=pids).order_by("ended_at"):
+            # A live actor wins over a dead one that had the same pid earlier.
+            if actor.state != "DEAD" or actor.pid not in self.actors:
+                self.actors.setdefault(actor.pid, actor)
+        self.workers = {w.pid: w for w in Worker.objects.filter(node_id__in=node_ids,
+                                                                 pid__in=pids)}
+        self.jobs = {j.driver_pid: j for j in Job.objects.filter(
+            driver_node_ip=node_ip, driver_pid__in=pids, status__in=Job.RUNNING_STATES)}
+        trials = Trial.objects.select_related("experiment").filter(node_ip=node_ip, pid__in=pids)
+        self.trials: dict[int, Trial] = {}
+        for trial in trials.order_by("updated_at"):
+            self.trials[trial.pid] = trial  # the latest trial that had this pid
+
+    def owner_of_family(self, pid: int, chain: Sequence[int]) -> Owner:
+        own = self.owner(pid)
+        if not own.orphan:
+            return own
+        for parent in chain:
+            found = self.owner(parent)
+            if not found.orphan:
+                return replace(found, label=f"{found.label} (child pid {pid})")
+        return own
+
+    def owner(self, pid: int) -> Owner:
+        actor = self.actors.get(pid)
+        trial = self.trials.get(pid)
+        if actor is not None and actor.state != "DEAD":
+            return _trial_owner(trial, actor) if trial else _actor_owner(actor)
+        job = self.jobs.get(pid)
+        if job is not None:
+            return Owner(JOB, f"job {job.key} driver", url=None, job_id=job.key)
+        worker = self.workers.get(pid)
+        if worker is not None:
+            return Owner(WORKER, f"Ray {worker.worker_type.lower()} worker",
+                         job_id=worker.job_id or None)
+        return _orphan(pid, actor, trial)
+
+
+def _trial_owner(trial: Trial, actor: Actor) -> Owner:
+    return Owner(TRIAL, f"trial {trial.trial_id} ({trial.experiment.name})",
+                 url=reverse("trial", args=[trial.pk]), actor_id=actor.actor_id,
+                 job_id=actor.job_id or None, trial_id=trial.trial_id)
+
+
+def _actor_owner(actor: Actor) -> Owner:
+    return Owner(ACTOR, f"actor {actor.label} {actor.actor_id[:8]}", actor_id=actor.actor_id,
+                 job_id=actor.job_id or None)
+
+
+def _orphan(pid: int, actor: Actor | None, trial: Trial | None) -> Owner:
+    if actor is not None:
+        reason = f"left over by dead actor {actor.label} {actor.actor_id[:8]}"
+        if trial is not None:
+            reason += f" (trial {trial.trial_id}, {trial.status})"
+        return Owner(ORPHAN, "orphan", actor_id=actor.actor_id,
+                     trial_id=trial.trial_id if trial else None, reason=reason)
+    if trial is not None:
+        return Owner(ORPHAN, "orphan", trial_id=trial.trial_id,
+                     url=reverse("trial", args=[trial.pk]),
+                     reason=f"left over by trial {trial.trial_id} ({trial.status}): "
+                     "no live Ray worker has this pid")
+    return Owner(ORPHAN, "orphan", reason=f"no live Ray worker has pid {pid} on this node")

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from dashboard.cluster.models import Node
+from dashboard.cluster.serializers import NodeSerializer
+from dashboard.cluster.state import demands_payload
+from dashboard.core.views import viewer_required
+from dashboard.gpus.models import Gpu
+from dashboard.gpus.views_data import gpu_payload
+
+
+@viewer_required
+def gpu_wall(request: HttpRequest) -> HttpResponse:
+    return render(request, "gpus/wall.html", {"gpus": gpu_payload(Gpu.objects.all())})
+
+
+@viewer_required
+def gpu_page(request: HttpRequest, uuid: str) -> HttpResponse:
+    gpu = get_object_or_404(Gpu, uuid=uuid)
+    return render(request, "gpus/gpu.html", {"gpu": gpu, "tile": gpu_payload([gpu])[0]})
+
+
+@viewer_required
+def node_page(request: HttpRequest, node_id: str) -> HttpResponse:
+    node = get_object_or_404(Node, node_id=node_id)
+    gpus = gpu_payload(Gpu.objects.filter(node_ip=node.node_ip)) if node.node_ip else []
+    return render(request, "gpus/node.html",
+                  {"node": node, "node_data": NodeSerializer(node).data, "gpus": gpus})
+
+
+@viewer_required
+def demands_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "gpus/demands.html", {"demands": demands_payload()})

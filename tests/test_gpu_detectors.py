@@ -1,0 +1,220 @@
+"""The GPU and resource detectors on stored state, with the fake pynvml feeding the
+GPUs: each opens the incident an operator needs and resolves it when the condition
+clears. Ray's side is stored rows here (the real-cluster tests cover collecting it)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from collectors.records import DemandRecord
+from dashboard.cluster.models import Actor, Node
+from dashboard.cluster.workload import ingest_demands
+from dashboard.gpus.detect import evaluate_resources
+from dashboard.gpus.models import Gpu, GpuProcess
+from dashboard.gpus.tasks import poll_gpus
+from dashboard.incidents.models import Incident
+from dashboard.trials.models import Experiment, Trial
+from tests.conftest import mark_ray_current
+
+GIB = 1024**3
+pytestmark = pytest.mark.django_db
+
+
+def firing(kind: str) -> list[Incident]:
+    return list(Incident.objects.filter(kind=kind, state=Incident.FIRING))
+
+
+def node(node_id: str = "node-1", ip: str = "10.0.0.5", gpus: float = 0, cpus: float = 2,
+         **extra) -> Node:  # type: ignore[no-untyped-def]
+    resources = {"CPU": {"total": cpus, "used": extra.pop("cpu_used", 0.0)}}
+    if gpus:
+        resources["GPU"] = {"total": gpus, "used": 0.0}
+    return Node.objects.create(node_id=node_id, node_ip=ip, state=extra.pop("state", "ALIVE"),
+                               resources=resources, last_seen_at=timezone.now(), **extra)
+
+
+def actor(pid: int, state: str = "ALIVE", node_id: str = "node-1", **extra) -> Actor:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    return Actor.objects.create(actor_id=f"actor{pid:08d}", state=state, pid=pid,
+                                node_id=node_id, repr_name=extra.pop("repr_name", "Learner"),
+                                first_seen_at=now, updated_at=now, **extra)
+
+
+def running_trial(pid: int, last_result_ago_s: float, iteration: int = 3) -> Trial:
+    experiment = Experiment.objects.create(name="grpo")
+    return Trial.objects.create(
+        experiment=experiment, trial_id="abc_00000", status=Trial.RUNNING, node_ip="10.0.0.5",
+        pid=pid, iteration=iteration,
+        last_result_at=timezone.now() - timedelta(seconds=last_result_ago_s))
+
+
+def idle_for(seconds: float) -> None:
+    Gpu.objects.update(idle_since=timezone.now() - timedelta(seconds=seconds))
+
+
+def test_idle_gpus_during_a_step_raise_an_incident_on_the_trial(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.IDLE_GPU_S = 300
+    node()
+    actor(5000)
+    trial = running_trial(5000, last_result_ago_s=900)
+    fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
+    fake_gpus.add_gpu(uuid="GPU-1", util=1, processes=[(5000, 40 * GIB)])
+    mark_ray_current()
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    assert firing("gpu_idle_during_step") == []  # idle for a moment only
+    idle_for(400)
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_idle_during_step")
+    assert incident.trial == trial
+    assert incident.experiment == "grpo"
+    assert "step 4" in incident.summary and "6 min" in incident.summary
+    assert set(incident.details["gpus"]) == {"GPU-0", "GPU-1"}
+    fake_gpus.set_gpu(1, util=90)  # one GPU busy again: the step is working
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    assert firing("gpu_idle_during_step") == []
+    assert Incident.objects.get(kind="gpu_idle_during_step").state == Incident.RESOLVED
+
+
+def test_idle_gpu_with_results_arriving_is_not_a_hung_step(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.IDLE_GPU_S = 300
+    node()
+    actor(5000)
+    running_trial(5000, last_result_ago_s=10)
+    fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
+    mark_ray_current()
+    poll_gpus()
+    idle_for(3600)
+    evaluate_resources(timezone.now())
+    assert firing("gpu_idle_during_step") == []
+
+
+def test_process_of_no_ray_worker_is_an_orphan(fake_gpus, settings, viewer) -> None:  # type: ignore[no-untyped-def]
+    settings.ORPHAN_GRACE_S = 60
+    node()
+    actor(5000)
+    fake_gpus.add_gpu(uuid="GPU-0", processes=[(5000, 10 * GIB), (6000, 20 * GIB)])
+    mark_ray_current()
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    assert firing("gpu_orphan_memory") == []  # within the grace: Ray may not list it yet
+    GpuProcess.objects.update(first_seen_at=timezone.now() - timedelta(seconds=61))
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_orphan_memory")
+    assert incident.subject == "gpu_process:GPU-0/6000"
+    assert "20.0 GiB" in incident.summary and "no live Ray worker" in incident.summary
+    assert incident.node_ip == "10.0.0.5"
+
+
+def test_process_left_by_a_dead_actor_is_an_orphan_named_after_it(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ORPHAN_GRACE_S = 0
+    node()
+    actor(5000, state="DEAD", repr_name="VllmEngine", ended_at=timezone.now())
+    fake_gpus.add_gpu(uuid="GPU-0", processes=[(5000, 70 * GIB)])
+    mark_ray_current()
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_orphan_memory")
+    assert "dead actor VllmEngine" in incident.summary
+
+
+def test_no_orphan_verdict_while_ray_is_not_current(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ORPHAN_GRACE_S = 0
+    node()
+    fake_gpus.add_gpu(uuid="GPU-0", processes=[(6000, 20 * GIB)])
+    mark_ray_current(at=timezone.now() - timedelta(minutes=10))
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    assert firing("gpu_orphan_memory") == []
+
+
+def test_ray_told_a_different_gpu_count_than_nvml_sees(fake_gpus) -> None:  # type: ignore[no-untyped-def]
+    ray_node = node(gpus=4)
+    fake_gpus.add_gpu(uuid="GPU-0")
+    fake_gpus.add_gpu(uuid="GPU-1")
+    mark_ray_current()
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_count_mismatch")
+    assert "told 4 GPUs, NVML sees 2" in incident.summary
+    ray_node.resources["GPU"]["total"] = 2
+    ray_node.save()
+    evaluate_resources(timezone.now())
+    assert firing("gpu_count_mismatch") == []
+
+
+def test_gpu_memory_full_for_a_while(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GPU_MEMORY_HIGH_S = 300
+    fake_gpus.add_gpu(uuid="GPU-0", mem_used=79 * GIB, mem_total=80 * GIB)
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    assert firing("gpu_memory_high") == []
+    Gpu.objects.update(memory_high_since=timezone.now() - timedelta(seconds=301))
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_memory_high")
+    assert "98.8%" in incident.summary
+
+
+def test_ecc_errors_and_thermal_throttling(fake_gpus) -> None:  # type: ignore[no-untyped-def]
+    fake_gpus.add_gpu(uuid="GPU-0", ecc_uncorrected=2)
+    fake_gpus.add_gpu(uuid="GPU-1", throttle_mask=0x40)  # hw_thermal_slowdown
+    fake_gpus.add_gpu(uuid="GPU-2", throttle_mask=0x4)  # sw_power_cap: normal under load
+    poll_gpus()
+    evaluate_resources(timezone.now())
+    incidents = {i.subject: i for i in firing("gpu_hardware")}
+    assert set(incidents) == {"gpu:GPU-0", "gpu:GPU-1"}
+    assert incidents["gpu:GPU-0"].severity == "critical"
+    assert "uncorrected ECC" in incidents["gpu:GPU-0"].summary
+    assert "hw_thermal_slowdown" in incidents["gpu:GPU-1"].summary
+
+
+def test_gpu_actor_on_a_gpu_less_cluster_is_infeasible(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PENDING_S = 120
+    node(cpus=8)
+    now = timezone.now()
+    ingest_demands([DemandRecord(kind="actor", key="a1", name="Learner",
+                                 bundles=({"GPU": 1.0, "CPU": 1.0},))], now - timedelta(minutes=5))
+    mark_ray_current()
+    evaluate_resources(now)
+    [incident] = firing("demand_infeasible")
+    assert incident.severity == "critical"
+    assert "actor Learner" in incident.summary
+    assert "GPU: asks 1, no node has any" in incident.summary
+
+
+def test_feasible_demand_names_what_it_waits_behind(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PENDING_S = 120
+    node(cpus=2, cpu_used=2.0)
+    actor(5000, required_resources={"CPU": 2.0}, repr_name="Trainer")
+    now = timezone.now()
+    ingest_demands([DemandRecord(kind="placement_group", key="pg1", name="rollout",
+                                 bundles=({"CPU": 1.0}, {"CPU": 1.0}), strategy="PACK")],
+                   now - timedelta(minutes=3))
+    mark_ray_current()
+    evaluate_resources(now)
+    assert firing("demand_infeasible") == []
+    [incident] = firing("demand_pending")
+    assert "placement group rollout" in incident.summary
+    assert "held by actor Trainer" in incident.summary
+    ingest_demands([], now)  # placed: no longer pending
+    evaluate_resources(now)
+    assert firing("demand_pending") == []
+
+
+def test_dead_node_and_spilling_node(settings) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    node("dead-1", state="DEAD", state_message="Unexpected termination: health check failed",
+         ended_at=now - timedelta(minutes=1))
+    node("spill-1", object_store_spilled_bytes=3 * GIB, spilled_changed_at=now)
+    node("old-dead", state="DEAD", state_message="Expected termination",
+         ended_at=now - timedelta(days=3))
+    mark_ray_current()
+    evaluate_resources(now)
+    [dead] = firing("node_dead")
+    assert dead.subject == "node:dead-1" and dead.severity == "critical"
+    [spill] = firing("object_store_spilling")
+    assert spill.subject == "node:spill-1" and "3.00 GiB" in spill.summary
