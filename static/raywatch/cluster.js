@@ -37,8 +37,11 @@
     body.replaceChildren();
     for (const n of nodes) {
       const tr = el("tr", { "data-node-id": n.node_id, class: "node-" + n.state.toLowerCase() });
+      const name = el("td", { title: n.node_id });
+      name.append(el("a", { href: "/nodes/" + encodeURIComponent(n.node_id) + "/" },
+        (n.hostname || n.node_ip) + " · " + n.node_id.slice(0, 8)));
       tr.append(
-        el("td", { title: n.node_id }, (n.hostname || n.node_ip) + " · " + n.node_id.slice(0, 8)),
+        name,
         el("td", {}, n.is_head ? "head" : "worker"),
         el("td", { class: "state", title: n.state_message || "" }, n.state),
         el("td", {}, n.node_ip),
