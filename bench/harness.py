@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -27,11 +29,11 @@ def database_url() -> str:
     return os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
 
 
-def django_env(**extra: str) -> dict[str, str]:
+def django_env(database: str | None = None, **extra: str) -> dict[str, str]:
     """The environment raywatch reads in the bench process and in any server it starts."""
     return {
         "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": database or database_url(),
         "RAYWATCH_SECRET_KEY": os.environ.get("RAYWATCH_SECRET_KEY", BENCH_SECRET_KEY),
         **extra,
     }
@@ -52,9 +54,35 @@ def ensure_database(url: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def setup_django(**extra_env: str) -> dict[str, str]:
-    """Point raywatch at the bench database, migrate it, and return the environment used."""
-    env = django_env(**extra_env)
+@contextmanager
+def throwaway_database(label: str) -> Iterator[str]:
+    """A database of this run's own on the bench server, dropped on the way out (also
+    when the bench fails): for benches that load more than a shared database should keep,
+    and that must not trip over an older schema left in it."""
+    import psycopg
+    from psycopg import sql
+
+    base = urlsplit(database_url())
+    name = f"raywatch_bench_{label}_{os.getpid()}"
+    admin = base._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield base._replace(path=f"/{name}").geturl()
+    finally:
+        if "django.db" in sys.modules:
+            from django.db import connections
+
+            connections.close_all()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(name)))
+
+
+def setup_django(database: str | None = None, **extra_env: str) -> dict[str, str]:
+    """Point raywatch at the bench database (or `database`), migrate it, and return the
+    environment used."""
+    env = django_env(database, **extra_env)
     os.environ.update(env)
     ensure_database(env["DATABASE_URL"])
 

@@ -28,55 +28,63 @@ NODES, GPUS_PER_NODE, SECONDS = 64, 8, 500  # 500 one-second polls of a 512-GPU 
 BATCH_SIZES = (NODES * GPUS_PER_NODE, 5000)  # one cluster-wide poll; a larger backlog flush
 REPEATS = 5
 TARGET_RATIO, TARGET_RATE = 0.5, 20_000
+START = datetime(2026, 1, 1, tzinfo=UTC)
 
 # The baseline spells out its own column list, so it does not borrow anything from the
 # code it is compared with.
 RAW_COPY = (
-    "COPY gpus_gpusample (node_id, gpu_index, gpu_uuid, at, utilization_gpu,"
-    " utilization_memory, memory_used_bytes, memory_total_bytes, temperature_c, power_w,"
-    " power_limit_w, sm_clock_mhz, simulated) FROM STDIN"
+    "COPY gpus_gpusample (gpu_id, at, utilization_gpu, utilization_memory,"
+    " memory_used_bytes, temperature_c, power_w, sm_clock_mhz) FROM STDIN"
 )
 
 Row = tuple[Any, ...]
+Sample = tuple[int, GpuSampleRecord]  # (Gpu primary key, reading), as write_gpu_samples takes
 
 
-def make_samples() -> list[GpuSampleRecord]:
-    """Consecutive one-second polls of every GPU, with plausible H100 readings."""
-    rng = random.Random(42)
+def create_gpus(rng: random.Random) -> list[tuple[int, str, int, str]]:
+    """The cluster's Gpu rows, created afresh: (primary key, node, index, uuid) of each."""
+    from dashboard.gpus.models import Gpu
+
     gpus = [
-        (f"{rng.getrandbits(224):056x}", index, f"GPU-{uuid.UUID(int=rng.getrandbits(128))}")
-        for _ in range(NODES)
+        Gpu(uuid=f"GPU-{uuid.UUID(int=rng.getrandbits(128))}", node=f"ingest-bench-{n:02d}",
+            node_ip=f"10.250.{n}.1", index=index, first_seen_at=START, at=START)
+        for n in range(NODES)
         for index in range(GPUS_PER_NODE)
     ]
-    start = datetime(2026, 1, 1, tzinfo=UTC)
+    Gpu.objects.filter(uuid__in=[g.uuid for g in gpus]).delete()  # left by an earlier run
+    return [(g.pk, g.node, g.index, g.uuid) for g in Gpu.objects.bulk_create(gpus)]
+
+
+def make_samples() -> list[Sample]:
+    """Consecutive one-second polls of every GPU, with plausible H100 readings."""
+    rng = random.Random(42)
+    gpus = create_gpus(rng)
     memory_total = 80 * 2**30
     return [
-        GpuSampleRecord(
-            node_id=node_id, gpu_index=index, uuid=gpu_uuid, at=start + timedelta(seconds=s),
+        (pk, GpuSampleRecord(
+            node=node, gpu_index=index, uuid=gpu_uuid, at=START + timedelta(seconds=s),
             utilization_gpu=round(rng.uniform(0, 100), 1),
             utilization_memory=round(rng.uniform(0, 100), 1),
             memory_used_bytes=rng.randrange(memory_total), memory_total_bytes=memory_total,
             temperature_c=float(rng.randint(30, 85)), power_w=round(rng.uniform(60, 700), 2),
             power_limit_w=700.0, sm_clock_mhz=rng.choice((1410, 1755, 1980)),
-        )
+        ))
         for s in range(SECONDS)
-        for node_id, index, gpu_uuid in gpus
+        for pk, node, index, gpu_uuid in gpus
     ]
 
 
-def as_row(r: GpuSampleRecord) -> Row:
-    return (
-        r.node_id, r.gpu_index, r.uuid, r.at, r.utilization_gpu, r.utilization_memory,
-        r.memory_used_bytes, r.memory_total_bytes, r.temperature_c, r.power_w,
-        r.power_limit_w, r.sm_clock_mhz, r.simulated,
-    )
+def as_row(sample: Sample) -> Row:
+    pk, r = sample
+    return (pk, r.at, r.utilization_gpu, r.utilization_memory, r.memory_used_bytes,
+            r.temperature_c, r.power_w, r.sm_clock_mhz)
 
 
 def chunked(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def write_project(batches: list[Sequence[GpuSampleRecord]]) -> None:
+def write_project(batches: list[Sequence[Sample]]) -> None:
     from dashboard.gpus.ingest import write_gpu_samples
 
     for batch in batches:
@@ -120,7 +128,9 @@ def timed_run(write: Callable[[list[Any]], None], batches: list[Any], expected: 
     return elapsed
 
 
-def measure(raw_conn: Any, records: list[GpuSampleRecord]) -> dict[int, dict[str, list[float]]]:
+def measure(
+    raw_conn: Any, records: list[Sample], repeats: int = REPEATS
+) -> dict[int, dict[str, list[float]]]:
     """Samples/s per batch size and path; the paths alternate which one goes first."""
     rows = [as_row(r) for r in records]
     writers = {"project": write_project, "raw": raw_writer(raw_conn)}
@@ -132,21 +142,22 @@ def measure(raw_conn: Any, records: list[GpuSampleRecord]) -> dict[int, dict[str
     for path, write in writers.items():  # warm-up: connections, adapters, plans
         timed_run(write, chunked(inputs[path], BATCH_SIZES[0])[:2], 2 * BATCH_SIZES[0])
     rates: dict[int, dict[str, list[float]]] = {b: {"project": [], "raw": []} for b in BATCH_SIZES}
-    for repeat in range(REPEATS):
+    for repeat in range(repeats):
         order = list(writers) if repeat % 2 == 0 else list(reversed(writers))
         for size in BATCH_SIZES:
             for path in order:
                 seconds = timed_run(writers[path], chunked(inputs[path], size), len(records))
                 rates[size][path].append(len(records) / seconds)
-                print(f"  repeat {repeat + 1}/{REPEATS}  batch {size:>5}  {path:<7}"
+                print(f"  repeat {repeat + 1}/{repeats}  batch {size:>5}  {path:<7}"
                       f"  {len(records) / seconds:>10,.0f} samples/s", flush=True)
     truncate()
     return rates
 
 
 def summarise(rates: dict[int, dict[str, list[float]]], samples: int) -> dict[str, Any]:
+    repeats = len(next(iter(rates.values()))["raw"])
     figures: dict[str, Any] = {
-        "bench": "ingest", "samples": samples, "repeats": REPEATS,
+        "bench": "ingest", "samples": samples, "repeats": repeats,
         "target_ratio": TARGET_RATIO, "target_samples_per_s": TARGET_RATE, "batches": {},
     }
     for size, paths in rates.items():
@@ -169,7 +180,7 @@ def report(figures: dict[str, Any]) -> None:
     batches = figures["batches"]
     harness.print_table(
         f"GPU sample ingest into Postgres: {figures['samples']:,} samples "
-        f"({NODES} nodes x {GPUS_PER_NODE} GPUs x {SECONDS} s), {REPEATS} runs per cell",
+        f"({NODES} nodes x {GPUS_PER_NODE} GPUs x {SECONDS} s), {figures['repeats']} runs per cell",
         ["batch", "path", "best samples/s", "median samples/s", "median ms/batch"],
         [
             [size, path, e[path]["best"], e[path]["median"],
