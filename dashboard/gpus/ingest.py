@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -40,20 +41,15 @@ def ingest_gpu_poll(poll: GpuPoll, node_ip: str, now: datetime) -> list[Gpu]:
         _replace_processes(poll, by_uuid, now)
         if gpus:
             # The tiles are built after commit, so a page never shows what rolled back.
-            publish(GPUS_GROUP, "gpus", _LazyTiles([g.pk for g in gpus]))
+            publish(GPUS_GROUP, "gpus", partial(_tiles, [g.pk for g in gpus]))
     return gpus
 
 
-class _LazyTiles:
+def _tiles(pks: list[int]) -> dict:
     """Tiles for the given GPUs, read when the push is sent (after commit)."""
+    from dashboard.gpus.views_data import gpu_payload
 
-    def __init__(self, pks: list[int]) -> None:
-        self.pks = pks
-
-    def __call__(self) -> dict:
-        from dashboard.gpus.views_data import gpu_payload
-
-        return {"gpus": gpu_payload(Gpu.objects.filter(pk__in=self.pks))}
+    return {"gpus": gpu_payload(Gpu.objects.filter(pk__in=pks))}
 
 
 def _upsert_gpus(poll: GpuPoll, node_ip: str, now: datetime) -> list[Gpu]:

@@ -13,11 +13,9 @@ from django.utils import timezone
 
 from dashboard.gpus.models import Gpu, GpuProcess
 from dashboard.gpus.owners import Owner, owners
+from dashboard.incidents.resource_rules import HARDWARE_THROTTLES
 
 HOT_C = 85.0
-HARDWARE_THROTTLES = frozenset({
-    "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown",
-})
 
 
 def gpu_payload(gpus: Iterable[Gpu], now: datetime | None = None) -> list[dict[str, Any]]:
@@ -78,7 +76,7 @@ def gpu_state(gpu: Gpu, rows: list[dict[str, Any]], stale: bool) -> str:
     """One word for the tile's colour, worst first."""
     if stale:
         return "stale"
-    if gpu.ecc_uncorrected or HARDWARE_THROTTLES & set(gpu.throttle_reasons or ()):
+    if gpu.ecc_uncorrected or set(HARDWARE_THROTTLES) & set(gpu.throttle_reasons or ()):
         return "hardware"
     if any(r["owner"]["kind"] == "orphan" for r in rows):
         return "orphan"
