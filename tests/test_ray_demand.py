@@ -191,9 +191,19 @@ def test_submitted_job_runs_on_its_driver_then_stops(
 
     client = JobSubmissionClient(ray_cluster.dashboard_url, headers=endpoint.headers())
     # This interpreter: a bare `python` on PATH need not have ray installed.
-    submission_id = client.submit_job(
-        entrypoint=f'{sys.executable} -c "import ray, time; ray.init(); time.sleep(120)"'
-    )
+    entrypoint = f'{sys.executable} -c "import ray, time; ray.init(); time.sleep(120)"'
+
+    def submit() -> str | None:
+        # Ray answers "No available agent ... try again later" until the head's job
+        # agent has registered (seen when another cluster started on the host).
+        try:
+            return client.submit_job(entrypoint=entrypoint)
+        except RuntimeError as exc:
+            if "No available agent" in str(exc):
+                return None
+            raise
+
+    submission_id = wait_for(submit, 60, 2, "Ray's job agent to accept the job")
 
     def job(status: str, reply: ClusterReply) -> JobRecord | None:
         found = next((j for j in parse_jobs(reply) if j.submission_id == submission_id), None)
