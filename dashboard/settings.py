@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "dashboard.gpus",
     "dashboard.trials",
     "dashboard.incidents",
+    "dashboard.alerts",
 ]
 
 MIDDLEWARE = [
@@ -241,6 +242,29 @@ SLOW_FACTOR = env_number("RAYWATCH_SLOW_FACTOR", 3.0, minimum=1)
 SLOW_MIN_S = env_number("RAYWATCH_SLOW_MIN_S", 1.0, minimum=0)
 SLOW_WINDOW = env_int("RAYWATCH_SLOW_WINDOW", 20, minimum=3)
 GONE_GRACE_S = env_number("RAYWATCH_GONE_GRACE_S", 30.0, minimum=0)
+
+# --- alerts: grouping, pacing and delivery (README: "Alerts") ------------------------------
+ALERT_TICK_S = env_number("RAYWATCH_ALERT_TICK_S", 1.0, minimum=0.2)
+# Alertmanager's defaults: wait 30 s for incidents that start together, then at most one
+# message per group each 5 min, and a reminder every 4 h while it still fires.
+ALERT_GROUP_WAIT_S = env_number("RAYWATCH_ALERT_GROUP_WAIT_S", 30.0, minimum=0)
+ALERT_GROUP_INTERVAL_S = env_number("RAYWATCH_ALERT_GROUP_INTERVAL_S", 300.0, minimum=0)
+ALERT_REPEAT_S = env_number("RAYWATCH_ALERT_REPEAT_S", 4 * 3600.0, minimum=1)
+NOTIFY_TIMEOUT_S = env_number("RAYWATCH_NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
+NOTIFY_MAX_ATTEMPTS = env_int("RAYWATCH_NOTIFY_MAX_ATTEMPTS", 10, minimum=1)
+NOTIFY_BACKOFF_S = env_number("RAYWATCH_NOTIFY_BACKOFF_S", 2.0, minimum=0.05)
+NOTIFY_BACKOFF_CAP_S = env_number("RAYWATCH_NOTIFY_BACKOFF_CAP_S", 300.0, minimum=0.1)
+NOTIFY_THREADS = env_int("RAYWATCH_NOTIFY_THREADS", 8, minimum=1)
+# Webhooks to loopback, link-local and private addresses are refused unless this is set.
+WEBHOOK_ALLOW_PRIVATE = env_bool("RAYWATCH_WEBHOOK_ALLOW_PRIVATE", False)
+CELERY_BEAT_SCHEDULE["route-alerts"] = {
+    "task": "dashboard.alerts.tasks.route_alerts",
+    "schedule": ALERT_TICK_S,
+    "options": {"expires": max(ALERT_TICK_S * 5, 5)},
+}
+# Sending has its own queue and worker (`celery worker -Q notify`): a webhook that hangs
+# never holds a collector's slot.
+CELERY_TASK_ROUTES = {"dashboard.alerts.tasks.send_channel": {"queue": "notify"}}
 
 # --- source health ----------------------------------------------------------------
 # A source whose last good poll is older than this many poll intervals is "down".

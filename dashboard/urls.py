@@ -4,13 +4,14 @@ from django.urls import path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from dashboard.alerts import api as alerts_api
+from dashboard.alerts import views as alerts_views
 from dashboard.cluster import api as cluster_api
 from dashboard.cluster import views as cluster_views
 from dashboard.core import api as core_api
 from dashboard.core import views as core_views
 from dashboard.gpus import api as gpus_api
 from dashboard.gpus import views as gpus_views
-from dashboard.incidents import api as incidents_api
 from dashboard.trials import api as trials_api
 from dashboard.trials import views as trials_views
 
@@ -27,6 +28,14 @@ urlpatterns = [
     path("gpus/<str:uuid>/", gpus_views.gpu_page, name="gpu"),
     path("nodes/<str:node_id>/", gpus_views.node_page, name="node"),
     path("demands/", gpus_views.demands_page, name="demands"),
+    path("alerts/", alerts_views.alerts_page, name="alerts"),
+    path("incidents/<int:pk>/", alerts_views.incident_page, name="incident"),
+    path("alerts/silences/", alerts_views.silences_page, name="silences"),
+    path("alerts/silences/<int:pk>/end", alerts_views.silence_end, name="silence-end"),
+    path("alerts/channels/", alerts_views.channels_page, name="channels"),
+    path("alerts/channels/<int:pk>/", alerts_views.channel_page, name="channel"),
+    path("alerts/channels/<int:pk>/test", alerts_views.channel_test, name="channel-test"),
+    path("alerts/channels/<int:pk>/delete", alerts_views.channel_delete, name="channel-delete"),
     path("api/nodes/", cluster_api.NodeList.as_view(), name="api-nodes"),
     path("api/gpus/", gpus_api.GpuList.as_view(), name="api-gpus"),
     path("api/gpus/<str:uuid>/samples/", gpus_api.GpuSamples.as_view(), name="api-gpu-samples"),
@@ -36,7 +45,10 @@ urlpatterns = [
     path("api/trials/", trials_api.TrialList.as_view(), name="api-trials"),
     path("api/trials/<str:trial_id>/results/", trials_api.TrialResults.as_view(),
          name="api-trial-results"),
-    path("api/alerts/", incidents_api.AlertList.as_view(), name="api-alerts"),
+    path("api/alerts/", alerts_api.AlertList.as_view(), name="api-alerts"),
+    path("api/alerts/<int:pk>/", alerts_api.AlertDetail.as_view(), name="api-alert"),
+    path("api/alerts/<int:pk>/ack", alerts_api.AlertAck.as_view(), name="api-alert-ack"),
+    path("api/silences/", alerts_api.SilenceList.as_view(), name="api-silences"),
     path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
     path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -10,14 +10,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
 from django.contrib.auth.models import Group, User
+from django.db import connection as db_connection
 
 from collectors.localray import LocalCluster, LocalRay, free_port
 from dashboard.celery import app as celery_app
 from dashboard.core.scheduler import EmbeddedScheduler
+from tests.receivers import Receiver
 
 # Ray reads this once, when it is first imported: a driver that joins the test
 # cluster from this process needs token auth on (shared/RAY_FACTS.md).
@@ -157,6 +160,28 @@ def live_server_asgi(transactional_db: None) -> Iterator[LiveServer]:
 
 
 # --- Chromium through Playwright -----------------------------------------------------------
+def off_the_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn` in a thread of its own. Playwright's sync API keeps an event loop in
+    this one, and the push sent after commit (async_to_sync) will not run beside it."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as exc:  # handed back to the test
+            outcome["error"] = exc
+        finally:
+            db_connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     # Module scope: Playwright's sync API keeps an event loop running in the main
@@ -254,3 +279,31 @@ def mark_ray_current(at=None) -> None:  # type: ignore[no-untyped-def]
 
         SourceHealth.objects.filter(source="ray", scope="").update(last_success_at=at)
     return timezone.now()
+
+
+# --- loopback webhook receivers for the alert tests ------------------------------------------
+@pytest.fixture
+def receivers() -> Iterator[Callable[..., Receiver]]:
+    started: list[Receiver] = []
+
+    def start(*script: object) -> Receiver:
+        receiver = Receiver(script=list(script) or [200]).start()
+        started.append(receiver)
+        return receiver
+
+    yield start
+    for receiver in started:
+        receiver.stop()
+
+
+@pytest.fixture
+def alert_settings(settings):  # type: ignore[no-untyped-def]
+    """Receivers live on loopback: open the private-address guard for them. Short
+    timeouts and backoff so retries happen within a test."""
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    settings.ALERT_GROUP_WAIT_S = 0
+    settings.NOTIFY_TIMEOUT_S = 1.0
+    settings.NOTIFY_BACKOFF_S = 0.05
+    settings.NOTIFY_BACKOFF_CAP_S = 0.2
+    settings.BASE_URL = "https://raywatch.example.org"
+    return settings

@@ -5,14 +5,11 @@ through the minute rollups and back in to single readings."""
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import expect
@@ -25,32 +22,11 @@ from dashboard.gpus.ingest import ingest_gpu_poll
 from dashboard.gpus.models import Gpu, GpuSample
 from dashboard.gpus.retention import roll_up
 from dashboard.trials.models import Experiment, Trial
-from tests.conftest import PASSWORD, LiveServer, login, wait_for
+from tests.conftest import PASSWORD, LiveServer, login, off_the_loop, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 GiB = 1024**3
 MAX_POINTS = 2000
-
-
-def off_the_loop(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call `fn` in a thread of its own. Playwright's sync API keeps an event loop in
-    this one, and the push sent after commit (async_to_sync) will not run beside it."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = fn(*args)
-        except BaseException as exc:  # handed back to the test
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(60)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
 
 
 def reading(node: str, index: int, util: float, at: datetime, *, simulated: bool = False,

@@ -1,5 +1,6 @@
 """The production topology of docker-compose.yml, run for real: Postgres, Redis,
-`serve` (uvicorn) with a Celery worker and beat polling a real Ray cluster."""
+`serve` (uvicorn) with a Celery worker, notifier and beat polling a real Ray cluster,
+and an incident reaching a chat webhook through them."""
 
 from __future__ import annotations
 
@@ -62,8 +63,20 @@ def gpu_nodes(port: int, token: str) -> dict[str, set[str]] | None:
     return found if len(found) == 3 else None
 
 
+OPEN_INCIDENT = """
+from django.utils import timezone
+from dashboard.alerts.models import Channel
+from dashboard.incidents.rules import Finding
+from dashboard.incidents.service import sync_findings
+Channel.objects.create(name="ops", kind="webhook", url="{url}")
+finding = Finding("test_stalled", "trial:topo/t1", "critical", "trial t1 stalled", {{}})
+sync_findings(["test_stalled"], [finding], timezone.now(),
+              {{"trial:topo/t1": {{"experiment": "topo"}}}})
+"""
+
+
 def test_celery_worker_beat_and_agents_feed_the_dashboard(
-    tmp_path: Path, scratch_database: str, ray_cluster: LocalCluster
+    tmp_path: Path, scratch_database: str, ray_cluster: LocalCluster, receivers
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"RAY_ADDRESS"}}
     env.update({
@@ -74,6 +87,8 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         "RAYWATCH_DATA_DIR": str(tmp_path),
         "RAYWATCH_POLL_RAY_S": "1",
         "RAYWATCH_POLL_GPU_S": "1",
+        "RAYWATCH_WEBHOOK_ALLOW_PRIVATE": "1",  # the test's receiver is on loopback
+        "RAYWATCH_ALERT_GROUP_WAIT_S": "0",
     })
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "ensure_admin")
@@ -104,7 +119,13 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         assert roles == {"worker", "beat"}
         queues = {" ".join(c.cmdline()).split("--queues ")[-1].split()[0]
                   for c in children if "--queues" in " ".join(c.cmdline())}
-        assert queues == {"gpu.head-gpu"}
+        assert queues == {"gpu.head-gpu", "notify"}
+        # An incident opened by a detector process reaches the chat webhook through the
+        # worker (routing) and the notifier (sending).
+        receiver = receivers(200)
+        manage(env, "shell", "-c", OPEN_INCIDENT.format(url=receiver.url))
+        [message] = wait_for(receiver.accepted, 60, 0.2, "the incident to reach the webhook")
+        assert message["title"] == "[FIRING:1] experiment topo"
     finally:
         server.send_signal(signal.SIGINT)
         for agent in agents:
@@ -112,7 +133,7 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         output, _ = server.communicate(timeout=90)
         for agent in agents:
             agent.wait(30)
-    assert "Celery worker, beat, agent on REDIS_URL" in output
+    assert "Celery worker, notifier, beat, agent on REDIS_URL" in output
     assert "Traceback" not in output
     gone = psutil.wait_procs(children, timeout=30)[1]
     assert not gone, f"still running after Ctrl-C: {gone}"

@@ -10,6 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard.core.health import HEALTH_GROUP, health_payload
 from dashboard.core.roles import VIEWER, has_role
+from dashboard.incidents.service import ALERTS_GROUP, alerts_summary
 
 CLOSE_FORBIDDEN = 4403
 
@@ -22,14 +23,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     memberships Redis forgot never leave a page silently stale.
 
     Subclasses name their topics and build the snapshot. The status strip's
-    `health` topic is on every page. Nothing destructive travels here: the
-    socket is read-only, actions are POSTs.
+    `health` topic and the header's incident count (`alerts`) are on every page.
+    Nothing destructive travels here: the socket is read-only, actions are POSTs.
     """
 
     topics: tuple[str, ...] = ()
 
     def all_topics(self) -> tuple[str, ...]:
-        return (HEALTH_GROUP, *self.page_topics())
+        return (HEALTH_GROUP, ALERTS_GROUP, *self.page_topics())
 
     def page_topics(self) -> tuple[str, ...]:
         return self.topics
@@ -69,7 +70,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"topic": event["topic"], "data": event["data"]})
 
     def snapshot(self) -> dict[str, Any]:
-        return {"health": health_payload(), **self.page_snapshot()}
+        return {"health": health_payload(), "alerts": alerts_summary(), **self.page_snapshot()}
 
     def page_snapshot(self) -> dict[str, Any]:
         return {}

@@ -1,15 +1,26 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+SEVERITIES = ("info", "warning", "critical")  # ascending
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 0
 
 
 class Incident(models.Model):
     """Something wrong that a detector found. One firing incident per (kind, subject):
-    a detector that finds the same thing again updates it, never opens a twin."""
+    a detector that finds the same thing again updates it, never opens a twin.
+
+    Resolved by the detector when the condition clears; acknowledged by an operator
+    (who, when, note). Silenced is not stored here: a silence applies while it is
+    active (alerts.Silence), so an expired one stops applying by itself."""
 
     FIRING, RESOLVED = "firing", "resolved"
-    INFO, WARNING, CRITICAL = "info", "warning", "critical"
+    INFO, WARNING, CRITICAL = SEVERITIES
 
     kind = models.CharField(max_length=64)
     subject = models.CharField(max_length=500)
@@ -22,9 +33,17 @@ class Incident(models.Model):
     )
     experiment = models.CharField(max_length=255, blank=True, default="")
     node_ip = models.CharField(max_length=64, blank=True, default="")
+    # Incidents of one experiment (else one node, else one subject) go out as one message.
+    group_key = models.CharField(max_length=300, blank=True, default="")
     opened_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    ack_note = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [
@@ -33,8 +52,40 @@ class Incident(models.Model):
                 name="one_firing_incident_per_subject",
             )
         ]
-        indexes = [models.Index(fields=["state", "-opened_at"], name="incident_state_opened")]
+        indexes = [
+            models.Index(fields=["state", "-opened_at"], name="incident_state_opened"),
+            models.Index(fields=["group_key", "state"], name="incident_group_state"),
+        ]
         ordering = ["-opened_at"]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.subject} ({self.state})"
+
+
+class IncidentEvent(models.Model):
+    """The incident's timeline. Events that notify (opened, escalated, resolved) are
+    also the outbox: written in the transaction that changes the incident, and
+    routed to notification channels later (routed_at set once, by one router)."""
+
+    OPENED, UPDATED, ESCALATED, RESOLVED = "opened", "updated", "escalated", "resolved"
+    ACKNOWLEDGED, SILENCED, UNSILENCED = "acknowledged", "silenced", "unsilenced"
+    NOTIFYING = (OPENED, ESCALATED, RESOLVED)
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=32)
+    text = models.TextField(blank=True, default="")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="+")
+    notify = models.BooleanField(default=False)
+    routed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["id"], condition=Q(notify=True, routed_at=None),
+                         name="incident_event_outbox"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.incident_id} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -3,21 +3,28 @@
 One firing incident per (kind, subject): finding the same thing again updates
 it. A firing incident of the evaluated kinds that no detector reports any more
 is resolved: incidents resolve themselves when the condition clears.
+
+Every change writes its timeline event in the same transaction; the events that
+notify (opened, escalated, resolved) are the alert outbox (dashboard.alerts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from dashboard.core.push import publish
-from dashboard.incidents.models import Incident
+from dashboard.incidents.models import Incident, IncidentEvent, severity_rank
 from dashboard.incidents.rules import Finding
 
 ALERTS_GROUP = "alerts"
+# A condition that changes every evaluation (an idle counter) records an update on the
+# timeline at most this often; a change of severity always does.
+UPDATE_EVENT_EVERY = timedelta(minutes=10)
 
 
 def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: datetime,
@@ -33,40 +40,102 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
             for i in Incident.objects.select_for_update().filter(state=Incident.FIRING,
                                                                   kind__in=kinds)
         }
+        changed = [(firing[key], f) for key, f in found.items()
+                   if key in firing and (firing[key].summary, firing[key].details,
+                                         firing[key].severity)
+                   != (f.summary, f.details, f.severity)]
+        last_events = _last_update_events([i for i, _ in changed])
         for key, finding in found.items():
-            incident = firing.get(key)
-            if incident is None:
+            if key not in firing:
                 opened += _open(finding, now, (context or {}).get(finding.subject, {}))
-            elif (incident.summary, incident.details) != (finding.summary, finding.details):
-                incident.summary, incident.details = finding.summary, finding.details
-                incident.severity, incident.updated_at = finding.severity, now
-                incident.save(update_fields=["summary", "details", "severity", "updated_at"])
-                updated += 1
+        escalated = 0
+        for incident, finding in changed:
+            escalated += _update(incident, finding, now, last_events.get(incident.pk))
+            updated += 1
         for key, incident in firing.items():
             if key not in found:
-                incident.state, incident.resolved_at, incident.updated_at = (
-                    Incident.RESOLVED, now, now)
-                incident.save(update_fields=["state", "resolved_at", "updated_at"])
+                resolve(incident, now)
                 resolved += 1
         if opened or resolved or updated:
-            publish(ALERTS_GROUP, "alerts", alerts_summary())
+            publish(ALERTS_GROUP, "alerts", alerts_summary)
+        if opened or resolved or escalated:
+            notify_after_commit()
     return {"opened": opened, "updated": updated, "resolved": resolved}
 
 
+def notify_after_commit() -> None:
+    from dashboard.alerts.kick import kick_router  # alerts depends on incidents, not back
+
+    transaction.on_commit(kick_router, robust=True)
+
+
+def group_key_of(experiment: str, node_ip: str, subject: str) -> str:
+    if experiment:
+        return f"experiment:{experiment}"
+    if node_ip:
+        return f"node:{node_ip}"
+    return f"subject:{subject}"[:300]
+
+
 def _open(finding: Finding, now: datetime, extra: dict[str, Any]) -> int:
+    group_key = group_key_of(extra.get("experiment", ""), extra.get("node_ip", ""),
+                             finding.subject)
     try:
         with transaction.atomic():
-            Incident.objects.create(
+            incident = Incident.objects.create(
                 kind=finding.kind, subject=finding.subject, severity=finding.severity,
                 summary=finding.summary, details=finding.details, opened_at=now,
-                updated_at=now, **extra,
+                updated_at=now, group_key=group_key, **extra,
             )
+            record(incident, IncidentEvent.OPENED, now, finding.summary)
     except IntegrityError:
         return 0  # another worker opened it a moment ago: one incident, not two
     return 1
 
 
+def _update(incident: Incident, finding: Finding, now: datetime,
+            last_event_at: datetime | None) -> bool:
+    """True when the incident escalated (which notifies)."""
+    before = incident.severity
+    incident.summary, incident.details = finding.summary, finding.details
+    incident.severity, incident.updated_at = finding.severity, now
+    incident.save(update_fields=["summary", "details", "severity", "updated_at"])
+    if severity_rank(finding.severity) > severity_rank(before):
+        record(incident, IncidentEvent.ESCALATED, now,
+               f"{before} → {finding.severity}: {finding.summary}")
+        return True
+    if (finding.severity != before or last_event_at is None
+            or now - last_event_at >= UPDATE_EVENT_EVERY):
+        record(incident, IncidentEvent.UPDATED, now, finding.summary)
+    return False
+
+
+def resolve(incident: Incident, now: datetime) -> None:
+    incident.state, incident.resolved_at, incident.updated_at = Incident.RESOLVED, now, now
+    incident.save(update_fields=["state", "resolved_at", "updated_at"])
+    record(incident, IncidentEvent.RESOLVED, now, "the detector no longer finds it")
+
+
+def record(incident: Incident, kind: str, now: datetime, text: str = "",
+           actor: Any = None) -> IncidentEvent:
+    notify = kind in IncidentEvent.NOTIFYING
+    return IncidentEvent.objects.create(
+        incident=incident, kind=kind, at=now, text=text, actor=actor, notify=notify,
+        routed_at=None if notify else now,
+    )
+
+
+def _last_update_events(incidents: list[Incident]) -> dict[int, datetime]:
+    if not incidents:
+        return {}
+    rows = (IncidentEvent.objects.filter(incident__in=incidents,
+                                         kind__in=(IncidentEvent.OPENED, IncidentEvent.UPDATED,
+                                                   IncidentEvent.ESCALATED))
+            .values("incident_id").annotate(last=Max("at")))
+    return {row["incident_id"]: row["last"] for row in rows}
+
+
 def alerts_summary() -> dict[str, Any]:
-    firing = Incident.objects.filter(state=Incident.FIRING)
-    return {"firing": firing.count(),
-            "critical": firing.filter(severity=Incident.CRITICAL).count()}
+    from dashboard.alerts.summary import alerts_summary as summary  # silences live in alerts
+
+    return summary()

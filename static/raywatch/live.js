@@ -34,7 +34,20 @@
     }
   }
 
+  function renderAlertCount(summary) {
+    const badge = document.getElementById("alert-count");
+    if (!badge || !summary) return;
+    badge.dataset.open = summary.open;
+    badge.dataset.critical = summary.critical;
+    badge.textContent = summary.open + " open alert" + (summary.open === 1 ? "" : "s");
+    badge.title = "firing incidents nobody has acknowledged or silenced (" +
+      summary.firing + " firing in all)";
+  }
+
+  let connected = false;
+
   function connect(path, handlers) {
+    connected = true;
     let delay = 500;
     const maxDelay = 15000;
     let socket = null;
@@ -51,6 +64,7 @@
         let msg;
         try { msg = JSON.parse(event.data); } catch (e) { return; }
         if (msg.topic === "health") renderHealth(msg.data);
+        if (msg.topic === "alerts") renderAlertCount(msg.data);
         const handler = handlers[msg.topic];
         if (handler) handler(msg.data, msg);
       };
@@ -73,6 +87,11 @@
     open();
     return { get socket() { return socket; } };
   }
+
+  // A page with no live parts of its own still keeps the header live.
+  window.addEventListener("load", function () {
+    if (!connected && document.getElementById("alert-count")) connect("/ws/alerts/", {});
+  });
 
   window.raywatch = { connect: connect, el: el, renderHealth: renderHealth };
 })();

@@ -49,7 +49,8 @@ class Command(BaseCommand):
                 cleanup.callback(scheduler.stop)
                 self.stdout.write("collectors: in-process scheduler (no REDIS_URL)")
             elif not no_celery:
-                roles = ["worker", "beat"] + (["agent"] if settings.GPU_SOURCE != "off" else [])
+                roles = ["worker", "notifier", "beat"] + (
+                    ["agent"] if settings.GPU_SOURCE != "off" else [])
                 for role in roles:
                     cleanup.callback(stop_child, start_celery(role))
                 self.stdout.write(f"collectors: Celery {', '.join(roles)} on REDIS_URL")
@@ -127,11 +128,15 @@ def _describe_db() -> str:
 def start_celery(role: str) -> subprocess.Popen[bytes]:
     if role == "agent":  # this node's GPU agent: `manage.py agent` execs its own worker
         return subprocess.Popen([sys.executable, "manage.py", "agent"], cwd=settings.BASE_DIR)
-    cmd = [sys.executable, "-m", "celery", "-A", "dashboard", role, "--loglevel", "WARNING"]
+    cmd = [sys.executable, "-m", "celery", "-A", "dashboard"]
     if role == "beat":
-        cmd += ["--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
+        cmd += ["beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
+    elif role == "notifier":  # alert webhooks: I/O-bound, on their own queue and threads
+        cmd += ["worker", "--queues", "notify", "--pool", "threads",
+                "--concurrency", str(settings.NOTIFY_THREADS), "--hostname", "notify@%h"]
     else:
-        cmd += ["--concurrency", "2"]
+        cmd += ["worker", "--concurrency", "2"]
+    cmd += ["--loglevel", "WARNING"]
     return subprocess.Popen(cmd)
 
 

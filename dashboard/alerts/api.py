@@ -1,0 +1,177 @@
+"""Alerts API: incidents (firing first), acknowledgement, silences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dashboard.alerts.models import Silence, silenced_by
+from dashboard.alerts.service import ActionError, acknowledge, create_silence
+from dashboard.alerts.timeline import timeline
+from dashboard.core.roles import IsOperator, IsViewer
+from dashboard.incidents.models import SEVERITIES, Incident
+
+FILTERS = ("kind", "severity", "experiment", "node", "group")
+
+
+class IncidentSerializer(serializers.ModelSerializer):
+    trial_id = serializers.CharField(source="trial.trial_id", allow_null=True, default=None)
+    trial_pk = serializers.IntegerField(source="trial.pk", allow_null=True, default=None)
+    acknowledged_by = serializers.CharField(source="acknowledged_by.username", allow_null=True,
+                                            default=None)
+    silenced_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Incident
+        fields = ["id", "kind", "state", "severity", "subject", "trial_id", "trial_pk",
+                  "experiment", "node_ip", "group_key", "summary", "details", "opened_at",
+                  "updated_at", "resolved_at", "acknowledged_at", "acknowledged_by", "ack_note",
+                  "silenced_by"]
+
+    def get_silenced_by(self, incident: Incident) -> int | None:
+        if incident.state != Incident.FIRING:
+            return None
+        silence = silenced_by(incident, self.context.get("silences", []))
+        return silence.pk if silence else None
+
+
+class TimelineEntry(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    text = serializers.CharField()
+    actor = serializers.CharField(allow_null=True)
+    outcome = serializers.CharField(allow_null=True)
+
+
+class IncidentDetailSerializer(IncidentSerializer):
+    timeline = serializers.SerializerMethodField()
+
+    class Meta(IncidentSerializer.Meta):
+        fields = [*IncidentSerializer.Meta.fields, "timeline"]
+
+    @extend_schema_field(TimelineEntry(many=True))  # type: ignore[misc]
+    def get_timeline(self, incident: Incident) -> list[dict[str, Any]]:
+        return timeline(incident)
+
+
+def filtered(params: Any) -> QuerySet[Incident]:
+    incidents = Incident.objects.select_related("trial", "acknowledged_by")
+    if state := params.get("state"):
+        if state not in (Incident.FIRING, Incident.RESOLVED):
+            raise ValidationError({"state": "firing or resolved"})
+        incidents = incidents.filter(state=state)
+    if (severity := params.get("severity")) and severity not in SEVERITIES:
+        raise ValidationError({"severity": f"one of {', '.join(SEVERITIES)}"})
+    columns = {"kind": "kind", "severity": "severity", "experiment": "experiment",
+               "node": "node_ip", "group": "group_key"}
+    for name in FILTERS:
+        if value := params.get(name):
+            incidents = incidents.filter(**{columns[name]: value})
+    return incidents.order_by("state", "-opened_at")
+
+
+class AlertList(APIView):
+    """Incidents, firing first then the most recent (at most 1000)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, enum=[Incident.FIRING, Incident.RESOLVED]),
+            OpenApiParameter("severity", str, enum=list(SEVERITIES)),
+            *[OpenApiParameter(name, str) for name in ("kind", "experiment", "node", "group")],
+        ],
+        responses=IncidentSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        incidents = filtered(request.query_params)[:1000]
+        context = {"silences": Silence.active_at(timezone.now())}
+        return Response(IncidentSerializer(incidents, many=True, context=context).data)
+
+
+class AlertDetail(APIView):
+    """One incident with its timeline: opened, updates, notifications and their
+    outcome, acknowledgement, silences, resolved."""
+
+    @extend_schema(responses=IncidentDetailSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        incident = get_object_or_404(Incident.objects.select_related("trial"), pk=pk)
+        context = {"silences": Silence.active_at(timezone.now())}
+        return Response(IncidentDetailSerializer(incident, context=context).data)
+
+
+class AckRequest(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class AlertAck(APIView):
+    """Acknowledge a firing incident (operators): reminders stop, the page shows who."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=AckRequest, responses={200: IncidentSerializer,
+                                                  409: None, 404: None})
+    def post(self, request: Request, pk: int) -> Response:
+        incident = get_object_or_404(Incident, pk=pk)
+        body = AckRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        now = timezone.now()
+        try:
+            acknowledge(incident, request.user, body.validated_data["note"], now)
+        except ActionError as exc:
+            return Response({"detail": exc.message}, status=exc.status)
+        context = {"silences": Silence.active_at(now)}
+        return Response(IncidentSerializer(incident, context=context).data)
+
+
+class SilenceSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True,
+                                       allow_null=True, default=None)
+    active = serializers.SerializerMethodField()
+    starts_at = serializers.DateTimeField(required=False)
+
+    class Meta:
+        model = Silence
+        fields = ["id", *Silence.MATCHERS, "starts_at", "ends_at", "comment", "created_by",
+                  "created_at", "active"]
+        read_only_fields = ["id", "created_by", "created_at", "active"]
+
+    def get_active(self, silence: Silence) -> bool:
+        return silence.active(timezone.now())
+
+
+class SilenceList(APIView):
+    """Silences, newest end first. POST (operators) creates one: matchers are exact
+    values or globs (`trial_*`), empty matches anything; at least one is needed."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsOperator()] if self.request.method == "POST" else [IsViewer()]
+
+    @extend_schema(parameters=[OpenApiParameter("active", bool)],
+                   responses=SilenceSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        silences = Silence.objects.select_related("created_by")
+        if request.query_params.get("active") in ("1", "true"):
+            now = timezone.now()
+            silences = silences.filter(starts_at__lte=now, ends_at__gt=now)
+        return Response(SilenceSerializer(silences[:1000], many=True).data)
+
+    @extend_schema(request=SilenceSerializer, responses={201: SilenceSerializer})
+    def post(self, request: Request) -> Response:
+        body = SilenceSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data, now = body.validated_data, timezone.now()
+        try:
+            silence = create_silence(request.user, {m: data.get(m, "") for m in Silence.MATCHERS},
+                                     data.get("starts_at") or now, data["ends_at"],
+                                     data["comment"], now)
+        except ActionError as exc:
+            return Response({"detail": exc.message}, status=exc.status)
+        return Response(SilenceSerializer(silence).data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,160 @@
+// Alerts page and incident page: both read the alerts API and re-read it whenever the
+// server pushes an incident change, so what they show is always the database's state.
+(function () {
+  "use strict";
+  const el = window.raywatch.el;
+
+  function csrf() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+  function when(iso) {
+    return iso ? iso.slice(0, 19).replace("T", " ") + " UTC" : "";
+  }
+  function ago(iso) {
+    const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+    if (s < 120) return Math.round(s) + " s";
+    if (s < 7200) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+  function where(i) {
+    const parts = [];
+    if (i.experiment) parts.push("experiment " + i.experiment);
+    if (i.trial_id) parts.push("trial " + i.trial_id);
+    if (i.node_ip) parts.push("node " + i.node_ip);
+    return parts.join(" · ") || i.subject;
+  }
+  function stateOf(i) {
+    if (i.state === "resolved") return "resolved";
+    if (i.silenced_by) return "silenced";
+    if (i.acknowledged_at) return "acknowledged";
+    return "firing";
+  }
+
+  async function ack(id, note) {
+    const reply = await fetch("/api/alerts/" + id + "/ack", {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
+      body: JSON.stringify({ note: note || "" }),
+    });
+    if (!reply.ok) {
+      let detail = reply.statusText;
+      try { detail = (await reply.json()).detail || detail; } catch (e) { /* not JSON */ }
+      window.alert("Could not acknowledge: " + detail);
+    }
+  }
+
+  function actions(i, canAct, withNote) {
+    const box = el("span", { class: "actions" });
+    if (!canAct || i.state !== "firing") return box;
+    if (!i.acknowledged_at) {
+      const note = withNote ? el("input", { type: "text", placeholder: "note (optional)",
+                                            class: "ack-note" }) : null;
+      const button = el("button", { type: "button", class: "ack", "data-ack": i.id }, "Acknowledge");
+      button.addEventListener("click", function () {
+        button.disabled = true;
+        ack(i.id, note ? note.value : "").then(refresh);
+      });
+      if (note) box.append(note);
+      box.append(button);
+    }
+    const q = new URLSearchParams({ kind: i.kind, subject: i.subject });
+    box.append(" ", el("a", { href: "/alerts/silences/?" + q, class: "silence" }, "Silence…"));
+    return box;
+  }
+
+  // --- the alerts page -------------------------------------------------------------
+  function alertRow(i, canAct) {
+    const tr = el("tr", { "data-incident": i.id, class: "incident state-" + stateOf(i) });
+    tr.append(el("td", { class: "state" }, stateOf(i)),
+      el("td", { class: "sev sev-" + i.severity }, i.severity), el("td", {}, i.kind));
+    const what = el("td", {});
+    what.append(el("a", { href: "/incidents/" + i.id + "/" }, i.summary));
+    if (i.acknowledged_by) {
+      what.append(el("div", { class: "muted" },
+        "acknowledged by " + i.acknowledged_by + (i.ack_note ? ": " + i.ack_note : "")));
+    }
+    tr.append(what, el("td", {}, where(i)));
+    tr.append(el("td", { title: when(i.opened_at) },
+      i.state === "resolved" ? "resolved " + when(i.resolved_at) : ago(i.opened_at)));
+    const td = el("td", {});
+    td.append(actions(i, canAct, false));
+    tr.append(td);
+    return tr;
+  }
+
+  function renderList(incidents) {
+    const table = document.getElementById("alerts");
+    const canAct = table.dataset.canAct === "1";
+    table.tBodies[0].replaceChildren(...incidents.map((i) => alertRow(i, canAct)));
+    document.getElementById("no-alerts").hidden = incidents.length > 0;
+    const firing = incidents.filter((i) => i.state === "firing").length;
+    document.getElementById("alert-total").textContent =
+      firing + " firing, " + (incidents.length - firing) + " resolved";
+  }
+
+  // --- the incident page -----------------------------------------------------------
+  function renderIncident(i) {
+    const box = document.getElementById("incident");
+    document.getElementById("incident-summary").textContent = i.summary;
+    const facts = [["State", stateOf(i)], ["Severity", i.severity], ["Where", where(i)],
+      ["Subject", i.subject], ["Opened", when(i.opened_at)]];
+    if (i.resolved_at) facts.push(["Resolved", when(i.resolved_at)]);
+    if (i.acknowledged_at) {
+      facts.push(["Acknowledged", when(i.acknowledged_at) + " by " + i.acknowledged_by +
+        (i.ack_note ? ": " + i.ack_note : "")]);
+    }
+    if (i.silenced_by) facts.push(["Silenced", "by silence #" + i.silenced_by]);
+    const dl = document.getElementById("incident-facts");
+    dl.replaceChildren();
+    for (const [k, v] of facts) dl.append(el("dt", {}, k), el("dd", { "data-fact": k }, v));
+    if (i.trial_pk) {
+      dl.append(el("dt", {}, "Trial"));
+      const dd = el("dd", {});
+      dd.append(el("a", { href: "/trials/" + i.trial_pk + "/" }, i.trial_id));
+      dl.append(dd);
+    }
+    document.getElementById("incident-actions").replaceChildren(
+      actions(i, box.dataset.canAct === "1", true));
+    const list = document.getElementById("timeline");
+    list.replaceChildren(...i.timeline.map(function (e) {
+      const li = el("li", { class: "event event-" + e.kind, "data-kind": e.kind });
+      li.append(el("time", {}, when(e.at)), " ", el("b", {}, e.kind.replace("_", " ")));
+      if (e.actor) li.append(" by " + e.actor);
+      if (e.text) li.append(": ", el("span", {}, e.text));
+      if (e.outcome) li.append(el("div", { class: "outcome" }, e.outcome));
+      return li;
+    }));
+  }
+
+  const listTable = document.getElementById("alerts");
+  const incidentBox = document.getElementById("incident");
+  let pending = null;
+
+  async function refresh() {
+    let url;
+    if (listTable) {
+      const params = new URLSearchParams(new FormData(document.getElementById("alert-filters")));
+      for (const [k, v] of [...params]) if (!v) params.delete(k);
+      url = "/api/alerts/?" + params;
+    } else {
+      url = "/api/alerts/" + incidentBox.dataset.id + "/";
+    }
+    const reply = await fetch(url, { credentials: "same-origin" });
+    if (!reply.ok) return;
+    const data = await reply.json();
+    if (listTable) renderList(data); else renderIncident(data);
+  }
+  // Bursts of pushes (200 incidents opening) become one re-read.
+  function soon() {
+    if (pending) return;
+    pending = setTimeout(function () { pending = null; refresh(); }, 250);
+  }
+
+  if (listTable || incidentBox) {
+    refresh();
+    window.raywatch.connect("/ws/alerts/", {
+      alerts: soon, incidents_changed: soon, deliveries: soon,
+    });
+  }
+})();

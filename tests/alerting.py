@@ -1,0 +1,58 @@
+"""Helpers for the alert tests: a stand-in detector, and the router and senders
+run in this process at a given moment."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from dashboard.alerts import delivery, router
+from dashboard.alerts.models import Channel, Delivery
+from dashboard.incidents.models import Incident
+from dashboard.incidents.rules import Finding
+from dashboard.incidents.service import sync_findings
+
+KIND = "test_stalled"  # a kind no real detector evaluates, so none resolves it
+
+
+class Detector:
+    """Reports findings of one kind, as a real detector does on each evaluation."""
+
+    def __init__(self, kind: str = KIND) -> None:
+        self.kind = kind
+        self.findings: dict[str, Finding] = {}
+        self.context: dict[str, dict[str, Any]] = {}
+
+    def find(self, subject: str, now: datetime | None = None, severity: str = "warning",
+             summary: str = "", experiment: str = "", node_ip: str = "",
+             details: dict[str, Any] | None = None, sync: bool = True) -> None:
+        self.findings[subject] = Finding(self.kind, subject, severity,
+                                         summary or f"{subject} is stalled", details or {})
+        self.context[subject] = {"experiment": experiment, "node_ip": node_ip}
+        if sync:
+            self.sync(now)
+
+    def clear(self, subject: str, now: datetime | None = None) -> None:
+        self.findings.pop(subject)
+        self.sync(now)
+
+    def sync(self, now: datetime | None = None) -> dict[str, int]:
+        return sync_findings([self.kind], list(self.findings.values()), now or timezone.now(),
+                             self.context)
+
+    def incident(self, subject: str) -> Incident:
+        return Incident.objects.filter(kind=self.kind, subject=subject).latest("opened_at")
+
+
+def route(now: datetime | None = None) -> list[Delivery]:
+    return router.route_and_flush(now or timezone.now())
+
+
+def send_all() -> int:
+    return sum(delivery.drain(c.pk) for c in Channel.objects.all())
+
+
+def webhook(url: str, name: str = "hook", kind: str = "webhook", **fields: Any) -> Channel:
+    return Channel.objects.create(name=name, kind=kind, url=url, **fields)
