@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/trial_logs_bench.py
 	$(BIN)/python bench/nvml_poll_bench.py
 	$(BIN)/python bench/gpu_bench.py
+	$(BIN)/python bench/alert_bench.py
 
 clean:
 	rm -rf $(VENV) .raywatch .pytest_cache
