@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/nvml_poll_bench.py
 	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/alert_bench.py
+	$(BIN)/python bench/terminate_bench.py
 
 clean:
 	rm -rf $(VENV) .raywatch .pytest_cache

@@ -8,6 +8,7 @@ this seam, not urllib.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -25,10 +26,23 @@ class SourceError(Exception):
 
 
 def get_json(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
+    return request_json(url, headers=headers, timeout=timeout)
+
+
+def post_json(url: str, payload: Any, *, headers: dict[str, str] | None = None,
+              timeout: float = 10.0) -> Any:
+    return request_json(url, headers={"Content-Type": "application/json", **(headers or {})},
+                        timeout=timeout, method="POST", body=json.dumps(payload).encode())
+
+
+def request_json(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0,
+                 method: str = "GET", body: bytes | None = None) -> Any:
     scheme = urlparse(url).scheme
     if scheme not in ("http", "https"):
-        raise SourceError(f"refusing {scheme or 'a scheme-less'} URL {url!r}: only http/https")
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **(headers or {})})
+        shown = re.sub(r"//[^/@]*@", "//", url)  # never a password written into it
+        raise SourceError(f"refusing {scheme or 'a scheme-less'} URL {shown!r}: only http/https")
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **(headers or {})},
+                                     method=method, data=body)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
             body = reply.read()
@@ -51,8 +65,10 @@ def get_json(url: str, *, headers: dict[str, str] | None = None, timeout: float 
 
 
 def _where(url: str) -> str:
+    """The URL as an operator may see it (status strip, logs): no query, and never a
+    user name or password written into it."""
     parsed = urlparse(url)
-    return f"{parsed.scheme}://{parsed.netloc}{parsed.path}"
+    return f"{parsed.scheme}://{parsed.netloc.rpartition('@')[2]}{parsed.path}"
 
 
 def _reason(reason: object) -> str:

@@ -60,3 +60,19 @@ def _dashboard_from_gcs(gcs_address: str) -> str:
     if not value:
         raise SourceError(f"the Ray GCS at {gcs_address} knows no dashboard: is it running?")
     return f"http://{value.decode()}"
+
+
+def gcs_address(ray_address: str | None, gcs_setting: str | None,
+                local_file: Path | None) -> str | None:
+    """The GCS address (HOST:PORT) for the calls only the GCS answers (killing an
+    unnamed actor), or None when raywatch was only given the dashboard URL."""
+    if gcs_setting:
+        return gcs_setting
+    if ray_address and "://" not in ray_address:
+        return ray_address
+    if local_file and local_file.exists():
+        try:
+            return str(json.loads(local_file.read_text())["gcs_address"])
+        except (ValueError, KeyError, OSError):
+            return None
+    return None

@@ -38,6 +38,10 @@ class RayEndpoint:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
+    def scrub(self, text: str) -> str:
+        """`text` (what the dashboard said) without the token, should it repeat it."""
+        return text.replace(self.token, "***") if self.token else text
+
 
 @dataclass(frozen=True)
 class ClusterReply:
@@ -75,7 +79,8 @@ def fetch_json(endpoint: RayEndpoint, path: str) -> dict[str, Any]:
     if not isinstance(reply, dict):
         raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: unexpected reply shape")
     if reply.get("result") is False:
-        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: {reply.get('msg')}")
+        said = endpoint.scrub(str(reply.get("msg")))
+        raise SourceError(f"Ray dashboard {endpoint.dashboard_url}{path}: {said}")
     return reply
 
 

@@ -65,10 +65,12 @@ INSTALLED_APPS = [
     "dashboard.trials",
     "dashboard.incidents",
     "dashboard.alerts",
+    "dashboard.actions",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "dashboard.core.middleware.RefuseNulInUrl",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -143,6 +145,18 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# The cache counts failed logins: in Redis it is shared by every web process.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "raywatch",
+            "OPTIONS": {"socket_connect_timeout": 3, "socket_timeout": 3},
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_IGNORE_RESULT = True
@@ -222,6 +236,9 @@ RAY_API_SERVER_ADDRESS = env_url("RAY_API_SERVER_ADDRESS", ("http", "https"))
 RAY_AUTH_TOKEN = env_secret("RAY_AUTH_TOKEN")
 RAY_AUTH_TOKEN_PATH = env_str("RAY_AUTH_TOKEN_PATH", str(Path.home() / ".ray" / "auth_token"))
 RAY_HTTP_TIMEOUT_S = env_number("RAYWATCH_RAY_TIMEOUT_S", 10.0, minimum=0.5)
+# The GCS (HOST:PORT) for killing unnamed actors; default: RAY_ADDRESS when it is HOST:PORT,
+# or the local cluster `make run` started.
+RAY_GCS_ADDRESS = env_str("RAY_GCS_ADDRESS")
 # Where `make run` records the local cluster it started when RAY_ADDRESS is unset.
 LOCAL_RAY_FILE = DATA_DIR / "local-ray.json"
 if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
@@ -266,6 +283,15 @@ CELERY_BEAT_SCHEDULE["route-alerts"] = {
 # never holds a collector's slot.
 CELERY_TASK_ROUTES = {"dashboard.alerts.tasks.send_channel": {"queue": "notify"}}
 
+# --- actions: terminate trials, stop jobs, kill GPU processes (README: "Actions") -------
+TERMINATE_GRACE_S = env_number("RAYWATCH_TERMINATE_GRACE_S", 20.0, minimum=0)
+# After the forced kill, how long to wait for the process to be gone before failing.
+FORCE_WAIT_S = env_number("RAYWATCH_FORCE_WAIT_S", 10.0, minimum=1)
+# Each user may start at most ACTION_RATE actions per ACTION_RATE_WINDOW_S.
+ACTION_RATE = env_int("RAYWATCH_ACTION_RATE", 10, minimum=1)
+ACTION_RATE_WINDOW_S = env_number("RAYWATCH_ACTION_RATE_WINDOW_S", 60.0, minimum=1)
+CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": "notify"}
+
 # --- source health ----------------------------------------------------------------
 # A source whose last good poll is older than this many poll intervals is "down".
 HEALTH_DOWN_AFTER_FAILURES = env_int("RAYWATCH_HEALTH_DOWN_AFTER", 3, minimum=1)
@@ -277,6 +303,36 @@ LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("RAYWATCH_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+AUTHENTICATION_BACKENDS = [
+    # First: refuses every login path (the login page, the admin's) while a username or
+    # an address is over its failed-login budget; dashboard/core/login.py counts.
+    "dashboard.core.login.FailedLoginGuard",
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_FAILURES_PER_USER = env_int("RAYWATCH_LOGIN_FAILURES_PER_USER", 5, minimum=1)
+# Higher than per user: people behind one NAT or proxy share an address.
+LOGIN_FAILURES_PER_ADDRESS = env_int("RAYWATCH_LOGIN_FAILURES_PER_ADDRESS", 20, minimum=1)
+LOGIN_FAILURE_WINDOW_S = env_int("RAYWATCH_LOGIN_FAILURE_WINDOW_S", 300, minimum=1)
+
+# --- HTTPS (README: "Deploying with docker-compose") ------------------------------------
+# Secure cookies say raywatch is served over HTTPS, so by default plain HTTP is then
+# redirected there and browsers are told to stay on HTTPS (HSTS). Behind a proxy that
+# terminates TLS, raywatch learns the scheme and the client's address from
+# X-Forwarded-Proto/-For, trusted only from RAYWATCH_TRUSTED_PROXIES (uvicorn applies them).
+TRUSTED_PROXIES = env_list("RAYWATCH_TRUSTED_PROXIES", ["127.0.0.1", "::1"])
+SECURE_SSL_REDIRECT = env_bool("RAYWATCH_SSL_REDIRECT", SESSION_COOKIE_SECURE)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes from inside (compose, load balancers) use HTTP
+SECURE_HSTS_SECONDS = env_int(
+    "RAYWATCH_HSTS_SECONDS", 365 * 86400 if SESSION_COOKIE_SECURE else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RAYWATCH_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("RAYWATCH_HSTS_PRELOAD", False)
+if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
+    # Preload asks browsers to hard-code HTTPS for the whole registrable domain: a
+    # promise for its owner to make (RAYWATCH_HSTS_PRELOAD=1), not for one host's dashboard.
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -4,12 +4,15 @@ from django.urls import path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from dashboard.actions import api as actions_api
+from dashboard.actions import views as actions_views
 from dashboard.alerts import api as alerts_api
 from dashboard.alerts import views as alerts_views
 from dashboard.cluster import api as cluster_api
 from dashboard.cluster import views as cluster_views
 from dashboard.core import api as core_api
 from dashboard.core import views as core_views
+from dashboard.core.login import RateLimitedLoginView
 from dashboard.gpus import api as gpus_api
 from dashboard.gpus import views as gpus_views
 from dashboard.trials import api as trials_api
@@ -17,7 +20,7 @@ from dashboard.trials import views as trials_views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="cluster", permanent=False)),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", RateLimitedLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", core_views.healthz, name="healthz"),
     path("cluster/", cluster_views.cluster_page, name="cluster"),
@@ -29,6 +32,7 @@ urlpatterns = [
     path("nodes/<str:node_id>/", gpus_views.node_page, name="node"),
     path("demands/", gpus_views.demands_page, name="demands"),
     path("alerts/", alerts_views.alerts_page, name="alerts"),
+    path("audit/", actions_views.audit_page, name="audit"),
     path("incidents/<int:pk>/", alerts_views.incident_page, name="incident"),
     path("alerts/silences/", alerts_views.silences_page, name="silences"),
     path("alerts/silences/<int:pk>/end", alerts_views.silence_end, name="silence-end"),
@@ -49,6 +53,14 @@ urlpatterns = [
     path("api/alerts/<int:pk>/", alerts_api.AlertDetail.as_view(), name="api-alert"),
     path("api/alerts/<int:pk>/ack", alerts_api.AlertAck.as_view(), name="api-alert-ack"),
     path("api/silences/", alerts_api.SilenceList.as_view(), name="api-silences"),
+    path("api/trials/<str:trial_id>/terminate", actions_api.TerminateTrial.as_view(),
+         name="api-trial-terminate"),
+    path("api/jobs/<str:job_id>/stop", actions_api.StopJob.as_view(), name="api-job-stop"),
+    path("api/gpus/<str:uuid>/processes/<int:pid>/kill", actions_api.KillProcess.as_view(),
+         name="api-process-kill"),
+    path("api/actions/<int:pk>/", actions_api.ActionDetail.as_view(),
+         name="api-action"),
+    path("api/audit/", actions_api.AuditList.as_view(), name="api-audit"),
     path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
     path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -16,6 +16,8 @@ import pytest
 import uvicorn
 from django.contrib.auth.models import Group, User
 from django.db import connection as db_connection
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from collectors.localray import LocalCluster, LocalRay, free_port
 from dashboard.celery import app as celery_app
@@ -35,6 +37,13 @@ CHROMIUM_FLAGS = [
 
 
 # --- personas ------------------------------------------------------------------------
+def token_client(user: User) -> APIClient:
+    """An API client authenticated as `user` with a token, as scripts call the API."""
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return api
+
+
 def make_user(username: str, role: str | None) -> User:
     user = User.objects.create_user(username=username, password=PASSWORD)
     if role:

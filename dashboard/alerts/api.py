@@ -88,7 +88,7 @@ class AlertList(APIView):
             OpenApiParameter("severity", str, enum=list(SEVERITIES)),
             *[OpenApiParameter(name, str) for name in ("kind", "experiment", "node", "group")],
         ],
-        responses=IncidentSerializer(many=True),
+        responses={200: IncidentSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
         incidents = filtered(request.query_params)[:1000]
@@ -100,7 +100,7 @@ class AlertDetail(APIView):
     """One incident with its timeline: opened, updates, notifications and their
     outcome, acknowledgement, silences, resolved."""
 
-    @extend_schema(responses=IncidentDetailSerializer)
+    @extend_schema(responses={200: IncidentDetailSerializer, 404: None})
     def get(self, request: Request, pk: int) -> Response:
         incident = get_object_or_404(Incident.objects.select_related("trial"), pk=pk)
         context = {"silences": Silence.active_at(timezone.now())}
@@ -116,7 +116,7 @@ class AlertAck(APIView):
 
     permission_classes = [IsOperator]
 
-    @extend_schema(request=AckRequest, responses={200: IncidentSerializer,
+    @extend_schema(request=AckRequest, responses={200: IncidentSerializer, 400: None,
                                                   409: None, 404: None})
     def post(self, request: Request, pk: int) -> Response:
         incident = get_object_or_404(Incident, pk=pk)
@@ -163,7 +163,7 @@ class SilenceList(APIView):
             silences = silences.filter(starts_at__lte=now, ends_at__gt=now)
         return Response(SilenceSerializer(silences[:1000], many=True).data)
 
-    @extend_schema(request=SilenceSerializer, responses={201: SilenceSerializer})
+    @extend_schema(request=SilenceSerializer, responses={201: SilenceSerializer, 400: None})
     def post(self, request: Request) -> Response:
         body = SilenceSerializer(data=request.data)
         body.is_valid(raise_exception=True)

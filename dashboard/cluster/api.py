@@ -43,7 +43,7 @@ class ActorList(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("state", str, enum=list(ACTOR_STATES)),
                     OpenApiParameter("node_id", str)],
-        responses=ActorSerializer(many=True),
+        responses={200: ActorSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
         actors = Actor.objects.order_by("-first_seen_at")

@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard.core.health import HEALTH_GROUP, health_payload
+from dashboard.core.push import ACTIONS_GROUP
 from dashboard.core.roles import VIEWER, has_role
 from dashboard.incidents.service import ALERTS_GROUP, alerts_summary
 
@@ -30,7 +31,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     topics: tuple[str, ...] = ()
 
     def all_topics(self) -> tuple[str, ...]:
-        return (HEALTH_GROUP, ALERTS_GROUP, *self.page_topics())
+        return (HEALTH_GROUP, ALERTS_GROUP, ACTIONS_GROUP, *self.page_topics())
 
     def page_topics(self) -> tuple[str, ...]:
         return self.topics

@@ -14,6 +14,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 log = logging.getLogger(__name__)
+ACTIONS_GROUP = "actions"  # progress of terminate/stop/kill actions, on every page
 
 
 def publish(group: str, topic: str, data: Any) -> None:

@@ -63,9 +63,10 @@ class GpuSamples(APIView):
         parameters=[
             OpenApiParameter("since", str, description="ISO 8601, epoch seconds or -1h (default)"),
             OpenApiParameter("until", str, description="ISO 8601, epoch seconds or now (default)"),
-            OpenApiParameter("points", int, description=f"1 to {MAX_POINTS} (default)"),
+            OpenApiParameter("points", {"type": "integer", "minimum": 1, "maximum": MAX_POINTS},
+                             description=f"1 to {MAX_POINTS} (default)"),
         ],
-        responses=GpuChartSerializer,
+        responses={200: GpuChartSerializer, 400: None, 404: None},
     )
     def get(self, request: Request, uuid: str) -> Response:
         gpu = get_object_or_404(Gpu, uuid=uuid)

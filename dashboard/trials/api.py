@@ -32,7 +32,7 @@ class TrialList(APIView):
             OpenApiParameter("experiment", str, description="experiment name"),
             OpenApiParameter("status", str, enum=list(STATUSES)),
         ],
-        responses=TrialSerializer(many=True),
+        responses={200: TrialSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
         trials = Trial.objects.select_related("experiment")
@@ -49,8 +49,10 @@ class TrialResults(APIView):
     """Every result of one trial (all attempts), oldest first."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="at most this many (20000)")],
-        responses=StepResultSerializer(many=True),
+        parameters=[OpenApiParameter("limit", {"type": "integer", "minimum": 1,
+                                               "maximum": 100_000},
+                                     description="at most this many (20000)")],
+        responses={200: StepResultSerializer(many=True), 400: None, 404: None},
     )
     def get(self, request: Request, trial_id: str) -> Response:
         raw = request.query_params.get("limit", "20000")

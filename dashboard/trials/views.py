@@ -4,6 +4,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.views_data import (
@@ -34,4 +35,5 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
         "trial": trial,
         "page_data": {"trial": trial_payload(trial), "results": results_payload(trial),
                       "timing_keys": settings.TIMING_KEYS},
+        "can_act": has_role(request.user, OPERATOR),
     })

@@ -3,6 +3,7 @@
 (function () {
   "use strict";
   const el = window.raywatch.el;
+  const TERMINABLE = ["trial_stalled", "trial_process_gone"]; // the incident page offers the cure
 
   function csrf() {
     const input = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -57,6 +58,10 @@
       });
       if (note) box.append(note);
       box.append(button);
+    }
+    if (withNote && i.trial_id && TERMINABLE.includes(i.kind)) {
+      box.append(el("button", { type: "button", class: "danger", id: "terminate-trial",
+                                "data-terminate-trial": i.trial_id }, "Terminate trial…"), " ");
     }
     const q = new URLSearchParams({ kind: i.kind, subject: i.subject });
     box.append(" ", el("a", { href: "/alerts/silences/?" + q, class: "silence" }, "Silence…"));

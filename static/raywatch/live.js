@@ -45,6 +45,12 @@
   }
 
   let connected = false;
+  const topicListeners = {};
+
+  // Scripts other than the page's own (the action dialog) listen to a topic here.
+  function onTopic(topic, fn) {
+    (topicListeners[topic] = topicListeners[topic] || []).push(fn);
+  }
 
   function connect(path, handlers) {
     connected = true;
@@ -65,6 +71,7 @@
         try { msg = JSON.parse(event.data); } catch (e) { return; }
         if (msg.topic === "health") renderHealth(msg.data);
         if (msg.topic === "alerts") renderAlertCount(msg.data);
+        for (const fn of topicListeners[msg.topic] || []) fn(msg.data, msg);
         const handler = handlers[msg.topic];
         if (handler) handler(msg.data, msg);
       };
@@ -93,5 +100,5 @@
     if (!connected && document.getElementById("alert-count")) connect("/ws/alerts/", {});
   });
 
-  window.raywatch = { connect: connect, el: el, renderHealth: renderHealth };
+  window.raywatch = { connect: connect, el: el, renderHealth: renderHealth, onTopic: onTopic };
 })();

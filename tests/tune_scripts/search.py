@@ -7,13 +7,18 @@ Each trial's `behaviour` (from its config) is one of:
   hang     - reports a few steps, then sleeps for ever with its process alive
   slow     - the reward phase grows 30x for iterations 6-8, then recovers
   crash    - reports a few steps, then waits to be killed from outside
+  stubborn - like hang, but ignores SIGTERM (only a forced kill ends it)
 SCENARIO "mixed" runs one trial of each; "asha" runs an ASHA search that stops
-trials early (all healthy).
+trials early (all healthy); "terminate" runs hang, stubborn and two long healthy
+trials; "retry" runs one hang trial that Tune retries once (max_failures=1) and a
+healthy one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 import time
 
@@ -30,11 +35,21 @@ STEP_S = 0.3
 
 def trainable(config: dict) -> None:
     behaviour = config["behaviour"]
+    if behaviour == "hang-once":  # a marker file says whether this is the first attempt
+        marker = os.path.join(os.getcwd(), "attempted")
+        behaviour = "healthy" if os.path.exists(marker) else "hang"
+        open(marker, "w").close()
     for i in range(1, config.get("steps", 40) + 1):
         gen, reward = 0.1, 0.2
         if behaviour == "slow" and 6 <= i <= 8:
             reward = 6.0  # three slow steps: longer than a poll, so no poll can miss them
         if behaviour == "hang" and i == 5:
+            while True:
+                time.sleep(1)
+        if behaviour == "stubborn" and i == 5:
+            # Tune runs this function in a thread, where signal.signal() is not allowed:
+            # set the process-wide disposition through libc instead.
+            ctypes.CDLL(None).signal(signal.SIGTERM, signal.SIG_IGN)
             while True:
                 time.sleep(1)
         if behaviour == "crash" and i == 5:
@@ -52,7 +67,16 @@ def main() -> None:
     gcs, storage, name, scenario = sys.argv[1:5]
     ray.init(address=gcs, log_to_driver=False, configure_logging=False)
     resources = {"cpu": 0.25}
-    if scenario == "mixed":
+    max_failures = 0
+    if scenario == "terminate":
+        space = {"behaviour": tune.grid_search(["hang", "stubborn", "healthy", "healthy"]),
+                 "steps": 120}
+        scheduler = None
+    elif scenario == "retry":
+        # The retried attempt runs healthy: a hang only on the first attempt.
+        space = {"behaviour": tune.grid_search(["hang-once", "healthy"]), "steps": 60}
+        scheduler, max_failures = None, 1
+    elif scenario == "mixed":
         space = {"behaviour": tune.grid_search(["healthy", "hang", "slow", "crash"]),
                  "steps": 40}
         scheduler = None
@@ -66,7 +90,7 @@ def main() -> None:
         param_space=space,
         tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=6),
         run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=0)),
+                                  failure_config=tune.FailureConfig(max_failures=max_failures)),
     )
     tuner.fit()
     print("search finished", flush=True)

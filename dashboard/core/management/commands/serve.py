@@ -60,6 +60,7 @@ class Command(BaseCommand):
             config = uvicorn.Config(
                 "dashboard.asgi:application", host=host, port=port, lifespan="off",
                 log_level="warning", ws_ping_interval=20, ws_ping_timeout=20,
+                forwarded_allow_ips=settings.TRUSTED_PROXIES,
             )
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
             # signal; turn both into KeyboardInterrupt so the cleanup below runs.

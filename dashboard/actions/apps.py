@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ActionsConfig(AppConfig):
+    name = "dashboard.actions"
+    label = "actions"

@@ -1,0 +1,237 @@
+"""Carry an action out, step by step, recording each step as it happens.
+
+Terminate a trial: SIGTERM to its process (directly when it runs on this host,
+else through its node's agent, else the GCS's graceful actor kill), wait
+RAYWATCH_TERMINATE_GRACE_S, then
+force (SIGKILL here, or the GCS's forced kill of the actor's worker), confirm the
+process or actor is gone, and note what Tune made of it (errored or retried).
+Stop a job: the Jobs API, then wait for Ray to report it stopped. Kill a GPU
+process: SIGTERM, grace, SIGKILL, on this host or through the node's agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from collectors import raykill
+from collectors.http import SourceError
+from dashboard.actions.models import AuditEntry
+from dashboard.actions.service import advance, step
+from dashboard.actions.targets import create_time
+from dashboard.cluster.models import Job
+from dashboard.cluster.tasks import ray_endpoint
+from dashboard.gpus.models import Agent, GpuProcess
+from dashboard.trials.models import Trial
+
+log = logging.getLogger(__name__)
+POLL_S = 0.25
+
+
+def run(entry_id: int) -> None:
+    # One runner per action, even if its task is delivered twice: the claim is a
+    # conditional update.
+    if not AuditEntry.objects.filter(pk=entry_id, state=AuditEntry.REQUESTED,
+                                     started_at=None).update(started_at=timezone.now()):
+        return
+    entry = AuditEntry.objects.get(pk=entry_id)
+    try:
+        RUNNERS[entry.kind](entry)
+    except (SourceError, OSError) as exc:
+        message = exc.message if isinstance(exc, SourceError) else str(exc)
+        advance(entry, AuditEntry.FAILED, timezone.now(), f"could not act: {message}")
+    except Exception as exc:
+        log.exception("action #%s failed", entry.pk)
+        advance(entry, AuditEntry.FAILED, timezone.now(), f"raywatch error: {exc}")
+
+
+def wait_until(gone: Callable[[], bool], seconds: float) -> float | None:
+    """Seconds it took for `gone()` to become true, or None if it did not."""
+    started = time.monotonic()
+    while True:
+        if gone():
+            return time.monotonic() - started
+        if time.monotonic() - started >= seconds:
+            return None
+        time.sleep(POLL_S)
+
+
+def gcs() -> str | None:
+    from collectors.rayaddress import gcs_address
+
+    return gcs_address(settings.RAY_ADDRESS, settings.RAY_GCS_ADDRESS, settings.LOCAL_RAY_FILE)
+
+
+def local_gone(pid: int, started: float | None) -> Callable[[], bool]:
+    def gone() -> bool:
+        now_started = create_time(pid)
+        if now_started is None or now_started != started:
+            return True
+        try:  # a zombie waiting for its parent is dead for us
+            import psutil
+
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except Exception:
+            return True
+    return gone
+
+
+def kill_local(pid: int, started: float | None, sig: int) -> None:
+    if local_gone(pid, started)():
+        return  # never signal a pid that now belongs to another process
+    os.kill(pid, sig)
+
+
+# --- terminate a trial ---------------------------------------------------------------------
+def terminate_trial(entry: AuditEntry) -> None:
+    t = entry.target
+    where = f"pid {t['pid']} on {t['hostname'] or t['node_ip']}"
+    if t["local"]:
+        gone = local_gone(t["pid"], t["create_time"])
+        kill_local(t["pid"], t["create_time"], signal.SIGTERM)
+        advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
+    else:
+        address, token = gcs(), ray_endpoint().token
+        if not (address and t["actor_id"]):
+            raise SourceError("the trial runs on another host and no GCS address or actor "
+                              "is known: set RAY_GCS_ADDRESS")
+        gone = actor_dead(address, token, t["actor_id"])
+        if queue := agent_queue(t["node_ip"]):  # the node's agent can send the SIGTERM
+            from dashboard.actions.tasks import signal_process
+
+            signal_process.apply_async(args=[t["pid"], int(signal.SIGTERM)], queue=queue,
+                                       expires=30)
+            how = f"SIGTERM sent to {where} through its node's agent"
+        else:
+            raykill.kill_actor(address, token, t["actor_id"], force=False)
+            how = f"graceful kill of actor {t['actor_id']} ({where}) asked of the GCS"
+        advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
+    took = wait_until(gone, settings.TERMINATE_GRACE_S)
+    if took is None:
+        step(entry, "forced", timezone.now(),
+             f"still alive after {settings.TERMINATE_GRACE_S:g} s: forcing")
+        force_trial(t)
+        took = wait_until(gone, settings.FORCE_WAIT_S)
+        if took is None:
+            advance(entry, AuditEntry.FAILED, timezone.now(),
+                    f"{where} survived the forced kill for {settings.FORCE_WAIT_S:g} s")
+            return
+    step(entry, "gone", timezone.now(), f"{where} is gone")
+    advance(entry, AuditEntry.SUCCEEDED, timezone.now(), f"{where} is gone")
+    name, detail = tune_outcome(t)
+    step(entry, name, timezone.now(), detail)
+
+
+def agent_queue(node_ip: str) -> str | None:
+    """The queue of a node's agent that polled lately (it runs with the host's pids)."""
+    if settings.EMBEDDED:
+        return None
+    fresh = timezone.now() - timedelta(seconds=max(10 * settings.POLL_GPU_S, 30))
+    agent = Agent.objects.filter(node_ip=node_ip, last_poll_at__gte=fresh).first()
+    return agent.queue if agent else None
+
+
+def force_trial(t: dict[str, Any]) -> None:
+    address = gcs()
+    if t["actor_id"] and address:
+        try:
+            raykill.kill_actor(address, ray_endpoint().token, t["actor_id"], force=True)
+            return
+        except SourceError:
+            if not t["local"]:
+                raise
+    if t["local"]:
+        kill_local(t["pid"], t["create_time"], signal.SIGKILL)
+
+
+def actor_dead(address: str, token: str | None, actor_id: str) -> Callable[[], bool]:
+    return lambda: raykill.actor_state(address, token, actor_id) == "DEAD"
+
+
+def tune_outcome(t: dict[str, Any], wait_s: float = 20.0) -> tuple[str, str]:
+    """What Tune made of it once the trial logs say: retried (a new attempt), or
+    errored. An errored trial may still be retried, so that is only final at the end."""
+    deadline = time.monotonic() + wait_s
+    status = ""
+    while time.monotonic() < deadline:
+        trial = Trial.objects.filter(pk=t["trial_pk"]).first()
+        if trial is None:
+            break
+        if trial.attempt > t["attempt"]:
+            return "retried", f"Tune retried the trial: attempt {trial.attempt}"
+        status = trial.status
+        time.sleep(0.5)
+    if status in Trial.FINISHED:
+        return "errored" if status == Trial.ERROR else "ended", f"Tune marked the trial {status}"
+    return "unknown", "Tune has not reported the trial's new state yet"
+
+
+# --- stop a job ----------------------------------------------------------------------------
+def stop_job(entry: AuditEntry) -> None:
+    t = entry.target
+    endpoint = ray_endpoint()
+    stopped = raykill.stop_job(endpoint, t["submission_id"])
+    advance(entry, AuditEntry.SIGNALLED, timezone.now(),
+            "Ray's Jobs API accepted the stop" if stopped else "Ray says the job had ended")
+    status: dict[str, str] = {}
+
+    def ended() -> bool:
+        from collectors.http import get_json
+
+        reply = get_json(f"{endpoint.dashboard_url}/api/jobs/{t['submission_id']}",
+                         headers=endpoint.headers(), timeout=endpoint.timeout_s)
+        status["now"] = str(reply.get("status", "")) if isinstance(reply, dict) else ""
+        return status["now"] in ("STOPPED", "SUCCEEDED", "FAILED")
+
+    if wait_until(ended, settings.TERMINATE_GRACE_S + settings.FORCE_WAIT_S) is None:
+        advance(entry, AuditEntry.FAILED, timezone.now(),
+                f"the job is still {status.get('now') or 'running'} after the stop")
+        return
+    Job.objects.filter(key=t["key"]).update(status=status["now"])
+    advance(entry, AuditEntry.SUCCEEDED, timezone.now(), f"Ray reports the job {status['now']}")
+
+
+# --- kill a GPU process --------------------------------------------------------------------
+def kill_process(entry: AuditEntry) -> None:
+    t = entry.target
+    where = f"pid {t['pid']} on {t['node']} (GPU {t['gpu_index']})"
+    if t["local"]:
+        gone = local_gone(t["pid"], t["create_time"])
+
+        def send(sig: int) -> None:
+            kill_local(t["pid"], t["create_time"], sig)
+    else:
+        gone = lambda: not GpuProcess.objects.filter(  # noqa: E731  (the agent's next poll)
+            gpu__uuid=t["gpu"], pid=t["pid"]).exists()
+
+        def send(sig: int) -> None:
+            from dashboard.actions.tasks import signal_process
+
+            signal_process.apply_async(args=[t["pid"], int(sig)],
+                                       queue=agent_queue(t["node_ip"]), expires=30)
+    send(signal.SIGTERM)
+    advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
+    if wait_until(gone, settings.TERMINATE_GRACE_S) is None:
+        step(entry, "forced", timezone.now(),
+             f"still alive after {settings.TERMINATE_GRACE_S:g} s: SIGKILL")
+        send(signal.SIGKILL)
+        if wait_until(gone, settings.FORCE_WAIT_S) is None:
+            advance(entry, AuditEntry.FAILED, timezone.now(), f"{where} survived SIGKILL")
+            return
+    advance(entry, AuditEntry.SUCCEEDED, timezone.now(), f"{where} is gone; its GPU memory "
+                                                          "is freed when the driver notices")
+
+
+RUNNERS: dict[str, Callable[[AuditEntry], None]] = {
+    AuditEntry.TERMINATE_TRIAL: terminate_trial,
+    AuditEntry.STOP_JOB: stop_job,
+    AuditEntry.KILL_PROCESS: kill_process,
+}

@@ -1,0 +1,93 @@
+"""From a request's target to a Plan: the target as it is now (refused when it changed
+or ended), the role it needs, and how to tell whether Ray or the node is reachable."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from collectors import raykill
+from collectors.http import SourceError, get_json
+from dashboard.actions import targets
+from dashboard.actions.executor import agent_queue, gcs
+from dashboard.actions.models import AuditEntry
+from dashboard.actions.service import Plan
+from dashboard.actions.targets import TargetError
+from dashboard.cluster.models import Job
+from dashboard.cluster.tasks import ray_endpoint
+from dashboard.core.roles import ADMIN, OPERATOR
+from dashboard.gpus.models import GpuProcess
+from dashboard.gpus.views_data import owner_maps_for
+from dashboard.trials.models import Trial
+
+
+def trial_plan(trial_id: str, expected: dict[str, Any], now: datetime) -> Plan:
+    trial = (Trial.objects.select_related("experiment").filter(trial_id=trial_id)
+             .order_by("-updated_at").first())
+    if trial is None:
+        raise TargetError(f"no trial {trial_id!r}", 404)
+    target = targets.trial_target(trial, now)
+    targets.check_trial(trial, target, expected)
+    return Plan(AuditEntry.TERMINATE_TRIAL, f"trial:{trial.experiment.name}/{trial.trial_id}",
+                target, OPERATOR, lambda: trial_unreachable(target))
+
+
+def trial_unreachable(target: dict[str, Any]) -> str | None:
+    if target["local"]:
+        return None  # signalled from this host
+    address = gcs()
+    if not address:
+        return ("the trial runs on another host and raywatch knows no GCS address to kill "
+                "its actor through (set RAY_GCS_ADDRESS)")
+    if not target["actor_id"]:
+        return "Ray lists no live actor with the trial's pid: wait for the next poll"
+    try:
+        raykill.actor_state(address, _token(), target["actor_id"])
+    except SourceError as exc:
+        return exc.message
+    return None
+
+
+def job_plan(job_id: str, expected: dict[str, Any], now: datetime) -> Plan:
+    job = Job.objects.filter(Q(key=job_id) | Q(job_id=job_id) | Q(submission_id=job_id)).first()
+    if job is None:
+        raise TargetError(f"no job {job_id!r}", 404)
+    targets.check_job(job, expected)
+    target = targets.job_target(job)
+    return Plan(AuditEntry.STOP_JOB, f"job:{job.key}", target, OPERATOR,
+                lambda: job_unreachable(job.submission_id))
+
+
+def job_unreachable(submission_id: str) -> str | None:
+    try:
+        endpoint = ray_endpoint()
+        get_json(f"{endpoint.dashboard_url}/api/jobs/{submission_id}",
+                 headers=endpoint.headers(), timeout=endpoint.timeout_s)
+    except SourceError as exc:
+        return exc.message
+    return None
+
+
+def process_plan(uuid: str, pid: int, expected: dict[str, Any], now: datetime) -> Plan:
+    proc = GpuProcess.objects.select_related("gpu").filter(gpu__uuid=uuid, pid=pid).first()
+    if proc is None:
+        raise TargetError(f"no process {pid} on GPU {uuid} (gone, or not seen yet)", 404)
+    owner = owner_maps_for([proc.gpu], {proc.gpu.pk: [proc]}, now)[proc.gpu.node_ip][pid]
+    if not owner.orphan:
+        raise TargetError(f"pid {pid} belongs to {owner.label} ({owner.kind}): end it through "
+                          "its trial or job, not by killing the process", 409)
+    target = targets.process_target(proc, owner)
+    return Plan(AuditEntry.KILL_PROCESS, f"process:{uuid}/{pid}", target, ADMIN,
+                lambda: process_unreachable(target, now))
+
+
+def process_unreachable(target: dict[str, Any], now: datetime) -> str | None:
+    if target["local"] or agent_queue(target["node_ip"]):
+        return None
+    return f"the agent of node {target['node']} is not answering: it cannot be signalled"
+
+
+def _token() -> str | None:
+    return ray_endpoint().token

@@ -1,0 +1,123 @@
+// Actions: the confirm dialog (what will be ended, and why) and the live progress of
+// an action (requested -> signalled -> succeeded or failed, each step as it happens).
+// Buttons: <button data-terminate-trial="TRIAL_ID">.
+(function () {
+  "use strict";
+  const el = window.raywatch.el;
+  const dialog = document.getElementById("action-dialog");
+  if (!dialog) return;
+  let pending = null; // {url, expected}
+  let following = null;
+
+  function csrf() {
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+  function bytes(n) {
+    return n === null || n === undefined ? "?" : (n / 1024 ** 3).toFixed(1) + " GiB";
+  }
+  function duration(s) {
+    if (s === null || s === undefined) return "unknown";
+    if (s < 120) return s + " s";
+    if (s < 7200) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+  function showError(text) {
+    const p = document.getElementById("action-error");
+    p.textContent = text;
+    p.hidden = !text;
+  }
+
+  function trialFacts(t) {
+    const gpus = t.gpus.length
+      ? t.gpus.map((g) => "GPU " + g.index + " (" + bytes(g.used_memory) + ")").join(", ")
+      : "none seen";
+    return [["Trial", t.trial_id + " of " + t.experiment], ["Status", t.status],
+      ["Actor", t.actor_id || "not listed by Ray"], ["Process", "pid " + t.pid],
+      ["Node", (t.hostname || "") + " " + t.node_ip], ["GPUs held", gpus],
+      ["Silent for", duration(t.silent_s) + (t.iteration ? " (after step " + t.iteration + ")" : "")],
+      ["Attempt", t.attempt]];
+  }
+
+  async function openTerminate(trialId) {
+    showError("");
+    const url = "/api/trials/" + encodeURIComponent(trialId) + "/terminate";
+    const reply = await fetch(url, { credentials: "same-origin" });
+    const data = await reply.json();
+    if (!reply.ok) { window.alert(data.detail || reply.statusText); return; }
+    if (data.active_action) { follow(data.active_action); return; }
+    const dl = document.getElementById("action-target");
+    dl.replaceChildren();
+    for (const [k, v] of trialFacts(data.target)) {
+      dl.append(el("dt", {}, k), el("dd", { "data-fact": k }, v));
+    }
+    document.getElementById("action-how").textContent =
+      "SIGTERM first; if it still runs after the grace period, it is killed.";
+    pending = { url: url, expected: { pid: data.target.pid, attempt: data.target.attempt } };
+    document.getElementById("action-reason").value = "";
+    dialog.showModal();
+  }
+
+  async function confirm(event) {
+    event.preventDefault();
+    if (!pending) return;
+    const button = document.getElementById("action-confirm");
+    button.disabled = true;
+    try {
+      const reply = await fetch(pending.url, {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
+        body: JSON.stringify({ reason: document.getElementById("action-reason").value,
+                               expected: pending.expected }),
+      });
+      const data = await reply.json();
+      if (reply.status !== 202) { showError(data.detail || JSON.stringify(data)); return; }
+      dialog.close();
+      follow(data.action_id);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function render(id) {
+    const reply = await fetch("/api/actions/" + id + "/", { credentials: "same-origin" });
+    if (!reply.ok) return null;
+    const a = await reply.json();
+    document.getElementById("action-progress").hidden = false;
+    document.getElementById("action-id").textContent = a.id;
+    const state = document.getElementById("action-state");
+    state.textContent = a.state;
+    state.dataset.state = a.state;
+    document.getElementById("action-steps").replaceChildren(...a.steps.map(function (s) {
+      const li = el("li", { "data-step": s.step });
+      li.append(el("time", {}, s.at.slice(11, 19)), " ", el("b", {}, s.step));
+      if (s.detail) li.append(": " + s.detail);
+      return li;
+    }));
+    return a;
+  }
+
+  // Re-read on every push about this action, and every 2 s as a safety net.
+  function follow(id) {
+    following = id;
+    render(id);
+    let after = 0; // Tune's verdict comes as a step after the action ended
+    const timer = setInterval(async function () {
+      const a = await render(id);
+      if (a && !["requested", "signalled"].includes(a.state) && ++after > 15) {
+        clearInterval(timer);
+      }
+    }, 2000);
+  }
+  window.raywatch.onTopic("action", function (data) {
+    if (following !== null && data.id === following) render(following);
+  });
+
+  document.getElementById("action-form").addEventListener("submit", confirm);
+  document.getElementById("action-cancel").addEventListener("click", () => dialog.close());
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest("[data-terminate-trial]");
+    if (button) openTerminate(button.dataset.terminateTrial);
+  });
+  window.raywatch.actions = { openTerminate: openTerminate, follow: follow };
+})();

@@ -1,0 +1,74 @@
+"""Killing a GPU process that belongs to no Ray worker: admins only, SIGTERM then
+SIGKILL after the grace period, refused for processes Ray owns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from collectors.procstat import this_host
+from dashboard.actions.models import AuditEntry
+from dashboard.gpus.tasks import poll_gpus
+from tests.conftest import mark_ray_current, token_client, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+GiB = 1024**3
+IGNORES_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                   "print('ready', flush=True); time.sleep(600)")
+
+
+def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyped-def]
+        fake_gpus, settings, admin, operator) -> None:
+    settings.EMBEDDED = True
+    settings.TERMINATE_GRACE_S = 1.0
+    settings.NODE_NAME = this_host()  # this host's agent: it can signal the process itself
+    stranger = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE,
+                                text=True)
+    try:
+        assert stranger.stdout and stranger.stdout.readline() == "ready\n"
+        fake_gpus.add_gpu(uuid="GPU-0", processes=[(stranger.pid, 20 * GiB)])
+        mark_ray_current()
+        poll_gpus()
+        url = f"/api/gpus/GPU-0/processes/{stranger.pid}/kill"
+        body = {"reason": "left over by a crashed vLLM start"}
+        # Operators end trials and jobs; only admins kill processes outside Ray.
+        assert token_client(operator).post(url, body, format="json").status_code == 403
+        assert stranger.poll() is None and not AuditEntry.objects.exists()
+        reply = token_client(admin).post(url, body, format="json")
+        assert reply.status_code == 202, reply.json()
+        action_id = reply.json()["action_id"]
+        wait_for(lambda: stranger.poll() is not None, 30, 0.1, "the orphan to be killed")
+        api = token_client(admin)
+        action = wait_for(lambda: (a := api.get(f"/api/actions/{action_id}/").json())
+                          ["state"] == "succeeded" and a, 30, 0.2, "the action to succeed")
+        assert [s["step"] for s in action["steps"]] == ["requested", "signalled", "forced",
+                                                        "succeeded"]
+        assert stranger.returncode == -9  # SIGTERM was ignored: SIGKILL ended it
+        assert action["target"]["used_memory"] == 20 * GiB
+        assert action["target"]["owner"] == "orphan"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_process_ray_owns_is_not_killed_as_an_orphan(  # type: ignore[no-untyped-def]
+        fake_gpus, settings, admin) -> None:
+    from django.utils import timezone
+
+    from dashboard.cluster.models import Actor, Node
+
+    settings.NODE_NAME = this_host()
+    now = timezone.now()
+    Node.objects.create(node_id="n1", node_ip="10.0.0.5", state="ALIVE", is_head=True,
+                        last_seen_at=now)
+    Actor.objects.create(actor_id="a1", state="ALIVE", pid=4242, node_id="n1",
+                         class_name="ImplicitFunc", first_seen_at=now, updated_at=now)
+    fake_gpus.add_gpu(uuid="GPU-0", processes=[(4242, GiB)])
+    mark_ray_current()
+    poll_gpus()
+    reply = token_client(admin).post("/api/gpus/GPU-0/processes/4242/kill", {"reason": "x"},
+                               format="json")
+    assert reply.status_code == 409 and "not by killing the process" in reply.json()["detail"]
+    assert not AuditEntry.objects.exists()
