@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, render
 from dashboard.cluster.models import Node
 from dashboard.cluster.serializers import NodeSerializer
 from dashboard.cluster.state import demands_payload
+from dashboard.core.roles import ADMIN, has_role
 from dashboard.core.views import viewer_required
 from dashboard.gpus.models import Gpu
 from dashboard.gpus.views_data import gpu_payload
@@ -19,7 +20,8 @@ def gpu_wall(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def gpu_page(request: HttpRequest, uuid: str) -> HttpResponse:
     gpu = get_object_or_404(Gpu, uuid=uuid)
-    return render(request, "gpus/gpu.html", {"gpu": gpu, "tile": gpu_payload([gpu])[0]})
+    return render(request, "gpus/gpu.html", {"gpu": gpu, "tile": gpu_payload([gpu])[0],
+                                             "can_kill": has_role(request.user, ADMIN)})
 
 
 @viewer_required

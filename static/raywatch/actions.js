@@ -1,6 +1,6 @@
 // Actions: the confirm dialog (what will be ended, and why) and the live progress of
 // an action (requested -> signalled -> succeeded or failed, each step as it happens).
-// Buttons: <button data-terminate-trial="TRIAL_ID">.
+// Buttons: <button data-terminate-trial="TRIAL_ID">, <button data-kill-process="UUID/PID">.
 (function () {
   "use strict";
   const el = window.raywatch.el;
@@ -39,21 +39,45 @@
       ["Attempt", t.attempt]];
   }
 
-  async function openTerminate(trialId) {
+  function processFacts(t) {
+    return [["Process", "pid " + t.pid], ["GPU", "GPU " + t.gpu_index + " on " + t.node + " (" + t.node_ip + ")"],
+      ["Memory held", bytes(t.used_memory)], ["Owner", t.owner_label + (t.owner_reason ? ": " + t.owner_reason : "")],
+      ["Seen since", t.first_seen_at.slice(0, 19).replace("T", " ") + " UTC"]];
+  }
+
+  // What each kind of button ends, and how the dialog describes it.
+  const KINDS = {
+    trial: {
+      url: (id) => "/api/trials/" + encodeURIComponent(id) + "/terminate",
+      title: "Terminate trial", confirm: "Terminate", facts: trialFacts,
+      expected: (t) => ({ pid: t.pid, attempt: t.attempt }),
+      how: "SIGTERM first; if it still runs after the grace period, it is killed.",
+    },
+    process: {
+      url: (id) => "/api/gpus/" + encodeURIComponent(id.split("/")[0]) + "/processes/" +
+        encodeURIComponent(id.split("/")[1]) + "/kill",
+      title: "Kill GPU process", confirm: "Kill", facts: processFacts, expected: () => ({}),
+      how: "It belongs to no live Ray worker. SIGTERM first, SIGKILL after the grace period.",
+    },
+  };
+
+  async function open(kind, id) {
+    const spec = KINDS[kind];
     showError("");
-    const url = "/api/trials/" + encodeURIComponent(trialId) + "/terminate";
+    const url = spec.url(id);
     const reply = await fetch(url, { credentials: "same-origin" });
     const data = await reply.json();
     if (!reply.ok) { window.alert(data.detail || reply.statusText); return; }
     if (data.active_action) { follow(data.active_action); return; }
     const dl = document.getElementById("action-target");
     dl.replaceChildren();
-    for (const [k, v] of trialFacts(data.target)) {
+    for (const [k, v] of spec.facts(data.target)) {
       dl.append(el("dt", {}, k), el("dd", { "data-fact": k }, v));
     }
-    document.getElementById("action-how").textContent =
-      "SIGTERM first; if it still runs after the grace period, it is killed.";
-    pending = { url: url, expected: { pid: data.target.pid, attempt: data.target.attempt } };
+    document.getElementById("action-title").textContent = spec.title;
+    document.getElementById("action-confirm").textContent = spec.confirm;
+    document.getElementById("action-how").textContent = spec.how;
+    pending = { url: url, expected: spec.expected(data.target) };
     document.getElementById("action-reason").value = "";
     dialog.showModal();
   }
@@ -116,8 +140,10 @@
   document.getElementById("action-form").addEventListener("submit", confirm);
   document.getElementById("action-cancel").addEventListener("click", () => dialog.close());
   document.addEventListener("click", function (event) {
-    const button = event.target.closest("[data-terminate-trial]");
-    if (button) openTerminate(button.dataset.terminateTrial);
+    const trial = event.target.closest("[data-terminate-trial]");
+    if (trial) open("trial", trial.dataset.terminateTrial);
+    const proc = event.target.closest("[data-kill-process]");
+    if (proc) open("process", proc.dataset.killProcess);
   });
-  window.raywatch.actions = { openTerminate: openTerminate, follow: follow };
+  window.raywatch.actions = { open: open, follow: follow };
 })();

@@ -141,6 +141,12 @@
       el("td", { title: "first seen " + new Date(p.first_seen_at).toLocaleString() }, gpus.duration(p.age_s)),
       el("td", {}, p.type),
     );
+    const action = el("td", {});
+    if (document.getElementById("processes").dataset.canKill === "1" && p.owner.kind === "orphan") {
+      action.append(el("button", { type: "button", class: "danger",
+                                   "data-kill-process": tile.uuid + "/" + p.pid }, "Kill…"));
+    }
+    tr.append(action);
     return tr;
   }
 
