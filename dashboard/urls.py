@@ -33,6 +33,7 @@ urlpatterns = [
     path("demands/", gpus_views.demands_page, name="demands"),
     path("alerts/", alerts_views.alerts_page, name="alerts"),
     path("audit/", actions_views.audit_page, name="audit"),
+    path("jobs/", actions_views.jobs_page, name="jobs"),
     path("incidents/<int:pk>/", alerts_views.incident_page, name="incident"),
     path("alerts/silences/", alerts_views.silences_page, name="silences"),
     path("alerts/silences/<int:pk>/end", alerts_views.silence_end, name="silence-end"),

@@ -6,12 +6,13 @@ from __future__ import annotations
 import sys
 
 import pytest
+from django.test import Client
 
 from collectors.raystate import RayEndpoint
 from dashboard.actions.models import AuditEntry
 from dashboard.cluster.models import Job
 from dashboard.cluster.tasks import poll_ray_state, ray_endpoint
-from tests.conftest import token_client, wait_for
+from tests.conftest import PASSWORD, token_client, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +33,7 @@ def submit(endpoint: RayEndpoint) -> str:
     return wait_for(attempt, 60, 2, "Ray's job agent to accept the job")  # type: ignore[return-value]
 
 
-def test_an_operator_stops_a_running_job(settings, ray_settings, operator) -> None:  # type: ignore[no-untyped-def]
+def test_an_operator_stops_a_running_job(settings, ray_settings, operator, viewer) -> None:  # type: ignore[no-untyped-def]
     settings.EMBEDDED = True
     submission_id = submit(ray_endpoint())
 
@@ -40,6 +41,12 @@ def test_an_operator_stops_a_running_job(settings, ray_settings, operator) -> No
         poll_ray_state()
         return Job.objects.filter(submission_id=submission_id, status="RUNNING").exists()
     wait_for(running, 90, 1, "the job to run")
+    # The jobs page offers operators the Stop button, viewers not.
+    button = f'data-stop-job="{submission_id}"'
+    for user, shown in ((operator, True), (viewer, False)):
+        page = Client()
+        page.login(username=user.username, password=PASSWORD)
+        assert (button in page.get("/jobs/").content.decode()) is shown
     api = token_client(operator)
     reply = api.post(f"/api/jobs/{submission_id}/stop",
                      {"reason": "diverged at step 900", "expected": {"status": "RUNNING"}},

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.dateparse import parse_date
 
 from dashboard.actions.models import AuditEntry
+from dashboard.cluster.models import Job
+from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 
 FILTERS = ("user", "kind", "state", "target", "since")
@@ -30,3 +33,12 @@ def audit_page(request: HttpRequest) -> HttpResponse:
         "states": (AuditEntry.REQUESTED, AuditEntry.SIGNALLED, AuditEntry.SUCCEEDED,
                    AuditEntry.FAILED),
         "users": sorted(set(AuditEntry.objects.values_list("username", flat=True)))})
+
+
+@viewer_required
+def jobs_page(request: HttpRequest) -> HttpResponse:
+    """Ray jobs (training runs submitted with `ray job submit`), newest first; operators
+    stop a running one through the confirm dialog."""
+    jobs = Job.objects.order_by(F("start_time").desc(nulls_last=True))[:200]
+    return render(request, "actions/jobs.html", {
+        "jobs": jobs, "can_act": has_role(request.user, OPERATOR)})

@@ -1,6 +1,7 @@
 // Actions: the confirm dialog (what will be ended, and why) and the live progress of
 // an action (requested -> signalled -> succeeded or failed, each step as it happens).
-// Buttons: <button data-terminate-trial="TRIAL_ID">, <button data-kill-process="UUID/PID">.
+// Buttons: <button data-terminate-trial="TRIAL_ID">, <button data-kill-process="UUID/PID">,
+// <button data-stop-job="SUBMISSION_ID">.
 (function () {
   "use strict";
   const el = window.raywatch.el;
@@ -45,8 +46,19 @@
       ["Seen since", t.first_seen_at.slice(0, 19).replace("T", " ") + " UTC"]];
   }
 
+  function jobFacts(t) {
+    return [["Job", t.submission_id || t.key], ["Status", t.status],
+      ["Entrypoint", t.entrypoint], ["Driver", "pid " + t.driver_pid + " on " + t.driver_node_ip]];
+  }
+
   // What each kind of button ends, and how the dialog describes it.
   const KINDS = {
+    job: {
+      url: (id) => "/api/jobs/" + encodeURIComponent(id) + "/stop",
+      title: "Stop Ray job", confirm: "Stop", facts: jobFacts,
+      expected: (t) => ({ status: t.status }),
+      how: "Ray's Jobs API stops the job: its driver and every actor and task it started.",
+    },
     trial: {
       url: (id) => "/api/trials/" + encodeURIComponent(id) + "/terminate",
       title: "Terminate trial", confirm: "Terminate", facts: trialFacts,
@@ -144,6 +156,8 @@
     if (trial) open("trial", trial.dataset.terminateTrial);
     const proc = event.target.closest("[data-kill-process]");
     if (proc) open("process", proc.dataset.killProcess);
+    const job = event.target.closest("[data-stop-job]");
+    if (job) open("job", job.dataset.stopJob);
   });
   window.raywatch.actions = { open: open, follow: follow };
 })();
