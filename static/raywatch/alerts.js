@@ -88,10 +88,29 @@
     return tr;
   }
 
+  // Rows are rebuilt only when their incident changed: a row someone is about to click
+  // stays the same element while other incidents update around it.
+  const rows = new Map(); // id -> {key, tr}
+  function rowFor(i, canAct) {
+    const key = JSON.stringify(i) + stateOf(i) + Math.floor(Date.now() / 60000);
+    const known = rows.get(i.id);
+    if (known && known.key === key) return known.tr;
+    const tr = alertRow(i, canAct);
+    rows.set(i.id, { key: key, tr: tr });
+    return tr;
+  }
+
   function renderList(incidents) {
     const table = document.getElementById("alerts");
     const canAct = table.dataset.canAct === "1";
-    table.tBodies[0].replaceChildren(...incidents.map((i) => alertRow(i, canAct)));
+    const body = table.tBodies[0];
+    const wanted = incidents.map((i) => rowFor(i, canAct));
+    for (const id of [...rows.keys()]) {
+      if (!incidents.some((i) => i.id === id)) rows.delete(id);
+    }
+    if (wanted.length !== body.children.length || wanted.some((tr, n) => body.children[n] !== tr)) {
+      body.replaceChildren(...wanted);
+    }
     document.getElementById("no-alerts").hidden = incidents.length > 0;
     const firing = incidents.filter((i) => i.state === "firing").length;
     document.getElementById("alert-total").textContent =
