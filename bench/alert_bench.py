@@ -53,12 +53,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import harness
+
+from tests.receivers import Receiver  # the receiver the alert tests use
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
 INCIDENTS = int(os.environ.get("BENCH_INCIDENTS", "60"))
@@ -71,55 +72,6 @@ ARRIVAL_GRACE_S = 10.0  # how long after the last incident a message may still c
 TARGET_P95_S = 2.0
 NOISE = ("2 cores shared with Postgres, Redis, the workers and possibly other engineers' "
          "test runs: expect tens of percent of noise between runs")
-
-
-# --- the receiver (a thread of this process) -----------------------------------------------
-@dataclass
-class Arrival:
-    at: float  # time.time() once the whole body is read
-    path: str
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class Receiver:
-    """A loopback webhook endpoint that answers 200 at once and notes when each POST came."""
-
-    arrivals: list[Arrival] = field(default_factory=list)
-
-    def start(self) -> Receiver:
-        arrivals = self.arrivals
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                arrivals.append(Arrival(time.time(), self.path, body))  # list.append: atomic
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.request_queue_size = 128
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        return self
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 # --- Celery processes ----------------------------------------------------------------------
@@ -268,7 +220,7 @@ def latency_row(label: str, receiver: Receiver, procs: list[Proc],
 
     path = f"/hook/{label}"
     channel = Channel.objects.create(name=f"bench-{label}", kind="webhook",
-                                     url=receiver.url(path))
+                                     url=receiver.url_for(path))
     kind = f"bench_trial_stalled_{label.replace('-', '_')}"
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
@@ -288,7 +240,7 @@ def latency_row(label: str, receiver: Receiver, procs: list[Proc],
         time.sleep(rng.uniform(*PAUSE_S))
     deadline = time.monotonic() + ARRIVAL_GRACE_S
     while time.monotonic() < deadline:
-        got = {a.json["incidents"][0]["experiment"] for a in receiver.arrivals
+        got = {a.json["incidents"][0]["experiment"] for a in receiver.requests
                if a.path == path}
         if set(started) <= got:
             break
@@ -301,7 +253,7 @@ def latency_row(label: str, receiver: Receiver, procs: list[Proc],
 
     first: dict[str, float] = {}
     copies = 0
-    for a in receiver.arrivals:
+    for a in receiver.requests:
         if a.path != path:
             continue
         experiment = a.json["incidents"][0]["experiment"]
@@ -372,7 +324,7 @@ def make_deliveries(receiver: Receiver) -> tuple[list[int], list[bytes]]:
 
     now = timezone.now()
     channels = [Channel.objects.create(name=f"bench-rate-{c}", kind="webhook",
-                                       url=receiver.url(f"/rate/{c}"))
+                                       url=receiver.url_for(f"/rate/{c}"))
                 for c in range(CHANNELS)]
     rows: list[Delivery] = []
     links: list[tuple[int, list[int]]] = []
@@ -410,7 +362,7 @@ def reset_deliveries(receiver: Receiver) -> None:
     Delivery.objects.filter(group_key="bench").update(
         state=Delivery.PENDING, attempts=0, claimed_at=None, claim_token="", sent_at=None,
         response_code=None, last_error="", next_attempt_at=timezone.now())
-    receiver.arrivals.clear()
+    receiver.requests.clear()
 
 
 def wait_all_sent(timeout: float = 180.0) -> None:
@@ -439,10 +391,10 @@ def sent_figures(label: str, t0: float, receiver: Receiver, extra: dict[str, Any
     agg = qs.aggregate(first=Min("sent_at"), last=Max("sent_at"))
     last = agg["last"].timestamp()
     first = agg["first"].timestamp()
-    ids = [a.json["id"] for a in receiver.arrivals if a.path.startswith("/rate/")]
+    ids = [a.json["id"] for a in receiver.requests if a.path.startswith("/rate/")]
     in_order = True
     for c in range(CHANNELS):
-        seq = [int(a.json["id"]) for a in receiver.arrivals if a.path == f"/rate/{c}"]
+        seq = [int(a.json["id"]) for a in receiver.requests if a.path == f"/rate/{c}"]
         in_order &= seq == sorted(seq)
     n = qs.count()
     return {
@@ -504,13 +456,13 @@ def drain_rate(receiver: Receiver, channel_ids: list[int], threads: int) -> dict
 
 def post_loop(label: str, receiver: Receiver, bodies: list[bytes],
               send: Callable[[str, bytes], None]) -> dict[str, Any]:
-    receiver.arrivals.clear()
+    receiver.requests.clear()
     t0 = time.perf_counter()
     for n, body in enumerate(bodies):
         send(f"/rate/{n * CHANNELS // len(bodies)}", body)
     elapsed = time.perf_counter() - t0
-    if len(receiver.arrivals) != len(bodies):
-        raise RuntimeError(f"{label}: {len(receiver.arrivals)} of {len(bodies)} arrived")
+    if len(receiver.requests) != len(bodies):
+        raise RuntimeError(f"{label}: {len(receiver.requests)} of {len(bodies)} arrived")
     return {"label": label, "n": len(bodies), "elapsed_s": elapsed,
             "per_s": len(bodies) / elapsed}
 
@@ -537,7 +489,7 @@ def product_posts(receiver: Receiver, bodies: list[bytes]) -> dict[str, Any]:
     from dashboard.alerts.transports import post
 
     def send(path: str, body: bytes) -> None:
-        reply = post(receiver.url(path), body, {}, 10.0, allow_private=True)
+        reply = post(receiver.url_for(path), body, {}, 10.0, allow_private=True)
         if reply.status != 200:
             raise RuntimeError(f"receiver answered {reply.status}")
 

@@ -17,6 +17,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     answered: int | None = None  # the status sent back, None if it never answered
+    at: float = field(default_factory=time.time)  # once the whole body was read
 
     @property
     def json(self) -> Any:
@@ -60,9 +61,14 @@ class Receiver:
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.server.request_queue_size = 128  # bursts from several senders at once
+        self.port = int(self.server.server_address[1])
+        self.url = self.url_for("/hook")
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
+
+    def url_for(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
 
     def answer(self, step: Any) -> int | None:
         if step == "hang":

@@ -80,10 +80,10 @@ def process_plan(uuid: str, pid: int, expected: dict[str, Any], now: datetime) -
                           "its trial or job, not by killing the process", 409)
     target = targets.process_target(proc, owner)
     return Plan(AuditEntry.KILL_PROCESS, f"process:{uuid}/{pid}", target, ADMIN,
-                lambda: process_unreachable(target, now))
+                lambda: process_unreachable(target))
 
 
-def process_unreachable(target: dict[str, Any], now: datetime) -> str | None:
+def process_unreachable(target: dict[str, Any]) -> str | None:
     if target["local"] or agent_queue(target["node_ip"]):
         return None
     return f"the agent of node {target['node']} is not answering: it cannot be signalled"
