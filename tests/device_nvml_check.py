@@ -24,10 +24,29 @@ from typing import Any
 from collectors.nvml import NvmlSource, load_nvml_module
 
 HOLD_BYTES = 512 * 1024**2
+# A kernel that spins n times and stores its count (so the loop cannot be optimised away).
+SPIN_PTX = b"""
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry spin(.param .u64 out, .param .u64 n) {
+  .reg .u64 %r<5>; .reg .pred %p;
+  ld.param.u64 %r1, [n];
+  ld.param.u64 %r3, [out];
+  mov.u64 %r2, 0;
+LOOP:
+  add.u64 %r2, %r2, 1;
+  setp.lt.u64 %p, %r2, %r1;
+  @%p bra LOOP;
+  st.global.u64 [%r3], %r2;
+  ret;
+}
+\0"""
 
 
-def hold_gpu_memory(ready: Any, release: Any) -> None:
-    """A plain process that allocates HOLD_BYTES on GPU 0 and keeps it until told."""
+def hold_gpu_memory(ready: Any, release: Any, busy: Any = None) -> None:
+    """A plain process that allocates HOLD_BYTES on GPU 0 and keeps it until told;
+    while `busy` is set it keeps the GPU's SMs spinning."""
     cuda = ctypes.CDLL("libcuda.so.1")
     device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
     for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(device), 0)),
@@ -37,7 +56,17 @@ def hold_gpu_memory(ready: Any, release: Any) -> None:
         if code != 0:
             raise SystemExit(f"{call} failed with CUDA error {code}")
     ready.set()
-    release.wait(120)
+    module, kernel = ctypes.c_void_p(), ctypes.c_void_p()
+    cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(SPIN_PTX))
+    cuda.cuModuleGetFunction(ctypes.byref(kernel), module, b"spin")
+    out, n = ctypes.c_uint64(pointer.value), ctypes.c_uint64(20_000_000)
+    args = (ctypes.c_void_p * 2)(ctypes.addressof(out), ctypes.addressof(n))
+    while not release.is_set():
+        if busy is not None and busy.is_set():
+            cuda.cuLaunchKernel(kernel, 264, 1, 1, 128, 1, 1, 0, None, args, None)
+            cuda.cuCtxSynchronize()
+        else:
+            time.sleep(0.05)
 
 
 def smi() -> list[dict[str, str]]:
@@ -91,8 +120,8 @@ def main(out_dir: str) -> int:
     before = as_json(source.poll(datetime.now(UTC)))
     first_ms = (time.perf_counter() - started) * 1000
     ctx = multiprocessing.get_context("spawn")
-    ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=hold_gpu_memory, args=(ready, release))
+    ready, release, busy = ctx.Event(), ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=hold_gpu_memory, args=(ready, release, busy))
     holder.start()
     if not ready.wait(60):
         print("FAIL the CUDA holder did not allocate its memory")
@@ -104,11 +133,22 @@ def main(out_dir: str) -> int:
         during = as_json(source.poll(datetime.now(UTC)))
         timings.append((time.perf_counter() - t0) * 1000)
     table = smi()
+    busy.set()
+    time.sleep(3)
+    loaded = as_json(source.poll(datetime.now(UTC)))
+    busy.clear()
+    time.sleep(3)
+    idle = as_json(source.poll(datetime.now(UTC)))
     release.set()
     holder.join(30)
     results = checks(before, during, table, holder.pid or 0)
+    util = [p["gpus"][0]["utilization_gpu"] for p in (loaded, idle)]
+    results.append(("utilization follows load (busy >= 90 %, then idle <= 10 %)",
+                    util[0] is not None and util[0] >= 90 and util[1] is not None
+                    and util[1] <= 10, f"busy {util[0]} %, idle {util[1]} %"))
     report = {"first_poll_ms": round(first_ms, 1), "poll_ms": sorted(timings),
-              "before": before, "during": during, "nvidia_smi": table,
+              "before": before, "during": during, "loaded": loaded, "idle": idle,
+              "nvidia_smi": table,
               "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in results]}
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     Path(out_dir, "nvml_check.json").write_text(json.dumps(report, indent=2))
