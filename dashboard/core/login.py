@@ -124,7 +124,12 @@ def clear_user_failures(sender: Any, request: HttpRequest | None, user: Any,
 
 class FailedLoginGuard:
     """The first authentication backend: refuses while a budget is spent (or cannot be
-    read), and otherwise leaves the decision to the next backend."""
+    read), and otherwise leaves the decision to the next backend.
+
+    It has no `get_user`: it never owns a session. Code that logs a user in without
+    naming a backend (`Client.force_login`) takes the first backend that has one, and a
+    session recorded under this guard would never authenticate.
+    """
 
     def authenticate(self, request: HttpRequest | None, username: str | None = None,
                      **credentials: Any) -> None:
@@ -134,9 +139,6 @@ class FailedLoginGuard:
             refused = True
         if refused:
             raise PermissionDenied("too many failed logins")
-
-    def get_user(self, user_id: Any) -> None:
-        return None
 
 
 class RateLimitedLoginView(LoginView):
