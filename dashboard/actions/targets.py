@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 import psutil
-from django.db.models import Q
 
 from collectors.procstat import this_host
 from dashboard.cluster.models import Actor, Job, Node
@@ -35,10 +34,12 @@ def create_time(pid: int | None) -> float | None:
 def gpus_held(node_ip: str, pid: int | None) -> list[dict[str, Any]]:
     if not pid or not node_ip:
         return []
-    rows = (GpuProcess.objects.select_related("gpu").filter(gpu__node_ip=node_ip)
-            .filter(Q(pid=pid) | Q(ancestors__contains=[pid])))
+    # The process or one it started. JSON containment is not portable (SQLite has none),
+    # and a node's GPUs hold few processes: check the ancestors here.
+    rows = GpuProcess.objects.select_related("gpu").filter(gpu__node_ip=node_ip)
     return [{"uuid": p.gpu.uuid, "index": p.gpu.index, "pid": p.pid,
-             "used_memory": p.used_memory_bytes} for p in rows]
+             "used_memory": p.used_memory_bytes}
+            for p in rows if p.pid == pid or pid in p.ancestors]
 
 
 def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:

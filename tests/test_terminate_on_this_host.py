@@ -1,0 +1,83 @@
+"""Terminate a trial whose process runs on this host (as on `make run`'s local
+cluster): the confirm dialog's preview names the GPUs its process tree holds, the
+process is gone after SIGTERM, and the audit keeps every step. No Ray is needed for
+a local process, so this runs on both backends (see test_on_embedded_default.py)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from collectors.procstat import this_host
+from dashboard.gpus.models import Gpu, GpuProcess
+from dashboard.trials.models import Experiment, Trial
+from tests.conftest import token_client, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+NODE_IP = "10.0.0.5"
+
+
+@pytest.fixture
+def hung_process() -> Iterator[subprocess.Popen]:
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def hung_trial(pid: int) -> Trial:
+    now = timezone.now()
+    return Trial.objects.create(
+        experiment=Experiment.objects.create(name="search"), trial_id="t_00000",
+        status=Trial.RUNNING, pid=pid, hostname=this_host(), node_ip=NODE_IP, iteration=4,
+        last_result_at=now - timedelta(minutes=5))
+
+
+def gpu_process(uuid: str, node_ip: str, pid: int, ancestors: list[int]) -> None:
+    now = timezone.now()
+    gpu = Gpu.objects.get_or_create(uuid=uuid, defaults=dict(
+        node="n1", node_ip=node_ip, index=int(uuid[-1]), first_seen_at=now, at=now))[0]
+    GpuProcess.objects.create(gpu=gpu, pid=pid, ancestors=ancestors, used_memory_bytes=2**30,
+                              first_seen_at=now, last_seen_at=now)
+
+
+def test_an_operator_terminates_a_hung_trial_on_this_host(  # type: ignore[no-untyped-def]
+        settings, operator, hung_process) -> None:
+    settings.EMBEDDED = True  # the action runs in this process's background pool
+    settings.TERMINATE_GRACE_S = 5.0
+    pid = hung_process.pid
+    trial = hung_trial(pid)
+    gpu_process("GPU-0", NODE_IP, pid, [1])  # the trial's own process
+    gpu_process("GPU-1", NODE_IP, pid + 7, [pid, 1])  # a child it started
+    gpu_process("GPU-2", NODE_IP, pid + 9, [pid + 1000, 1])  # not of its tree
+    gpu_process("GPU-3", "10.0.0.6", pid, [1])  # the same pid on another node
+    api = token_client(operator)
+
+    preview = api.get(f"/api/trials/{trial.trial_id}/terminate")
+    assert preview.status_code == 200, preview.content
+    held = [(g["uuid"], g["pid"]) for g in preview.json()["target"]["gpus"]]
+    assert sorted(held) == [("GPU-0", pid), ("GPU-1", pid + 7)]
+
+    reply = api.post(f"/api/trials/{trial.trial_id}/terminate",
+                     {"reason": "silent for 5 min", "expected": {"pid": pid}}, format="json")
+    assert reply.status_code == 202, reply.content
+    wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")
+    assert hung_process.returncode == -signal.SIGTERM
+    Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)  # what Tune then reports
+    action = finished(api, reply.json()["action_id"])
+    assert [s["step"] for s in action["steps"]] == ["requested", "signalled", "gone",
+                                                    "succeeded", "errored"]
+    assert action["state"] == "succeeded" and action["reason"] == "silent for 5 min"
+
+
+def finished(api: Any, action_id: int) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        action = api.get(f"/api/actions/{action_id}/").json()
+        return action if action["steps"][-1]["step"] in ("errored", "failed") else None
+    return wait_for(done, 60, 0.2, "Tune's verdict in the audit")  # type: ignore[return-value]
