@@ -83,7 +83,7 @@ def gpu_chart(gpu_pk: int, since: datetime, until: datetime, points: int = MAX_P
 
 def _raw(gpu_pk: int, since: datetime, until: datetime, bucket: int) -> list[tuple]:
     sql = RAW_SQL.format(bucket=_bucket_expr("at", bucket), table=GpuSample._meta.db_table)
-    return _fetch(sql, [gpu_pk, since, until])
+    return _fetch(sql, [gpu_pk, _as_stored(since), _as_stored(until)])
 
 
 def _rollup(gpu_pk: int, since: datetime, until: datetime, bucket: int) -> list[tuple]:
@@ -92,7 +92,7 @@ def _rollup(gpu_pk: int, since: datetime, until: datetime, bucket: int) -> list[
         wavg_util=_weighted("utilization_mean"), wavg_memory=_weighted("memory_mean"),
         wavg_temperature=_weighted("temperature_mean"), wavg_power=_weighted("power_mean"),
     )
-    return _fetch(sql, [gpu_pk, since, until])
+    return _fetch(sql, [gpu_pk, _as_stored(since), _as_stored(until)])
 
 
 def _weighted(column: str) -> str:
@@ -103,7 +103,13 @@ def _weighted(column: str) -> str:
 def _bucket_expr(column: str, bucket: int) -> str:
     if connection.vendor == "postgresql":
         return f"(floor(extract(epoch from {column}) / {bucket}) * {bucket})::bigint"
-    return f"(CAST(strftime('%s', {column}) AS INTEGER) / {bucket}) * {bucket}"
+    # '%%s': Django's SQLite cursor reads a bare %s as a query parameter.
+    return f"(CAST(strftime('%%s', {column}) AS INTEGER) / {bucket}) * {bucket}"
+
+
+def _as_stored(at: datetime) -> Any:
+    # Raw SQL skips the ORM's conversion: SQLite stores naive UTC text, and compares text.
+    return connection.ops.adapt_datetimefield_value(at)
 
 
 def _fetch(sql: str, params: list[Any]) -> list[tuple]:
