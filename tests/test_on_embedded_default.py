@@ -12,6 +12,7 @@ from tests.embedded import pytest_on_embedded_default
 ON_BOTH_BACKENDS = [
     "tests/test_terminate_on_this_host.py",
     "tests/test_gpu_history_chart.py",
+    "tests/test_ray_lists_nothing.py",
 ]
 
 

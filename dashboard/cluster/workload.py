@@ -42,8 +42,9 @@ def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, An
         for field in stamp:
             setattr(row, field, now)
         changed.append(row)
-    fields = sorted({f for v in incoming.values() for f in v} | set(stamp))
-    model.objects.bulk_update(changed, fields, batch_size=500)
+    if changed:  # bulk_update refuses an empty field list, which no incoming rows give
+        fields = sorted({f for v in incoming.values() for f in v} | set(stamp))
+        model.objects.bulk_update(changed, fields, batch_size=500)
     model.objects.bulk_create(
         [model(**{key: name, **values, **dict.fromkeys(stamp + created, now)})
          for name, values in incoming.items() if name not in existing],
