@@ -204,6 +204,8 @@ GPU_MEMORY_HIGH_PERCENT = env_number("RAYWATCH_GPU_MEMORY_HIGH_PERCENT", 95.0, m
 GPU_MEMORY_HIGH_S = env_number("RAYWATCH_GPU_MEMORY_HIGH_S", 300.0, minimum=0)
 ORPHAN_GRACE_S = env_number("RAYWATCH_ORPHAN_GRACE_S", 60.0, minimum=0)
 PENDING_S = env_number("RAYWATCH_PENDING_S", 120.0, minimum=0)
+# Ray says "infeasible" at once: alert after this short grace, not after PENDING_S.
+INFEASIBLE_GRACE_S = env_number("RAYWATCH_INFEASIBLE_GRACE_S", 5.0, minimum=0)
 SPILL_WINDOW_S = env_number("RAYWATCH_SPILL_WINDOW_S", 300.0, minimum=1)
 NODE_DEAD_KEEP_H = env_number("RAYWATCH_NODE_DEAD_KEEP_H", 24.0, minimum=0)
 
@@ -251,12 +253,18 @@ if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
 # Colon-separated roots; empty means ~/ray_results plus the local Ray session's live
 # driver_artifacts staging directories (fresher than the storage copy).
 LOG_DIRS = env_list("RAYWATCH_LOG_DIRS", [], sep=":")
+# A finished trial's directory unchanged this long is no longer checked every poll; a slow
+# rescan visits every such directory once per LOG_RESCAN_S (for what mtimes miss).
+LOG_QUIET_S = env_number("RAYWATCH_LOG_QUIET_S", 60.0, minimum=0)
+LOG_RESCAN_S = env_number("RAYWATCH_LOG_RESCAN_S", 300.0, minimum=1)
 RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", "/tmp/ray"))
 TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s"])
 STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)
 STALL_FACTOR = env_number("RAYWATCH_STALL_FACTOR", 5.0, minimum=1)
 SLOW_FACTOR = env_number("RAYWATCH_SLOW_FACTOR", 3.0, minimum=1)
-SLOW_MIN_S = env_number("RAYWATCH_SLOW_MIN_S", 1.0, minimum=0)
+# Slow = over SLOW_FACTOR x the usual time AND over it by SLOW_MIN_EXCESS_S, for SLOW_FOR_S.
+SLOW_MIN_EXCESS_S = env_number("RAYWATCH_SLOW_MIN_EXCESS_S", 2.0, minimum=0)
+SLOW_FOR_S = env_number("RAYWATCH_SLOW_FOR_S", 30.0, minimum=0)
 SLOW_WINDOW = env_int("RAYWATCH_SLOW_WINDOW", 20, minimum=3)
 GONE_GRACE_S = env_number("RAYWATCH_GONE_GRACE_S", 30.0, minimum=0)
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from dashboard.alerts import delivery, router
 from dashboard.alerts.models import Channel, Delivery
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
-from dashboard.incidents.rules import Finding
 from dashboard.incidents.service import sync_findings
 
 KIND = "test_stalled"  # a kind no real detector evaluates, so none resolves it

@@ -246,7 +246,6 @@ def watched(settings, ray_settings, tmp_path):  # type: ignore[no-untyped-def]
     settings.POLL_LOGS_S = settings.POLL_RAY_S = POLL_S
     settings.STALL_MIN_S = STALL_MIN_S
     settings.GONE_GRACE_S = 3.0
-    settings.SLOW_MIN_S = 2.0  # 2 busy cores: ignore sub-2 s scheduling blips
     scheduler = EmbeddedScheduler(celery_app, {
         "ray": {"task": "dashboard.cluster.tasks.poll_ray_state", "schedule": POLL_S},
         "logs": {"task": "dashboard.trials.tasks.poll_trial_logs", "schedule": POLL_S},

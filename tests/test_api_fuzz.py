@@ -24,7 +24,7 @@ from collectors.localray import free_port
 from collectors.records import NodeRecord, ResourceUse
 from dashboard.alerts.models import Silence
 from dashboard.cluster.state import ingest_nodes
-from dashboard.incidents.rules import Finding
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.service import sync_findings
 from tests.conftest import LiveServer
 

@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
-from dashboard.incidents.rules import Finding
 from dashboard.incidents.service import sync_findings
 from tests.conftest import LiveServer, login, off_the_loop
 

@@ -15,8 +15,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from dashboard.alerts.models import Channel, Silence
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
-from dashboard.incidents.rules import Finding
 from dashboard.incidents.service import sync_findings
 from tests.conftest import PASSWORD
 

@@ -186,6 +186,24 @@ def test_gpu_actor_on_a_gpu_less_cluster_is_infeasible(settings) -> None:  # typ
     assert "GPU: asks 1, no node has any" in incident.summary
 
 
+def test_infeasible_demand_alerts_after_a_short_grace_not_the_pending_time(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PENDING_S = 120
+    settings.INFEASIBLE_GRACE_S = 5
+    node(cpus=8)
+    now = timezone.now()
+    ingest_demands([
+        DemandRecord(kind="actor", key="a1", name="Learner", bundles=({"GPU": 1.0},)),
+        DemandRecord(kind="actor", key="a2", name="Sampler", bundles=({"CPU": 1.0},)),
+    ], now - timedelta(seconds=3))
+    mark_ray_current()
+    evaluate_resources(now)
+    assert firing("demand_infeasible") == []  # within the grace: Ray may still change its mind
+    evaluate_resources(now + timedelta(seconds=3))
+    [incident] = firing("demand_infeasible")
+    assert "actor Learner" in incident.summary and "6 s" in incident.summary
+    assert firing("demand_pending") == []  # a feasible demand still waits RAYWATCH_PENDING_S
+
+
 def test_feasible_demand_names_what_it_waits_behind(settings) -> None:  # type: ignore[no-untyped-def]
     settings.PENDING_S = 120
     node(cpus=2, cpu_used=2.0)

@@ -1,5 +1,6 @@
 """On a real Ray cluster (no GPU): a GPU actor is shown infeasible and raises
-demand_infeasible; a placement group that waits names what holds its CPUs; and
+demand_infeasible within seconds, not after the pending threshold; a placement
+group that waits names what holds its CPUs; and
 the GPU processes the fake pynvml reports are joined to live actors, to the
 children of actors, or called orphans."""
 
@@ -14,10 +15,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from collectors.hostinfo import node_ip_address
+from dashboard.celery import app as celery_app
 from dashboard.cluster.models import Demand, Worker
+from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.gpus.detect import evaluate_resources
 from dashboard.gpus.tasks import poll_gpus
 from dashboard.incidents.models import Incident
+from tests.conftest import wait_for
 from tests.test_ray_nodes import poll_until
 
 GIB = 1024**3
@@ -41,7 +45,7 @@ def api(user, path: str):  # type: ignore[no-untyped-def]
 
 
 def test_gpu_actor_is_infeasible_and_raises_an_incident(driver, settings, viewer) -> None:  # type: ignore[no-untyped-def]
-    settings.PENDING_S = 0
+    settings.INFEASIBLE_GRACE_S = 0
 
     @driver.remote(num_gpus=1)
     class Learner:
@@ -63,6 +67,37 @@ def test_gpu_actor_is_infeasible_and_raises_an_incident(driver, settings, viewer
     poll_until(lambda: not Demand.objects.filter(kind="actor").exists(), "the demand to go")
     evaluate_resources(timezone.now())
     assert not Incident.objects.filter(kind="demand_infeasible", state=Incident.FIRING).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_infeasible_actor_alerts_within_15_s(driver, settings) -> None:  # type: ignore[no-untyped-def]
+    # The shipped cadence and thresholds: Ray polled every 2 s, detectors every 5 s, a
+    # feasible demand alerts after 120 s, an infeasible one after a 5 s grace.
+    assert (settings.POLL_RAY_S, settings.DETECT_S, settings.PENDING_S) == (2.0, 5.0, 120.0)
+    scheduler = EmbeddedScheduler(celery_app, {
+        "ray": {"task": "dashboard.cluster.tasks.poll_ray_state",
+                "schedule": settings.POLL_RAY_S},
+        "detect": {"task": "dashboard.gpus.tasks.detect_resources",
+                   "schedule": settings.DETECT_S},
+    })
+    scheduler.start()
+
+    @driver.remote(num_gpus=1)
+    class Learner:
+        pass
+
+    asked_at = timezone.now()
+    learner = Learner.remote()
+    try:
+        incident = wait_for(
+            lambda: Incident.objects.filter(kind="demand_infeasible",
+                                            state=Incident.FIRING).first(),
+            60, 0.25, "demand_infeasible")
+        assert "Learner" in incident.summary
+        assert (incident.opened_at - asked_at).total_seconds() <= 15
+    finally:
+        driver.kill(learner)
+        scheduler.stop()
 
 
 def test_waiting_placement_group_names_what_holds_its_cpus(driver, viewer) -> None:  # type: ignore[no-untyped-def]

@@ -1,11 +1,13 @@
-"""On a real Ray Tune search: a hanging trial is flagged trial_stalled in time, a trial
-killed from outside is flagged and its status is right, a slowed phase is named, and a
-healthy ASHA search with early-stopped trials raises nothing."""
+"""On a real Ray Tune search: a hanging trial is flagged trial_stalled in time, as one
+incident, a trial killed from outside is flagged and its status is right, a slowed phase
+is named and stays flagged while it stays slow, and a healthy ASHA search with
+early-stopped trials raises nothing (on the shipped thresholds)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 
 import pytest
@@ -13,6 +15,7 @@ from django.utils import timezone
 
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import StepResult, Trial
+from dashboard.trials.views_data import trial_payload
 from tests.conftest import POLL_S, STALL_MIN_S, start_search, stop_node, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
@@ -27,7 +30,8 @@ def firing(kind: str, trial: Trial) -> Incident | None:
     return Incident.objects.filter(kind=kind, trial=trial, state="firing").first()
 
 
-def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:  # type: ignore[no-untyped-def]
+def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.SLOW_FOR_S = 3.0  # the slow trial's slow steps last 18 s, under the shipped 30 s
     name = f"mixed-{uuid.uuid4().hex[:6]}"
     search = start_search(ray_settings, watched, name, "mixed")
     try:
@@ -52,6 +56,11 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings) -> None:
         assert late_by <= STALL_MIN_S + POLL_S + 1.5, late_by  # +1 s: whole-second timestamps
         assert "process is alive" in stalled.summary
         assert "idle: CPU" in stalled.summary  # it sleeps: the hang is not busy work
+        # One hang, one incident: the stall superseded the step-in-progress regression.
+        for _ in range(4):
+            assert list(Incident.objects.filter(trial=hung, state="firing")
+                        .values_list("kind", flat=True)) == ["trial_stalled"]
+            time.sleep(POLL_S)
 
         # A trial killed from outside: flagged, and its status says so.
         crash = trial_with(name, "crash")
@@ -102,3 +111,31 @@ def test_healthy_asha_search_raises_nothing(watched, ray_settings) -> None:  # t
     finally:
         stop_node(search)
     assert timezone.now()
+
+
+def test_a_phase_that_stays_slow_stays_flagged_until_it_is_fast(watched, ray_settings,  # type: ignore[no-untyped-def]
+                                                                settings) -> None:
+    # The reward phase goes 0.1 s -> 1.0 s at step 16 for 50 steps. Short steps keep the
+    # test short, so the excess and hold are scaled down with them.
+    settings.SLOW_MIN_EXCESS_S, settings.SLOW_FOR_S = 0.5, 3.0
+    name = f"grown-{uuid.uuid4().hex[:6]}"
+    search = start_search(ray_settings, watched, name, "grown")
+    try:
+        grown = wait_for(lambda: trial_with(name, "grown"), 90, 0.5, "the grown trial")
+        incident = wait_for(lambda: firing("step_time_regression", grown), 90, 0.5,
+                            "step_time_regression")
+        seen = []
+        while Trial.objects.get(pk=grown.pk).iteration < 60:
+            incident.refresh_from_db()
+            seen.append((incident.state, trial_payload(grown)["health"]))
+            time.sleep(1)
+        assert len(seen) > 30 and set(seen) == {("firing", "slow")}, seen
+        assert incident.details["phase"] == "timing_s/reward"
+        assert incident.details["baseline_s"]["timing_s/reward"] == 0.1
+        assert Incident.objects.filter(trial=grown).count() == 1  # never resolved and reopened
+        # Fast again: resolved, and the trial is healthy.
+        wait_for(lambda: not firing("step_time_regression", grown), 60, 0.5, "the resolve")
+        assert Trial.objects.get(pk=grown.pk).iteration > 65
+        assert trial_payload(grown)["health"] == "ok"
+    finally:
+        stop_node(search)

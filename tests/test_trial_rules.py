@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dashboard.incidents.rules import (
+from dashboard.incidents.trial_rules import (
     StepTiming,
     Thresholds,
     TrialSnapshot,
@@ -18,7 +18,8 @@ from dashboard.incidents.rules import (
 )
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_s=1, gone_grace_s=30)
+TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_excess_s=1,
+                slow_for_s=0, slow_window=20, gone_grace_s=30)
 
 
 def steps(n: int, every_s: float = 10, phases: dict[str, float] | None = None) -> list[StepTiming]:

@@ -1,4 +1,5 @@
-"""Run the resource detectors over the stored state and sync their incidents.
+"""Resource detection: build views of the stored GPU and Ray state, run the resource
+rules (dashboard.incidents.resource_rules) and sync their incidents.
 
 GPU readings that are not current (agent down) are left out; kinds that depend on
 Ray's view (orphans, demand, nodes) are neither opened nor resolved while the Ray
@@ -19,6 +20,7 @@ from dashboard.gpus.models import Agent, Gpu, GpuProcess
 from dashboard.gpus.owners import JOB, TRIAL, Owner
 from dashboard.gpus.views_data import owner_maps_for
 from dashboard.incidents import resource_rules as rules
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.resource_rules import (
     DemandView,
     GpuView,
@@ -28,7 +30,6 @@ from dashboard.incidents.resource_rules import (
     ResourceThresholds,
     WorkView,
 )
-from dashboard.incidents.rules import Finding
 from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import Trial
 
@@ -38,7 +39,8 @@ def thresholds() -> ResourceThresholds:
         idle_gpu_s=settings.IDLE_GPU_S, idle_gpu_percent=settings.IDLE_GPU_PERCENT,
         memory_high_percent=settings.GPU_MEMORY_HIGH_PERCENT,
         memory_high_s=settings.GPU_MEMORY_HIGH_S, orphan_grace_s=settings.ORPHAN_GRACE_S,
-        pending_s=settings.PENDING_S, spill_window_s=settings.SPILL_WINDOW_S,
+        pending_s=settings.PENDING_S, infeasible_grace_s=settings.INFEASIBLE_GRACE_S,
+        spill_window_s=settings.SPILL_WINDOW_S,
         node_dead_keep_s=settings.NODE_DEAD_KEEP_H * 3600,
     )
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dashboard.incidents.rules import Finding
+from dashboard.incidents.findings import Finding
 
 GPU_KINDS = ("gpu_idle_during_step", "gpu_memory_high", "gpu_hardware")
 RAY_KINDS = ("gpu_orphan_memory", "gpu_count_mismatch", "demand_infeasible", "demand_pending",
@@ -22,14 +22,17 @@ GiB = 1024**3
 
 @dataclass(frozen=True)
 class ResourceThresholds:
-    idle_gpu_s: float = 300.0
-    idle_gpu_percent: float = 5.0
-    memory_high_percent: float = 95.0
-    memory_high_s: float = 300.0
-    orphan_grace_s: float = 60.0
-    pending_s: float = 120.0
-    spill_window_s: float = 300.0
-    node_dead_keep_s: float = 86400.0
+    """Values come from settings (RAYWATCH_*, defaults written there once)."""
+
+    idle_gpu_s: float
+    idle_gpu_percent: float
+    memory_high_percent: float
+    memory_high_s: float
+    orphan_grace_s: float
+    pending_s: float
+    infeasible_grace_s: float
+    spill_window_s: float
+    node_dead_keep_s: float
 
 
 @dataclass(frozen=True)
@@ -204,9 +207,12 @@ def gpu_count_mismatch(host: HostView, th: ResourceThresholds, now: datetime
 
 def demand_waiting(demand: DemandView, th: ResourceThresholds, now: datetime
                    ) -> Finding | None:
-    """demand_infeasible (no node could ever fit it) or demand_pending (it waits)."""
+    """demand_infeasible (no node could ever fit it: alert after a short grace against
+    flapping) or demand_pending (it could fit but waits: alert after pending_s)."""
     waited = (now - demand.first_seen_at).total_seconds()
-    if waited < th.pending_s or demand.feasible is None:
+    if demand.feasible is None:
+        return None
+    if waited < (th.pending_s if demand.feasible else th.infeasible_grace_s):
         return None
     asks = " + ".join(_shape(b) for b in demand.bundles) or "nothing"
     count = f"{demand.count} x " if demand.count > 1 else ""

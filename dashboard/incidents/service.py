@@ -18,8 +18,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from dashboard.core.push import publish
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident, IncidentEvent, severity_rank
-from dashboard.incidents.rules import Finding
 
 ALERTS_GROUP = "alerts"
 # A condition that changes every evaluation (an idle counter) records an update on the

@@ -6,12 +6,14 @@ Each trial's `behaviour` (from its config) is one of:
   healthy  - steady steps with timing_s/gen and timing_s/reward phases
   hang     - reports a few steps, then sleeps for ever with its process alive
   slow     - the reward phase grows 30x for iterations 6-8, then recovers
+  grown    - the reward phase grows 10x at iteration 16 and stays so for 50 steps,
+             then recovers
   crash    - reports a few steps, then waits to be killed from outside
   stubborn - like hang, but ignores SIGTERM (only a forced kill ends it)
 SCENARIO "mixed" runs one trial of each; "asha" runs an ASHA search that stops
 trials early (all healthy); "terminate" runs hang, stubborn and two long healthy
 trials; "retry" runs one hang trial that Tune retries once (max_failures=1) and a
-healthy one.
+healthy one; "grown" runs one grown trial.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def trainable(config: dict) -> None:
         gen, reward = 0.1, 0.2
         if behaviour == "slow" and 6 <= i <= 8:
             reward = 6.0  # three slow steps: longer than a poll, so no poll can miss them
+        if behaviour == "grown":
+            reward = 1.0 if 16 <= i <= 65 else 0.1
         if behaviour == "hang" and i == 5:
             while True:
                 time.sleep(1)
@@ -76,6 +80,9 @@ def main() -> None:
         # The retried attempt runs healthy: a hang only on the first attempt.
         space = {"behaviour": tune.grid_search(["hang-once", "healthy"]), "steps": 60}
         scheduler, max_failures = None, 1
+    elif scenario == "grown":
+        space = {"behaviour": "grown", "steps": 75}
+        scheduler = None
     elif scenario == "mixed":
         space = {"behaviour": tune.grid_search(["healthy", "hang", "slow", "crash"]),
                  "steps": 40}

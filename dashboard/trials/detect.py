@@ -1,4 +1,5 @@
-"""Reconcile trial status with Ray, then run the trial detectors.
+"""Trial detection: reconcile status with Ray, build snapshots, run the trial
+rules (dashboard.incidents.trial_rules) and sync their incidents.
 
 A trial's process is alive when Ray lists a live actor with the trial's pid on
 the trial's node (result.json's pid equals the actor's pid: RAY_FACTS.md).
@@ -18,10 +19,12 @@ from django.db.models import Q
 from collectors.procstat import process_cpu_percent, this_host
 from dashboard.cluster.models import Actor, Node
 from dashboard.cluster.state import ray_is_current
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
-from dashboard.incidents.rules import (
+from dashboard.incidents.service import sync_findings
+from dashboard.incidents.trial_rules import (
     TRIAL_KINDS,
-    Finding,
+    Baseline,
     StepTiming,
     Thresholds,
     TrialSnapshot,
@@ -30,15 +33,15 @@ from dashboard.incidents.rules import (
     phase_timings,
     trial_stalled,
 )
-from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import StepResult, Trial
 
 
 def thresholds() -> Thresholds:
     return Thresholds(
         stall_min_s=settings.STALL_MIN_S, stall_factor=settings.STALL_FACTOR,
-        slow_factor=settings.SLOW_FACTOR, slow_min_s=settings.SLOW_MIN_S,
-        slow_window=settings.SLOW_WINDOW, gone_grace_s=settings.GONE_GRACE_S,
+        slow_factor=settings.SLOW_FACTOR, slow_min_excess_s=settings.SLOW_MIN_EXCESS_S,
+        slow_for_s=settings.SLOW_FOR_S, slow_window=settings.SLOW_WINDOW,
+        gone_grace_s=settings.GONE_GRACE_S,
     )
 
 
@@ -55,14 +58,16 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     for trial in changed:
         trial.save(update_fields=["status", "status_reason", "process_alive",
                                   "process_gone_since", "updated_at"])
-    steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], thresholds().slow_window)
+    th = thresholds()
+    steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], th.slow_window)
+    baselines = slow_baselines(trials)
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
     for trial in trials:
-        snapshot = snapshot_of(trial, steps.get(trial.pk, []))
-        if trial_stalled(snapshot, thresholds(), now):
+        snapshot = snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk))
+        if trial_stalled(snapshot, th, now):
             snapshot = replace(snapshot, cpu_percent=local_cpu(trial))
-        findings.extend(evaluate_trial(snapshot, thresholds(), now))
+        findings.extend(evaluate_trial(snapshot, th, now))
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     result = sync_findings(TRIAL_KINDS, findings, now, context)
@@ -126,13 +131,25 @@ def recent_steps(trials: list[Trial], window: int) -> dict[int, list[StepResult]
     return grouped
 
 
-def snapshot_of(trial: Trial, steps: list[StepResult]) -> TrialSnapshot:
+def slow_baselines(trials: list[Trial]) -> dict[int, Baseline]:
+    """The baseline each firing step_time_regression was opened against: a slowdown
+    is judged against the timings from before it began for as long as it lasts."""
+    wanted = {t.pk for t in trials}
+    rows = Incident.objects.filter(state=Incident.FIRING, kind="step_time_regression",
+                                   trial__isnull=False).values_list("trial_id", "details")
+    rows = [(pk, details) for pk, details in rows if pk in wanted]
+    found = {pk: Baseline.from_details(details) for pk, details in rows}
+    return {pk: baseline for pk, baseline in found.items() if baseline is not None}
+
+
+def snapshot_of(trial: Trial, steps: list[StepResult],
+                slow_baseline: Baseline | None = None) -> TrialSnapshot:
     patterns = settings.TIMING_KEYS
     return TrialSnapshot(
         trial_id=trial.trial_id, experiment=trial.experiment.name, status=trial.status,
         process_alive=trial.process_alive, process_gone_since=trial.process_gone_since,
         last_result_at=trial.last_result_at, error_text=trial.error_text,
-        node_ip=trial.node_ip, pid=trial.pid,
+        node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline,
         steps=[StepTiming(iteration=s.iteration, at=s.at, total_s=s.time_this_iter_s,
                           phases=phase_timings(s.metrics, patterns)) for s in steps],
     )

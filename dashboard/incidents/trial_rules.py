@@ -1,0 +1,317 @@
+"""Trial detectors: pure rules `(trial snapshot, thresholds, now) -> Finding | None`.
+
+No I/O and no clock of their own: time comes in as an argument, so tests move
+time instead of sleeping. The thresholds come from settings (RAYWATCH_*, defaults
+written there once and documented in README, "Detectors").
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import lru_cache
+from itertools import pairwise
+from statistics import median
+from typing import Any
+
+from dashboard.incidents.findings import Finding
+
+TRIAL_KINDS = ("trial_stalled", "trial_process_gone", "trial_errored", "step_time_regression")
+STEP_TOTAL = "step total"
+STEP_INTERVAL = "step interval"  # time between results: what a step in progress is held to
+MIN_HISTORY = 3  # steps needed before a trial's usual timings mean anything
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    stall_min_s: float
+    stall_factor: float
+    slow_factor: float
+    slow_min_excess_s: float  # a slow step must also exceed its usual time by this much
+    slow_for_s: float  # and stay slow this long before it opens (Alertmanager's `for:`)
+    slow_window: int
+    gone_grace_s: float
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    iteration: int
+    at: datetime | None
+    total_s: float | None
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A trial's usual timings from before a slowdown began, and when it began.
+
+    Kept in the firing incident while the slowdown lasts, so that a phase which
+    stays slow is judged against its fast past, never against its own slow steps."""
+
+    since: datetime
+    seconds: dict[str, float]  # series (phase, step total, step interval) -> usual seconds
+
+    def as_details(self) -> dict[str, Any]:
+        return {"since": self.since.isoformat(),
+                "baseline_s": {name: round(v, 4) for name, v in self.seconds.items()}}
+
+    @classmethod
+    def from_details(cls, details: dict[str, Any]) -> Baseline | None:
+        try:
+            return cls(datetime.fromisoformat(details["since"]),
+                       {str(k): float(v) for k, v in details["baseline_s"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True)
+class TrialSnapshot:
+    trial_id: str
+    experiment: str
+    status: str
+    process_alive: bool | None
+    process_gone_since: datetime | None
+    last_result_at: datetime | None
+    steps: Sequence[StepTiming] = ()  # the current attempt's recent steps, oldest first
+    error_text: str = ""
+    cpu_percent: float | None = None
+    gpu_percent: float | None = None
+    node_ip: str = ""
+    pid: int | None = None
+    slow_baseline: Baseline | None = None  # from the firing step_time_regression, if any
+
+    @property
+    def subject(self) -> str:
+        return f"trial:{self.experiment}/{self.trial_id}"
+
+
+def phase_timings(metrics: dict[str, Any], patterns: Sequence[str]) -> dict[str, float]:
+    """The metrics whose keys match the timing patterns (e.g. timing_s/*), as phases."""
+    matches = _timing_regex(tuple(patterns)).match
+    return {
+        key: float(value)
+        for key, value in metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        and value == value and matches(key)
+    }
+
+
+@lru_cache(maxsize=16)
+def _timing_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    # One compiled regex instead of fnmatch per key and pattern: this runs for every
+    # recent step of every running trial at every poll.
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns) or "(?!)")
+
+
+def median_interval_s(steps: Sequence[StepTiming]) -> float | None:
+    times = [s.at for s in steps if s.at is not None]
+    gaps = [(b - a).total_seconds() for a, b in pairwise(times)]
+    gaps = [g for g in gaps if g >= 0]
+    if gaps:
+        return median(gaps)
+    totals = [s.total_s for s in steps if s.total_s is not None]
+    return median(totals) if totals else None
+
+
+def _activity(trial: TrialSnapshot) -> str:
+    parts = []
+    if trial.cpu_percent is not None:
+        parts.append(f"CPU {trial.cpu_percent:.0f}%")
+    if trial.gpu_percent is not None:
+        parts.append(f"GPU {trial.gpu_percent:.0f}%")
+    if not parts:
+        return "activity unknown"
+    busy = (trial.cpu_percent or 0) >= 5 or (trial.gpu_percent or 0) >= 5
+    return ("busy: " if busy else "idle: ") + ", ".join(parts)
+
+
+def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
+    if trial.status != "RUNNING" or trial.process_alive is not True or not trial.last_result_at:
+        return None
+    interval = median_interval_s(trial.steps)
+    limit = max(th.stall_min_s, th.stall_factor * interval if interval else 0.0)
+    silent = (now - trial.last_result_at).total_seconds()
+    if silent <= limit:
+        return None
+    activity = _activity(trial)
+    return Finding(
+        kind="trial_stalled", subject=trial.subject, severity="critical",
+        summary=(f"Trial {trial.trial_id} has reported no result for {silent:.0f} s "
+                 f"(limit {limit:.0f} s) while its process is alive ({activity})"),
+        details={"silent_s": round(silent, 1), "limit_s": round(limit, 1),
+                 "median_interval_s": interval, "activity": activity,
+                 "cpu_percent": trial.cpu_percent, "gpu_percent": trial.gpu_percent},
+    )
+
+
+def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
+    if trial.status in ("TERMINATED", "ERROR", "PAUSED", "PENDING"):
+        return None
+    if trial.process_alive is not False or trial.process_gone_since is None:
+        return None
+    gone_for = (now - trial.process_gone_since).total_seconds()
+    if gone_for < th.gone_grace_s:
+        return None
+    return Finding(
+        kind="trial_process_gone", subject=trial.subject, severity="critical",
+        summary=(f"Trial {trial.trial_id} is {trial.status} but its process "
+                 f"(pid {trial.pid} on {trial.node_ip or 'unknown node'}) has been gone "
+                 f"for {gone_for:.0f} s"),
+        details={"gone_for_s": round(gone_for, 1), "pid": trial.pid, "node_ip": trial.node_ip},
+    )
+
+
+def trial_errored(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
+    if trial.status != "ERROR" or not trial.error_text:
+        return None
+    first = trial.error_text.strip().splitlines()
+    return Finding(
+        kind="trial_errored", subject=trial.subject, severity="critical",
+        summary=f"Trial {trial.trial_id} failed: {first[-1][:300] if first else 'error.txt'}",
+        details={"error_head": "\n".join(first[:20])},
+    )
+
+
+@dataclass(frozen=True)
+class Slowness:
+    phase: str
+    took: float
+    usual: float
+    in_progress: bool
+
+
+def slow_limit(usual: float, th: Thresholds) -> float:
+    """Slow means both a factor over the usual time and a real excess in seconds: a
+    0.5 s step that once takes 1.7 s is scheduler jitter, not a regression."""
+    return max(th.slow_factor * usual, usual + th.slow_min_excess_s)
+
+
+def usual_timings(steps: Sequence[StepTiming]) -> dict[str, float]:
+    """The median of each series (step total, interval between results, each phase)."""
+    series: dict[str, list[float]] = defaultdict(list)
+    for step in steps:
+        if step.total_s is not None:
+            series[STEP_TOTAL].append(step.total_s)
+        for name, value in step.phases.items():
+            series[name].append(value)
+    usual = {name: median(v) for name, v in series.items() if len(v) >= MIN_HISTORY}
+    if len(steps) >= MIN_HISTORY:
+        # Tune stamps results in whole seconds: short steps show gaps of 0 s and 1 s.
+        interval = max(median_interval_s(steps) or 0.0, usual.get(STEP_TOTAL, 0.0))
+        if interval > 0:
+            usual[STEP_INTERVAL] = interval
+    return usual
+
+
+def step_time_regression(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
+    """A step, or a phase of it, much slower than before the slowdown began. Fires for
+    as long as it stays slow, and resolves once a step is fast again."""
+    kept = trial.slow_baseline
+    baseline = kept or baseline_before_slowdown(trial, th)
+    if baseline is None:
+        return None
+    slow = latest_slowness(trial, baseline.seconds, th, now)
+    if slow is None:
+        return None
+    if kept is None and (now - baseline.since).total_seconds() < th.slow_for_s:
+        return None  # not slow for long enough yet
+    latest = trial.steps[-1].iteration if trial.steps else None
+    what = ("the step in progress has run" if slow.in_progress
+            else f"step {latest} took")
+    where = "" if slow.phase == STEP_TOTAL else f" in phase {slow.phase}"
+    return Finding(
+        kind="step_time_regression", subject=trial.subject, severity="warning",
+        summary=(f"Trial {trial.trial_id}: {what} {slow.took:.1f} s{where}, "
+                 f"{slow.took / slow.usual:.1f}x its usual {slow.usual:.1f} s "
+                 f"(slow since {baseline.since:%H:%M:%S})"),
+        details={"phase": slow.phase, "seconds": round(slow.took, 3),
+                 "median_s": round(slow.usual, 3), "factor": round(slow.took / slow.usual, 2),
+                 "in_progress": slow.in_progress, "iteration": latest,
+                 **baseline.as_details()},
+    )
+
+
+def baseline_before_slowdown(trial: TrialSnapshot, th: Thresholds) -> Baseline | None:
+    """Usual timings of the steps before the trailing run of slow steps, and when the
+    slowdown began: when the first slow step (or the step in progress) overran."""
+    steps = list(trial.steps)[-(th.slow_window + 1):]
+    if len(steps) <= MIN_HISTORY:
+        return None
+    # The older half of the window stays fast while the slowdown is younger than it:
+    # a rolling median of the whole window would absorb a slowdown half as old.
+    older = usual_timings(steps[:max(MIN_HISTORY, len(steps) // 2)])
+    run = 0
+    while run < len(steps) and _slow_phases(steps[-1 - run], older, th):
+        run += 1
+    before = steps[:len(steps) - run]
+    usual = usual_timings(before)
+    if not usual:
+        return None
+    started = before[-1].at or (None if run else trial.last_result_at)
+    overran = (started + timedelta(seconds=slow_limit(usual[STEP_INTERVAL], th))
+               if started and STEP_INTERVAL in usual else None)
+    first_slow_at = steps[-run].at if run else None
+    since = min((t for t in (overran, first_slow_at) if t is not None), default=None)
+    return Baseline(since, usual) if since else None
+
+
+def latest_slowness(trial: TrialSnapshot, usual: dict[str, float], th: Thresholds,
+                    now: datetime) -> Slowness | None:
+    """The latest step's slowest phase, else the step in progress if it overran."""
+    found = _slow_phases(trial.steps[-1], usual, th) if trial.steps else []
+    if found:
+        # Name the phase that blew up most; the step total only when no phase explains it.
+        pool = [s for s in found if s.phase != STEP_TOTAL] or found
+        return max(pool, key=lambda s: s.took / s.usual)
+    interval = usual.get(STEP_INTERVAL)
+    if (interval is None or trial.status != "RUNNING" or trial.process_alive is not True
+            or trial.last_result_at is None):
+        return None
+    running = (now - trial.last_result_at).total_seconds()
+    if running > slow_limit(interval, th):
+        return Slowness(STEP_TOTAL, running, interval, in_progress=True)
+    return None
+
+
+def _slow_phases(step: StepTiming, usual: dict[str, float], th: Thresholds) -> list[Slowness]:
+    took = {STEP_TOTAL: step.total_s, **step.phases}
+    return [Slowness(name, value, usual[name], in_progress=False)
+            for name, value in took.items()
+            if value is not None and usual.get(name, 0) > 0
+            and value > slow_limit(usual[name], th)]
+
+
+TRIAL_RULES = (trial_stalled, trial_process_gone, trial_errored, step_time_regression)
+
+
+def evaluate_trial(trial: TrialSnapshot, th: Thresholds, now: datetime) -> list[Finding]:
+    found = [f for rule in TRIAL_RULES if (f := rule(trial, th, now)) is not None]
+    if any(f.kind == "trial_stalled" for f in found):
+        # One incident per hang (Alertmanager's inhibition): the stall supersedes a
+        # step-in-progress regression; a regression of completed steps stays its own.
+        found = [f for f in found
+                 if not (f.kind == "step_time_regression" and f.details.get("in_progress"))]
+    return found
+
+
+def derive_status(
+    tune_status: str, error_present: bool, process_alive: bool | None
+) -> tuple[str, str]:
+    """Tune's status where it can be trusted, corrected by the logs and by Ray.
+
+    experiment_state files lag and lie (shared/RAY_FACTS.md): error.txt and the
+    actor's liveness are the real signals.
+    """
+    if error_present:
+        return "ERROR", "error.txt was written"
+    if process_alive is True and tune_status in ("", "RUNNING", "PENDING", "UNKNOWN"):
+        return "RUNNING", "its actor is alive"
+    if tune_status:
+        return tune_status, "as Tune's experiment state reports"
+    if process_alive is False:
+        return "UNKNOWN", "no live actor and no Tune state"
+    return "UNKNOWN", "no Tune state yet"

@@ -1,0 +1,148 @@
+"""step_time_regression as a pure rule, time moved by hand: a phase that stays slow is
+judged against its timings from before the slowdown and keeps firing until it is fast
+again; scheduler jitter raises nothing (a factor AND an excess in seconds, held for a
+while); a hang is one incident (the stall supersedes the step-in-progress regression)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+from dashboard.incidents.findings import Finding
+from dashboard.incidents.trial_rules import (
+    Baseline,
+    StepTiming,
+    Thresholds,
+    TrialSnapshot,
+    evaluate_trial,
+    step_time_regression,
+)
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+# The shipped defaults (dashboard/settings.py), stall threshold aside.
+TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_excess_s=2,
+                slow_for_s=30, slow_window=20, gone_grace_s=30)
+GEN_S = 0.2
+
+
+def run(rewards: list[float], start: datetime = T0) -> list[StepTiming]:
+    """Steps back to back: each takes gen + reward seconds and reports at its end."""
+    steps, at = [], start
+    for i, reward in enumerate(rewards, start=1):
+        at += timedelta(seconds=GEN_S + reward)
+        steps.append(StepTiming(i, at, GEN_S + reward,
+                                {"timing_s/gen": GEN_S, "timing_s/reward": reward}))
+    return steps
+
+
+def snapshot(steps: list[StepTiming], baseline: Baseline | None = None) -> TrialSnapshot:
+    return TrialSnapshot(trial_id="abcde_00001", experiment="exp", status="RUNNING",
+                         process_alive=True, process_gone_since=None,
+                         last_result_at=steps[-1].at, steps=steps[-21:], slow_baseline=baseline)
+
+
+def watch(steps: list[StepTiming], th: Thresholds = TH, every_s: float = 0.25
+          ) -> Iterator[tuple[datetime, int, Finding | None]]:
+    """Evaluate as the detector does, every `every_s`: the firing incident keeps the
+    baseline it opened with and hands it back at the next evaluation."""
+    kept: Baseline | None = None
+    now, done = steps[3].at, 4
+    while now <= steps[-1].at:
+        while done < len(steps) and steps[done].at <= now:
+            done += 1
+        found = step_time_regression(snapshot(steps[:done], kept), th, now)
+        kept = Baseline.from_details(found.details) if found else None
+        yield now, done, found
+        now += timedelta(seconds=every_s)
+
+
+def test_a_phase_that_stays_ten_times_slower_fires_until_it_is_fast_again() -> None:
+    steps = run([0.3] * 20 + [3.0] * 50 + [0.3] * 10)
+    slowed_at = steps[19].at
+    seen = list(watch(steps))
+    firing = [(now, done, f) for now, done, f in seen if f]
+    first_at = firing[0][0]
+    # Held for slow_for_s after the first slow step overran, not longer.
+    assert 30 <= (first_at - slowed_at).total_seconds() <= 30 + 2.5 + 0.5
+    # From then on it fires at every evaluation while the phase is slow...
+    while_slow = [f for now, done, f in seen if first_at <= now and done <= 70]
+    assert while_slow and all(while_slow), "resolved while the phase was still slow"
+    # ...against the timing from before the slowdown, not a median that absorbed it.
+    assert {f.details["median_s"] for f in while_slow if f.details["phase"] != "step total"} \
+        == {0.3}
+    last = while_slow[-1]
+    assert last.details["phase"] == "timing_s/reward" and last.details["factor"] == 10.0
+    assert "usual 0.3 s" in last.summary
+    # The first fast step resolves it.
+    after = [f for now, done, f in seen if done > 70]
+    assert after and not any(after)
+
+
+def test_the_baseline_is_taken_from_before_the_first_slow_step() -> None:
+    steps = run([0.3] * 20 + [3.0] * 12)
+    found = step_time_regression(snapshot(steps), TH, steps[-1].at)
+    assert found is not None
+    assert found.details["median_s"] == 0.3  # 12 of the last 21 steps are slow
+    assert found.details["baseline_s"]["timing_s/reward"] == 0.3
+    began = datetime.fromisoformat(found.details["since"])
+    # The first slow step overran its limit (0.5 s x 3, or + 2 s) 2.5 s after it began.
+    assert began == steps[19].at + timedelta(seconds=2.5)
+
+
+def test_a_kept_baseline_does_not_drift() -> None:
+    steps = run([0.3] * 20 + [3.0] * 60)
+    kept = Baseline(steps[19].at, {"timing_s/reward": 0.3, "timing_s/gen": 0.2,
+                                   "step total": 0.5, "step interval": 0.5})
+    # The last 21 steps are all slow: without the kept baseline nothing looks unusual.
+    assert step_time_regression(snapshot(steps), TH, steps[-1].at) is None
+    found = step_time_regression(snapshot(steps, kept), TH, steps[-1].at)
+    assert found and found.details["phase"] == "timing_s/reward"
+    assert found.details["since"] == steps[19].at.isoformat()
+
+
+def test_scheduler_jitter_on_short_steps_raises_nothing() -> None:
+    # Healthy steps every 0.5 s, with pauses of 1.7 s and 2.4 s between results.
+    rewards = [0.3] * 20 + [1.5] + [0.3] * 10 + [2.2] + [0.3] * 10 + [1.5, 1.5] + [0.3] * 10
+    steps = run(rewards)
+    assert not any(f for _, _, f in watch(steps))
+    # The excess alone filters it, even with no hold time...
+    assert not any(f for _, _, f in watch(steps, th=_with(slow_for_s=0)))
+    # ...and the hold alone filters a single slow step, even a large one.
+    spike = run([0.3] * 20 + [8.0] + [0.3] * 20)
+    assert not any(f for _, _, f in watch(spike, th=_with(slow_min_excess_s=0)))
+    # Without either, the same jitter would have opened a warning.
+    assert any(f for _, _, f in watch(steps, th=_with(slow_for_s=0, slow_min_excess_s=0)))
+
+
+def test_a_real_slowdown_waits_for_the_hold_time() -> None:
+    steps = run([0.3] * 20 + [4.0] * 20)
+    began = steps[19].at + timedelta(seconds=2.5)
+    early = step_time_regression(snapshot(steps[:27]), TH, began + timedelta(seconds=29))
+    assert early is None
+    assert step_time_regression(snapshot(steps[:28]), TH, began + timedelta(seconds=31))
+
+
+def test_a_hang_is_one_incident_the_stall() -> None:
+    steps = run([0.3] * 20)
+    hung = snapshot(steps)
+    th = _with(slow_for_s=0)
+    soon = steps[-1].at + timedelta(seconds=10)
+    [regression] = evaluate_trial(hung, th, soon)  # the step in progress overran
+    assert regression.kind == "step_time_regression" and regression.details["in_progress"]
+    late = steps[-1].at + timedelta(seconds=121)
+    assert [f.kind for f in evaluate_trial(hung, th, late)] == ["trial_stalled"]
+
+
+def test_a_regression_of_completed_steps_stays_beside_the_stall() -> None:
+    steps = run([0.3] * 20 + [4.0] * 3)
+    late = steps[-1].at + timedelta(seconds=121)
+    kinds = {f.kind: f for f in evaluate_trial(snapshot(steps), _with(slow_for_s=0), late)}
+    assert set(kinds) == {"trial_stalled", "step_time_regression"}
+    assert kinds["step_time_regression"].details["in_progress"] is False
+    assert kinds["step_time_regression"].details["phase"] == "timing_s/reward"
+
+
+def _with(**changes: float) -> Thresholds:
+    from dataclasses import replace
+
+    return replace(TH, **changes)
