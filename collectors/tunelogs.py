@@ -1,9 +1,10 @@
 """Trial logs: Ray Tune's result.json, params.json, error.txt and experiment state,
 and TensorBoard event files (RL/LLM training runs that log there, OpenRLHF/verl style).
 
-fetch side: discover() walks the log roots; tail_*() read only the bytes added since
-a FileCursor. Parsing is pure (parse_result_line). Nothing here raises on hostile
-input: bad lines become ParseProblems and the tail goes on.
+fetch side: collectors.logscan finds the trial directories (discover() and TrialDir
+are re-exported here); tail_*() read only the bytes added since a FileCursor. Parsing
+is pure (parse_result_line). Nothing here raises on hostile input: bad lines become
+ParseProblems and the tail goes on.
 """
 
 from __future__ import annotations
@@ -12,19 +13,17 @@ import hashlib
 import json
 import math
 import os
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from collectors.logscan import TrialDir as TrialDir
+from collectors.logscan import discover as discover
+
 HEAD_BYTES = 4096
 MAX_KEY = 200
 MAX_METRICS = 500
-MAX_DEPTH = 6
-RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
-EVENTS_PREFIX = "events.out.tfevents."
 # Tune's bookkeeping keys: not metrics (time_this_iter_s and time_total_s are kept).
 BOOKKEEPING = {
     "config", "trial_id", "date", "hostname", "node_ip", "pid", "timestamp", "done",
@@ -32,8 +31,6 @@ BOOKKEEPING = {
     "should_checkpoint", "time_since_restore", "iterations_since_restore",
     "timesteps_since_restore", "episodes_total", "timesteps_total",
 }
-TRIAL_DIR_RE = re.compile(r"^(?P<trainable>.+?)_(?P<trial_id>[0-9a-f]{5}_\d{5})(?:_|$)")
-SKIP_DIRS = {"working_dirs", "__pycache__"}
 
 
 @dataclass(frozen=True)
@@ -73,21 +70,6 @@ class TailResult:
     results: list[ResultLine] = field(default_factory=list)
     problems: list[ParseProblem] = field(default_factory=list)
     reset: bool = False
-
-
-@dataclass(frozen=True)
-class TrialDir:
-    experiment: str
-    experiment_dir: Path  # where experiment_state-*.json lives
-    path: Path
-    name: str
-    trial_id: str | None  # None: not a Tune trial (a TensorBoard run)
-    trainable: str
-    live: bool  # the driver's live staging copy (driver_artifacts)
-    result_files: tuple[str, ...] = ()
-    event_files: tuple[str, ...] = ()
-    params_file: str | None = None
-    error_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -387,73 +369,3 @@ def read_experiment_state(exp_dir: Path) -> dict[str, TuneTrialState]:
         except (ValueError, TypeError, KeyError, IndexError):
             continue
     return states
-
-
-# --- discovery ------------------------------------------------------------------------------
-def default_log_dirs(home: Path, ray_tmp: Path = Path("/tmp/ray")) -> list[Path]:
-    """~/ray_results plus the newest local Ray session's live staging area."""
-    return [home / "ray_results", ray_tmp / "session_latest" / "artifacts"]
-
-
-def discover(roots: Sequence[Path]) -> list[TrialDir]:
-    found: list[TrialDir] = []
-    visited: set[tuple[int, int]] = set()
-    for root in roots:
-        _walk(Path(root), 0, visited, found)
-    return found
-
-
-def _walk(directory: Path, depth: int, visited: set[tuple[int, int]],
-          found: list[TrialDir]) -> None:
-    try:
-        stat = directory.stat()
-        if (stat.st_dev, stat.st_ino) in visited:
-            return  # a symlink loop or a directory reached twice
-        visited.add((stat.st_dev, stat.st_ino))
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    files = {e.name for e in entries if _is_file(e)}
-    results = (RESULT_FILE,) if RESULT_FILE in files else ()
-    events = tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
-    if results or events:
-        found.append(_trial_dir(directory, files, results, events))
-        return
-    if depth >= MAX_DEPTH:
-        return
-    for entry in entries:
-        if entry.name in SKIP_DIRS or entry.name.startswith(".") or not _is_dir(entry):
-            continue
-        _walk(Path(entry.path), depth + 1, visited, found)
-
-
-def _trial_dir(path: Path, files: set[str], results: tuple[str, ...],
-               events: tuple[str, ...]) -> TrialDir:
-    parent = path.parent
-    live = parent.name == "driver_artifacts"
-    experiment = parent.parent.name if live else parent.name
-    match = TRIAL_DIR_RE.match(path.name)
-    # A Tune trial's event files repeat its result.json: read them only without one.
-    return TrialDir(
-        experiment=experiment, experiment_dir=parent, path=path, name=path.name,
-        trial_id=match["trial_id"] if match else None,
-        trainable=match["trainable"] if match else "", live=live,
-        result_files=tuple(str(path / n) for n in results),
-        event_files=() if results else tuple(str(path / n) for n in events),
-        params_file=str(path / PARAMS_FILE) if PARAMS_FILE in files else None,
-        error_file=str(path / ERROR_FILE) if ERROR_FILE in files else None,
-    )
-
-
-def _is_file(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False

@@ -20,6 +20,7 @@ from dashboard.actions import plans
 from dashboard.actions.models import AuditEntry, AuditStep
 from dashboard.actions.service import ActionRefused, Plan, active, request
 from dashboard.actions.targets import TargetError
+from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import ADMIN, OPERATOR
 
 
@@ -137,14 +138,14 @@ class ActionDetail(APIView):
 
 
 class AuditList(APIView):
-    """The audit trail, newest first (at most 500). Read-only: there is no way to edit
+    """The audit trail, newest first, a page at a time. Read-only: there is no way to edit
     or delete an entry."""
 
     @extend_schema(parameters=[
         OpenApiParameter("user", str), OpenApiParameter("kind", str,
                                                         enum=[k for k, _ in AuditEntry.KINDS]),
         OpenApiParameter("state", str), OpenApiParameter("target", str),
-        OpenApiParameter("since", str, description="ISO 8601")],
+        OpenApiParameter("since", str, description="ISO 8601"), *PAGE_PARAMETERS],
         responses=ActionSerializer(many=True))
     def get(self, req: Request) -> Response:
         entries = AuditEntry.objects.prefetch_related("steps")
@@ -164,4 +165,4 @@ class AuditList(APIView):
             if when is None:
                 raise ValidationError({"since": "an ISO 8601 date and time"})
             entries = entries.filter(requested_at__gte=when)
-        return Response(ActionSerializer(entries[:500], many=True).data)
+        return paginated(req, entries, lambda page: ActionSerializer(page, many=True).data)

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from dashboard.alerts.models import Silence, silenced_by
 from dashboard.alerts.service import ActionError, acknowledge, create_silence
 from dashboard.alerts.timeline import timeline
+from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import IsOperator, IsViewer
 from dashboard.incidents.models import SEVERITIES, Incident
 
@@ -76,24 +77,25 @@ def filtered(params: Any) -> QuerySet[Incident]:
     for name in FILTERS:
         if value := params.get(name):
             incidents = incidents.filter(**{columns[name]: value})
-    return incidents.order_by("state", "-opened_at")
+    return incidents.order_by("state", "-opened_at", "-id")
 
 
 class AlertList(APIView):
-    """Incidents, firing first then the most recent (at most 1000)."""
+    """Incidents, firing first then the most recent, a page at a time."""
 
     @extend_schema(
         parameters=[
             OpenApiParameter("state", str, enum=[Incident.FIRING, Incident.RESOLVED]),
             OpenApiParameter("severity", str, enum=list(SEVERITIES)),
             *[OpenApiParameter(name, str) for name in ("kind", "experiment", "node", "group")],
+            *PAGE_PARAMETERS,
         ],
         responses={200: IncidentSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        incidents = filtered(request.query_params)[:1000]
         context = {"silences": Silence.active_at(timezone.now())}
-        return Response(IncidentSerializer(incidents, many=True, context=context).data)
+        return paginated(request, filtered(request.query_params),
+                         lambda page: IncidentSerializer(page, many=True, context=context).data)
 
 
 class AlertDetail(APIView):
@@ -154,14 +156,14 @@ class SilenceList(APIView):
     def get_permissions(self) -> list[Any]:
         return [IsOperator()] if self.request.method == "POST" else [IsViewer()]
 
-    @extend_schema(parameters=[OpenApiParameter("active", bool)],
+    @extend_schema(parameters=[OpenApiParameter("active", bool), *PAGE_PARAMETERS],
                    responses=SilenceSerializer(many=True))
     def get(self, request: Request) -> Response:
-        silences = Silence.objects.select_related("created_by")
+        silences = Silence.objects.select_related("created_by").order_by("-ends_at", "-id")
         if request.query_params.get("active") in ("1", "true"):
             now = timezone.now()
             silences = silences.filter(starts_at__lte=now, ends_at__gt=now)
-        return Response(SilenceSerializer(silences[:1000], many=True).data)
+        return paginated(request, silences, lambda page: SilenceSerializer(page, many=True).data)
 
     @extend_schema(request=SilenceSerializer, responses={201: SilenceSerializer, 400: None})
     def post(self, request: Request) -> Response:

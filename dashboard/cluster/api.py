@@ -16,14 +16,16 @@ from dashboard.cluster.serializers import (
     NodeSerializer,
 )
 from dashboard.cluster.state import cluster_payload
+from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 
 
 class NodeList(APIView):
     """Every Ray node raywatch knows, alive or dead, head first."""
 
-    @extend_schema(responses=NodeSerializer(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=NodeSerializer(many=True))
     def get(self, request: Request) -> Response:
-        return Response(NodeSerializer(Node.objects.all(), many=True).data)
+        return paginated(request, Node.objects.all(),
+                         lambda page: NodeSerializer(page, many=True).data)
 
 
 class ClusterView(APIView):
@@ -42,33 +44,35 @@ class ActorList(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("state", str, enum=list(ACTOR_STATES)),
-                    OpenApiParameter("node_id", str)],
+                    OpenApiParameter("node_id", str), *PAGE_PARAMETERS],
         responses={200: ActorSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        actors = Actor.objects.order_by("-first_seen_at")
+        actors = Actor.objects.order_by("-first_seen_at", "-id")
         if state := request.query_params.get("state"):
             if state.upper() not in ACTOR_STATES:
                 raise ValidationError({"state": f"one of {', '.join(ACTOR_STATES)}"})
             actors = actors.filter(state=state.upper())
         if node_id := request.query_params.get("node_id"):
             actors = actors.filter(node_id=node_id)
-        return Response(ActorSerializer(actors[:10_000], many=True).data)
+        return paginated(request, actors, lambda page: ActorSerializer(page, many=True).data)
 
 
 class JobList(APIView):
     """Ray jobs, newest first."""
 
-    @extend_schema(responses=JobSerializer(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=JobSerializer(many=True))
     def get(self, request: Request) -> Response:
-        return Response(JobSerializer(Job.objects.all()[:1000], many=True).data)
+        return paginated(request, Job.objects.order_by("-start_time", "-id"),
+                         lambda page: JobSerializer(page, many=True).data)
 
 
 class DemandList(APIView):
     """Pending work Ray cannot place yet, longest waiting first, each with what it asks
     for, whether any node could ever fit it, and what it waits behind."""
 
-    @extend_schema(responses=DemandSerializer(many=True))
+    @extend_schema(parameters=PAGE_PARAMETERS, responses=DemandSerializer(many=True))
     def get(self, request: Request) -> Response:
-        return Response(DemandSerializer(Demand.objects.all(), many=True,
-                                         context={"now": timezone.now()}).data)
+        context = {"now": timezone.now()}
+        return paginated(request, Demand.objects.order_by("first_seen_at", "id"),
+                         lambda page: DemandSerializer(page, many=True, context=context).data)

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.gpus.models import Gpu
 from dashboard.gpus.serializers import GpuChartSerializer, GpuSerializer
 from dashboard.gpus.series import MAX_POINTS, gpu_chart
@@ -26,14 +27,15 @@ class GpuList(APIView):
     `simulated` is true for readings from the demo's simulated source."""
 
     @extend_schema(
-        parameters=[OpenApiParameter("node", str, description="only this node's GPUs")],
+        parameters=[OpenApiParameter("node", str, description="only this node's GPUs"),
+                    *PAGE_PARAMETERS],
         responses=GpuSerializer(many=True),
     )
     def get(self, request: Request) -> Response:
-        gpus = Gpu.objects.all()
+        gpus = Gpu.objects.order_by("node", "index", "id")
         if node := request.query_params.get("node"):
             gpus = gpus.filter(node=node)
-        return Response(gpu_payload(gpus))
+        return paginated(request, gpus, gpu_payload)
 
 
 def parse_time(name: str, raw: str | None, now: datetime, default: datetime) -> datetime:

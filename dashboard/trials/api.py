@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.trials.models import Trial
 from dashboard.trials.serializers import StepResultSerializer, TrialSerializer, trial_rows
 from dashboard.trials.views_data import results_payload
@@ -25,24 +26,26 @@ def find_trial(trial_id: str) -> Trial:
 
 
 class TrialList(APIView):
-    """Every trial raywatch has found, with status, progress and health."""
+    """Trials raywatch has found, with status, progress and health: newest experiment
+    first, a page at a time (Link and X-Total-Count headers)."""
 
     @extend_schema(
         parameters=[
             OpenApiParameter("experiment", str, description="experiment name"),
             OpenApiParameter("status", str, enum=list(STATUSES)),
+            *PAGE_PARAMETERS,
         ],
         responses={200: TrialSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        trials = Trial.objects.select_related("experiment")
+        trials = Trial.objects.select_related("experiment").order_by("-experiment_id", "trial_id")
         if name := request.query_params.get("experiment"):
             trials = trials.filter(experiment__name=name)
         if status := request.query_params.get("status"):
             if status.upper() not in STATUSES:
                 raise ValidationError({"status": f"one of {', '.join(STATUSES)}"})
             trials = trials.filter(status=status.upper())
-        return Response(trial_rows(list(trials)))
+        return paginated(request, trials, trial_rows)
 
 
 class TrialResults(APIView):

@@ -1,28 +1,31 @@
 """Ingest what the trial-log collector read: experiments, trials, step results, cursors.
 
-Byte offsets live in LogCursor rows, so a restart resumes where it stopped. A
-file whose size and mtime did not change is not opened at all: the cost of a
-poll grows with the new bytes, not with file size or the number of quiet trials.
-Results are de-duplicated on (trial, attempt, iteration), so the live staging
-copy and Tune's storage copy of the same file never count twice.
+Byte offsets live in LogCursor rows, so a restart resumes where it stopped. A poll
+looks only at the trial directories the LogScanner hands over (new, changed, or due
+for its slow rescan) and loads only their rows, in batches: the cost of a poll grows
+with what changed, not with the months of finished searches under ~/ray_results.
+Results are de-duplicated on (trial, attempt, iteration), so the live staging copy
+and Tune's storage copy of the same file never count twice.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
+from collectors.logscan import LogScanner, TrialDir
 from collectors.tunelogs import (
     FileCursor,
     ResultLine,
     TailResult,
-    TrialDir,
     read_error,
     read_experiment_state,
     read_params,
@@ -30,6 +33,8 @@ from collectors.tunelogs import (
     tail_tb_events,
 )
 from dashboard.trials.models import Experiment, LogCursor, StepResult, Trial
+
+BATCH = 400  # trial dirs per batch of row loads: IN (...) lists stay under SQLite's limit
 
 # Guesses for a search's objective when Tune's state does not name it.
 _OBJECTIVES = (("score", "max"), ("reward", "max"), ("episode_reward_mean", "max"),
@@ -45,53 +50,97 @@ class IngestStats:
     problems: int = 0
     changed_trials: set[int] = field(default_factory=set)
     new_points: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    checked: int = 0  # trial dirs statted by the scan
+    known: int = 0  # trial dirs under the roots
 
 
 class TrialLogIngest:
-    """One poll's worth of ingest; caches rows so quiet trials cost no queries."""
+    """One poll's worth of ingest over the trial dirs it is given; loads only their rows."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.stats = IngestStats()
-        self.experiments = {e.name: e for e in Experiment.objects.all()}
-        self.trials = {(t.experiment_id, t.trial_id): t for t in Trial.objects.all()}
-        self.cursors = {c.path: c for c in LogCursor.objects.all()}
+        self.experiments: dict[str, Experiment] = {}
+        self.trials: dict[tuple[int, str], Trial] = {}
+        self.cursors: dict[str, LogCursor] = {}
         self.tune_states: dict[str, dict[str, Any]] = {}
 
     def run(self, trial_dirs: Iterable[TrialDir]) -> IngestStats:
-        for trial_dir in trial_dirs:
-            experiment = self._experiment(trial_dir)
-            trial = self._trial(experiment, trial_dir)
-            for path in trial_dir.result_files:
-                self._tail(trial, Path(path), LogCursor.RESULT_JSON)
-            for path in trial_dir.event_files:
-                self._tail(trial, Path(path), LogCursor.TB_EVENTS)
-            self._side_files(trial, trial_dir)
+        dirs = list(trial_dirs)
+        for start in range(0, len(dirs), BATCH):
+            batch = dirs[start:start + BATCH]
+            self._load(batch)
+            for trial_dir in batch:
+                self._ingest(trial_dir)
+            self.trials.clear()
+            self.cursors.clear()
         return self.stats
+
+    def _ingest(self, trial_dir: TrialDir) -> None:
+        experiment = self._experiment(trial_dir)
+        trial = self._trial(experiment, trial_dir)
+        for path in trial_dir.result_files:
+            self._tail(trial, Path(path), LogCursor.RESULT_JSON)
+        for path in trial_dir.event_files:
+            self._tail(trial, Path(path), LogCursor.TB_EVENTS)
+        self._side_files(trial, trial_dir)
+
+    def _load(self, batch: Sequence[TrialDir]) -> None:
+        """The rows of this batch's trial dirs: experiments, trials and cursors."""
+        names = {d.key[0] for d in batch} - set(self.experiments)
+        if names:
+            self.experiments.update((e.name, e) for e in Experiment.objects.filter(name__in=names))
+        by_pk = {e.pk: e for e in self.experiments.values()}
+        wanted = {self.experiments[d.key[0]].pk for d in batch if d.key[0] in self.experiments}
+        for trial in Trial.objects.filter(experiment_id__in=wanted,
+                                          trial_id__in={d.key[1] for d in batch}):
+            trial.experiment = by_pk[trial.experiment_id]
+            self.trials[(trial.experiment_id, trial.trial_id)] = trial
+        paths = [p for d in batch for p in (*d.result_files, *d.event_files)]
+        self.cursors.update((c.path, c) for c in LogCursor.objects.filter(path__in=paths))
+
+    def apply_states(self, state_dirs: Iterable[tuple[str, Path]]) -> None:
+        """Tune's experiment state changed: bring the trials' tune_status up to date
+        (a trial can go RUNNING -> TERMINATED without a new result line)."""
+        for name, directory in state_dirs:
+            states = tune_state(directory)
+            experiment = Experiment.objects.filter(name=name[:255]).first() if states else None
+            if experiment is None:
+                continue
+            changed = []
+            for trial in experiment.trials.only("id", "trial_id", "tune_status"):
+                tune = states.get(trial.trial_id)
+                if tune and tune.status != trial.tune_status:
+                    trial.tune_status, trial.updated_at = tune.status, self.now
+                    changed.append(trial)
+            Trial.objects.bulk_update(changed, ["tune_status", "updated_at"])
+            self.stats.changed_trials.update(t.pk for t in changed)
 
     # --- experiments and trials ---------------------------------------------------------
     def _experiment(self, trial_dir: TrialDir) -> Experiment:
-        experiment = self.experiments.get(trial_dir.experiment)
+        name = trial_dir.key[0]
+        experiment = self.experiments.get(name)
         exp_dir = str(trial_dir.experiment_dir)
         kind = Experiment.TUNE if trial_dir.trial_id else Experiment.TENSORBOARD
         if experiment is None:
             experiment, _ = Experiment.objects.get_or_create(
-                name=trial_dir.experiment[:255], defaults={"kind": kind, "paths": [exp_dir]}
+                name=name, defaults={"kind": kind, "paths": [exp_dir]}
             )
-            self.experiments[trial_dir.experiment] = experiment
+            self.experiments[name] = experiment
         elif exp_dir not in experiment.paths:
             experiment.paths = [*experiment.paths, exp_dir]
             experiment.save(update_fields=["paths", "updated_at"])
         return experiment
 
     def _trial(self, experiment: Experiment, trial_dir: TrialDir) -> Trial:
-        trial_id = (trial_dir.trial_id or trial_dir.name)[:255]
+        trial_id = trial_dir.key[1]
         trial = self.trials.get((experiment.pk, trial_id))
         if trial is None:
             trial, _ = Trial.objects.get_or_create(
                 experiment=experiment, trial_id=trial_id,
                 defaults={"directory": str(trial_dir.path), "trainable": trial_dir.trainable[:255]},
             )
+            trial.experiment = experiment
             self.trials[(experiment.pk, trial_id)] = trial
         return trial
 
@@ -175,6 +224,50 @@ class TrialLogIngest:
         if key not in self.tune_states:
             self.tune_states[key] = tune_state(Path(key))
         return self.tune_states[key]
+
+
+# --- one poll: scan, ingest, settle ----------------------------------------------------------
+# One scanner per process, kept between polls: its memory of directory and file mtimes
+# is what lets a poll skip quiet history. A restart rebuilds it with one full pass.
+_SCANNERS: dict[tuple[Path, ...], LogScanner] = {}  # the one for the current roots
+_POLL_LOCK = threading.Lock()
+
+
+def ingest_logs(roots: Sequence[Path], now: datetime) -> IngestStats:
+    with _POLL_LOCK:
+        scanner = log_scanner(roots)
+        settle(scanner)
+        scan = scanner.scan()
+        ingest = TrialLogIngest(now)
+        stats = ingest.run(scan.trial_dirs)
+        ingest.apply_states(scan.state_dirs)
+        stats.checked, stats.known = scan.checked, scan.known
+        return stats
+
+
+def log_scanner(roots: Sequence[Path]) -> LogScanner:
+    key = tuple(Path(r) for r in roots)
+    if key not in _SCANNERS:
+        _SCANNERS.clear()
+        _SCANNERS[key] = LogScanner(key)
+    scanner = _SCANNERS[key]
+    scanner.quiet_after_s, scanner.rescan_s = settings.LOG_QUIET_S, settings.LOG_RESCAN_S
+    return scanner
+
+
+def settle(scanner: LogScanner) -> None:
+    """Trial dirs quiet for a while stop being watched once their trial is finished
+    (the slow rescan still visits them); the others are asked about again later."""
+    candidates = scanner.candidates()
+    finished: set[tuple[str, str]] = set()
+    for start in range(0, len(candidates), BATCH):
+        batch = candidates[start:start + BATCH]
+        finished.update(Trial.objects.filter(
+            experiment__name__in={d.key[0] for d in batch},
+            trial_id__in={d.key[1] for d in batch}, status__in=Trial.FINISHED,
+        ).values_list("experiment__name", "trial_id"))
+    scanner.settle([d.path for d in candidates if d.key in finished],
+                   [d.path for d in candidates if d.key not in finished])
 
 
 # Tune rewrites experiment_state-*.json whole every snapshot; read it again only when

@@ -8,11 +8,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from collectors.tunelogs import default_log_dirs, discover
+from collectors.logscan import default_log_dirs
 from dashboard.core.health import source_poll
 from dashboard.core.push import publish
-from dashboard.trials.health import evaluate_trials
-from dashboard.trials.ingest import IngestStats, TrialLogIngest
+from dashboard.trials.detect import evaluate_trials
+from dashboard.trials.ingest import IngestStats, ingest_logs
 from dashboard.trials.models import Trial
 from dashboard.trials.views_data import experiments_payload, trial_rows
 
@@ -38,7 +38,7 @@ def poll_trial_logs() -> None:
         roots = log_roots()
         if not any(root.is_dir() for root in roots):
             poll.warnings.append("no log directory exists yet: " + ", ".join(map(str, roots)))
-        stats = TrialLogIngest(timezone.now()).run(discover(roots))
+        stats = ingest_logs(roots, timezone.now())
     evaluation = evaluate_trials(timezone.now())
     if (stats and (stats.changed_trials or evaluation["status_changes"])) or any(
         evaluation[k] for k in ("opened", "resolved", "updated")

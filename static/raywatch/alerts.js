@@ -4,6 +4,7 @@
   "use strict";
   const el = window.raywatch.el;
   const TERMINABLE = ["trial_stalled", "trial_process_gone"]; // the incident page offers the cure
+  const LIST_PAGE = 1000; // the API's largest page: firing first, then the newest resolved
 
   function csrf() {
     const input = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -100,7 +101,7 @@
     return tr;
   }
 
-  function renderList(incidents) {
+  function renderList(incidents, total) {
     const table = document.getElementById("alerts");
     const canAct = table.dataset.canAct === "1";
     const body = table.tBodies[0];
@@ -114,7 +115,8 @@
     document.getElementById("no-alerts").hidden = incidents.length > 0;
     const firing = incidents.filter((i) => i.state === "firing").length;
     document.getElementById("alert-total").textContent =
-      firing + " firing, " + (incidents.length - firing) + " resolved";
+      firing + " firing, " + (incidents.length - firing) + " resolved" +
+      (total > incidents.length ? " (the first " + incidents.length + " of " + total + ")" : "");
   }
 
   // --- the incident page -----------------------------------------------------------
@@ -160,6 +162,7 @@
     if (listTable) {
       const params = new URLSearchParams(new FormData(document.getElementById("alert-filters")));
       for (const [k, v] of [...params]) if (!v) params.delete(k);
+      params.set("page_size", LIST_PAGE);
       url = "/api/alerts/?" + params;
     } else {
       url = "/api/alerts/" + incidentBox.dataset.id + "/";
@@ -167,7 +170,8 @@
     const reply = await fetch(url, { credentials: "same-origin" });
     if (!reply.ok) return;
     const data = await reply.json();
-    if (listTable) renderList(data); else renderIncident(data);
+    if (listTable) renderList(data, Number(reply.headers.get("X-Total-Count") || data.length));
+    else renderIncident(data);
   }
   // Bursts of pushes (200 incidents opening) become one re-read.
   function soon() {

@@ -1,0 +1,352 @@
+"""Finding trial directories under the log roots, at a cost that follows what changed.
+
+~/ray_results holds months of finished searches; walking and statting all of them at
+every poll costs a core. A LogScanner remembers what it saw:
+
+- Container directories (roots, experiments, Tune's driver_artifacts) are statted every
+  poll and listed again only when their mtime moved: a directory's mtime changes when an
+  entry is added, removed or renamed into it (a new trial dir, Tune's atomic replace of
+  experiment_state-*.json in the staging copy). The newest experiment_state file of each
+  is statted too: Tune's storage copy rewrites files in place, which leaves the
+  directory's mtime alone.
+- A trial directory is checked (its own and its files' size and mtime) while it is hot:
+  new, changed within `quiet_after_s`, its experiment changed within `quiet_after_s`, or
+  not yet settled as finished by the caller (`candidates()` / `settle()`). Appends do
+  not touch a directory's mtime, so a running trial is checked every poll.
+- Settled (quiet) trial directories are checked by a slow full rescan, a share of them
+  each poll so that all are seen once every `rescan_s`; what the rescan visits is handed
+  on as if changed, so the caller verifies it against what it stored (self-healing for
+  whatever the mtimes missed).
+
+Nothing here imports Django; time comes from `clock` (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
+EVENTS_PREFIX = "events.out.tfevents."
+STATE_PREFIX, STATE_SUFFIX = "experiment_state-", ".json"
+SKIP_DIRS = {"working_dirs", "__pycache__"}
+MAX_DEPTH = 6
+LIVE_PARENT = "driver_artifacts"
+TRIAL_DIR_RE = re.compile(r"^(?P<trainable>.+?)_(?P<trial_id>[0-9a-f]{5}_\d{5})(?:_|$)")
+
+
+@dataclass(frozen=True)
+class TrialDir:
+    experiment: str
+    experiment_dir: Path  # where experiment_state-*.json lives
+    path: Path
+    name: str
+    trial_id: str | None  # None: not a Tune trial (a TensorBoard run)
+    trainable: str
+    live: bool  # the driver's live staging copy (driver_artifacts)
+    result_files: tuple[str, ...] = ()
+    event_files: tuple[str, ...] = ()
+    params_file: str | None = None
+    error_file: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(experiment, trial) as the database names it: both copies share it."""
+        return self.experiment[:255], (self.trial_id or self.name)[:255]
+
+
+@dataclass(frozen=True)
+class Scan:
+    trial_dirs: list[TrialDir]  # new, changed, or visited by the slow rescan
+    state_dirs: list[tuple[str, Path]]  # (experiment, directory) whose Tune state changed
+    checked: int  # trial directories statted this poll
+    known: int  # trial directories known in all
+
+
+@dataclass
+class _Trial:
+    trial_dir: TrialDir
+    dir_mtime: int
+    files: dict[str, tuple[int, int]]  # name -> (size, mtime_ns) of the files we read
+    hot_until: float
+    quiet: bool = False
+
+
+@dataclass
+class _Container:
+    mtime: int
+    subdirs: list[Path] = field(default_factory=list)
+    state_file: str | None = None  # the newest experiment_state-*.json
+    state_stat: tuple[int, int] | None = None
+
+
+def default_log_dirs(home: Path, ray_tmp: Path = Path("/tmp/ray")) -> list[Path]:
+    """~/ray_results plus the newest local Ray session's live staging area."""
+    return [home / "ray_results", ray_tmp / "session_latest" / "artifacts"]
+
+
+def discover(roots: Sequence[Path]) -> list[TrialDir]:
+    """Every trial directory under `roots`, walked once."""
+    return LogScanner(roots).scan().trial_dirs
+
+
+class LogScanner:
+    def __init__(self, roots: Sequence[Path], quiet_after_s: float = 60.0,
+                 rescan_s: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.roots = [Path(r) for r in roots]
+        self.quiet_after_s = quiet_after_s
+        self.rescan_s = rescan_s
+        self.clock = clock
+        self.containers: dict[Path, _Container] = {}
+        self.trials: dict[Path, _Trial] = {}
+        # Quiet trial dirs, next to rescan first. Entries that woke up are dropped lazily
+        # when they come round: removing from the middle of a deque costs O(n).
+        self.rotation: deque[Path] = deque()
+        self.in_rotation: set[Path] = set()
+        self.last_scan: float | None = None
+
+    # --- one poll ------------------------------------------------------------------------
+    def scan(self) -> Scan:
+        now = self.clock()
+        walk = _Walk(now)
+        for root in self.roots:
+            self._visit(root, 0, walk)
+        self._forget(walk)
+        out = list(walk.new)
+        checked = 0
+        for entry in self._hot(walk, now):
+            checked += 1
+            if self._check(entry, now) and entry.trial_dir.path not in walk.new_paths:
+                out.append(entry.trial_dir)
+        for entry in self._rescan_share(now):
+            checked += 1
+            self._check(entry, now)
+            out.append(entry.trial_dir)  # verified against what the caller stored
+        self.last_scan = now
+        return Scan(out, walk.state_dirs, checked, len(self.trials))
+
+    def candidates(self) -> list[TrialDir]:
+        """Hot trial dirs that have been quiet for quiet_after_s: the caller says (settle)
+        which belong to finished trials and may stop being watched."""
+        now = self.clock()
+        return [e.trial_dir for e in self.trials.values()
+                if not e.quiet and now >= e.hot_until]
+
+    def settle(self, finished: Iterable[Path], active: Iterable[Path]) -> None:
+        now = self.clock()
+        for path in finished:
+            if (entry := self.trials.get(path)) is not None and not entry.quiet:
+                entry.quiet = True
+                if path not in self.in_rotation:
+                    self.rotation.append(path)
+                    self.in_rotation.add(path)
+        for path in active:
+            if (entry := self.trials.get(path)) is not None:
+                entry.hot_until = now + self.quiet_after_s  # ask again later
+
+    # --- containers -------------------------------------------------------------------------
+    def _visit(self, directory: Path, depth: int, walk: _Walk) -> None:
+        if directory in self.trials:  # a root that is itself a trial dir
+            walk.trials.add(directory)
+            return
+        try:
+            stat = os.stat(directory)
+        except OSError:
+            return
+        if (stat.st_dev, stat.st_ino) in walk.seen:
+            return  # a symlink loop or a directory reached twice
+        walk.seen.add((stat.st_dev, stat.st_ino))
+        known = self.containers.get(directory)
+        if known is None or known.mtime != stat.st_mtime_ns:
+            if self._list(directory, stat.st_mtime_ns, depth, walk):
+                return  # it holds results: a trial directory, not a container
+            known = self.containers[directory]
+            self._warm_children(known, walk.now)
+        walk.containers.add(directory)
+        self._check_state(directory, known, walk)
+        if depth >= MAX_DEPTH:
+            return
+        for sub in known.subdirs:
+            if sub in self.trials:
+                walk.trials.add(sub)
+            else:
+                self._visit(sub, depth + 1, walk)
+
+    def _list(self, directory: Path, mtime: int, depth: int, walk: _Walk) -> bool:
+        """List a new or changed directory; True when it turned out to be a trial dir."""
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return True  # unreadable: neither
+        files = {e.name for e in entries if _is_file(e)}
+        trial_dir = _trial_dir(directory, files)
+        if trial_dir is not None:
+            self.containers.pop(directory, None)
+            self._add_trial(trial_dir, mtime, walk)
+            return True
+        states = sorted(n for n in files if n.startswith(STATE_PREFIX)
+                        and n.endswith(STATE_SUFFIX))
+        previous = self.containers.get(directory)
+        self.containers[directory] = _Container(
+            mtime=mtime,
+            subdirs=[Path(e.path) for e in entries if e.name not in SKIP_DIRS
+                     and not e.name.startswith(".") and _is_dir(e)] if depth < MAX_DEPTH else [],
+            state_file=states[-1] if states else None,
+            state_stat=previous.state_stat if previous else None,
+        )
+        return False
+
+    def _check_state(self, directory: Path, container: _Container, walk: _Walk) -> None:
+        if container.state_file is None:
+            return
+        try:
+            stat = os.stat(directory / container.state_file)
+        except OSError:
+            return
+        now_stat = (stat.st_size, stat.st_mtime_ns)
+        if now_stat != container.state_stat:
+            container.state_stat = now_stat
+            walk.state_dirs.append((experiment_name(directory), directory))
+            self._warm_children(container, walk.now)
+
+    def _warm_children(self, container: _Container, now: float) -> None:
+        """Something changed in an experiment: watch its trials for a while (Tune's
+        storage copy rewrites their files at the same snapshot)."""
+        for sub in container.subdirs:
+            if (entry := self.trials.get(sub)) is not None:
+                self._warm(entry, now)
+
+    def _warm(self, entry: _Trial, now: float) -> None:
+        entry.hot_until = now + self.quiet_after_s
+        entry.quiet = False
+
+    # --- trial directories ----------------------------------------------------------------------
+    def _add_trial(self, trial_dir: TrialDir, mtime: int, walk: _Walk) -> None:
+        self.trials[trial_dir.path] = _Trial(trial_dir, mtime, _file_stats(trial_dir),
+                                             walk.now + self.quiet_after_s)
+        walk.trials.add(trial_dir.path)
+        walk.new.append(trial_dir)
+        walk.new_paths.add(trial_dir.path)
+
+    def _hot(self, walk: _Walk, now: float) -> list[_Trial]:
+        return [self.trials[p] for p in walk.trials
+                if p in self.trials and not self.trials[p].quiet
+                and p not in walk.new_paths]
+
+    def _check(self, entry: _Trial, now: float) -> bool:
+        """Stat a trial dir and its files; True (and hot again) when something changed.
+        A new file (error.txt, an event file) moves the directory's mtime."""
+        path = entry.trial_dir.path
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            return False  # gone: forgotten once its container is listed again
+        listed = mtime != entry.dir_mtime
+        if listed:
+            try:
+                files = {e.name for e in os.scandir(path) if _is_file(e)}
+            except OSError:
+                return False
+            entry.trial_dir = _trial_dir(path, files) or entry.trial_dir
+            entry.dir_mtime = mtime
+        stats = _file_stats(entry.trial_dir)
+        if not listed and stats == entry.files:
+            return False
+        entry.files = stats
+        self._warm(entry, now)
+        return True
+
+    def _rescan_share(self, now: float) -> list[_Trial]:
+        """The quiet trial dirs due this poll: all of them once every rescan_s."""
+        if not self.rotation or self.last_scan is None:
+            return []
+        share = math.ceil(len(self.rotation) * (now - self.last_scan) / self.rescan_s)
+        picked: list[_Trial] = []
+        for _ in range(len(self.rotation)):
+            if len(picked) >= share:
+                break
+            path = self.rotation.popleft()
+            entry = self.trials.get(path)
+            if entry is None or not entry.quiet:
+                self.in_rotation.discard(path)
+                continue
+            self.rotation.append(path)
+            picked.append(entry)
+        return picked
+
+    def _forget(self, walk: _Walk) -> None:
+        """Drop what no longer exists (or is no longer reachable from the roots)."""
+        for path in [p for p in self.trials if p not in walk.trials]:
+            del self.trials[path]
+        for path in [p for p in self.containers if p not in walk.containers]:
+            del self.containers[path]
+
+
+@dataclass
+class _Walk:
+    now: float
+    seen: set[tuple[int, int]] = field(default_factory=set)
+    containers: set[Path] = field(default_factory=set)
+    trials: set[Path] = field(default_factory=set)
+    new: list[TrialDir] = field(default_factory=list)
+    new_paths: set[Path] = field(default_factory=set)
+    state_dirs: list[tuple[str, Path]] = field(default_factory=list)
+
+
+def experiment_name(directory: Path) -> str:
+    """An experiment's name from the directory that holds its trials."""
+    return directory.parent.name if directory.name == LIVE_PARENT else directory.name
+
+
+def _trial_dir(path: Path, files: set[str]) -> TrialDir | None:
+    results = (RESULT_FILE,) if RESULT_FILE in files else ()
+    events = tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
+    if not results and not events:
+        return None
+    parent = path.parent
+    match = TRIAL_DIR_RE.match(path.name)
+    # A Tune trial's event files repeat its result.json: read them only without one.
+    return TrialDir(
+        experiment=experiment_name(parent), experiment_dir=parent, path=path, name=path.name,
+        trial_id=match["trial_id"] if match else None,
+        trainable=match["trainable"] if match else "", live=parent.name == LIVE_PARENT,
+        result_files=tuple(str(path / n) for n in results),
+        event_files=() if results else tuple(str(path / n) for n in events),
+        params_file=str(path / PARAMS_FILE) if PARAMS_FILE in files else None,
+        error_file=str(path / ERROR_FILE) if ERROR_FILE in files else None,
+    )
+
+
+def _file_stats(trial_dir: TrialDir) -> dict[str, tuple[int, int]]:
+    names = [*trial_dir.result_files, *trial_dir.event_files, trial_dir.params_file,
+             trial_dir.error_file]
+    stats = {}
+    for name in names:
+        if name is None:
+            continue
+        try:
+            stat = os.stat(name)
+        except OSError:
+            continue
+        stats[name] = (stat.st_size, stat.st_mtime_ns)
+    return stats
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

@@ -1,0 +1,142 @@
+"""Months of finished searches under the log roots cost a poll almost nothing, and what
+is new among them is still found: a new trial in an old experiment, a new experiment,
+lines added to an old trial (Tune's storage copy rewriting it, or a slow rescan)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.db import connection
+
+from dashboard.trials.models import StepResult, Trial
+from dashboard.trials.tasks import poll_trial_logs
+
+EXPERIMENTS, TRIALS_PER_EXPERIMENT, LINES = 4, 40, 3
+QUIET_TRIALS = EXPERIMENTS * TRIALS_PER_EXPERIMENT
+STAMP = "2026-11-21_16-30-01"
+
+
+def trial_id(exp: int, n: int) -> str:
+    return f"{0xAB000 + exp:05x}_{n:05d}"
+
+
+def result_line(tid: str, iteration: int) -> str:
+    return json.dumps({
+        "score": iteration / 10, "timing_s/gen": 0.4, "timestamp": 1795280000 + iteration,
+        "checkpoint_dir_name": None, "done": False, "training_iteration": iteration,
+        "trial_id": tid, "date": "2026-11-21_16-30-01", "time_this_iter_s": 1.0,
+        "time_total_s": float(iteration), "pid": 4000, "hostname": "gpu-1",
+        "node_ip": "10.0.0.5", "config": {"lr": 0.1}, "time_since_restore": float(iteration),
+        "iterations_since_restore": iteration,
+    }) + "\n"
+
+
+def write_trial(exp_dir: Path, tid: str, lines: int = LINES) -> Path:
+    path = exp_dir / f"train_fn_{tid}_0_lr=0.1_{STAMP}"
+    path.mkdir(parents=True)
+    (path / "params.json").write_text('{"lr": 0.1}')
+    (path / "result.json").write_text("".join(result_line(tid, i) for i in range(1, lines + 1)))
+    return path
+
+
+def write_state(exp_dir: Path, tids: list[str], status: str = "TERMINATED") -> None:
+    """experiment_state-*.json as Tune writes it: rewritten whole at each snapshot."""
+    data = [[json.dumps({"trial_id": t, "status": status}),
+             json.dumps({"num_failures": 0, "last_result_time": 1795280000})] for t in tids]
+    (exp_dir / f"experiment_state-{STAMP}.json").write_text(json.dumps({"trial_data": data}))
+
+
+@pytest.fixture
+def history(db: None, settings, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """A root of finished searches, ingested, then left alone until they are settled."""
+    root = tmp_path / "ray_results"
+    settings.LOG_DIRS = [str(root)]
+    settings.LOG_QUIET_S = 0.0  # finished and unchanged: stop watching at the next poll
+    settings.LOG_RESCAN_S = 3600.0
+    for exp in range(EXPERIMENTS):
+        tids = [trial_id(exp, n) for n in range(TRIALS_PER_EXPERIMENT)]
+        for tid in tids:
+            write_trial(root / f"search_{exp}", tid)
+        write_state(root / f"search_{exp}", tids)
+    poll_trial_logs()
+    assert Trial.objects.filter(status="TERMINATED").count() == QUIET_TRIALS
+    poll_trial_logs()  # the finished trials are settled
+    return root
+
+
+@contextmanager
+def counting(root: Path) -> Iterator[dict[str, int]]:
+    """Counts, during a poll, the stat and listing calls under `root` and the rows read
+    from the trial and cursor tables."""
+    counts = {"fs": 0, "rows": 0}
+    real_stat, real_scandir = os.stat, os.scandir
+
+    def fs(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            counts["fs"] += str(path).startswith(str(root))
+            return real(path, *args, **kwargs)
+        return call
+
+    def rows(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql, params, many, context)
+        tables = ('FROM "trials_logcursor"', 'FROM "trials_trial"')
+        if sql.startswith("SELECT") and any(t in sql for t in tables):
+            counts["rows"] += max(0, context["cursor"].rowcount)
+        return result
+
+    with mock.patch("os.stat", fs(real_stat)), mock.patch("os.scandir", fs(real_scandir)), \
+            connection.execute_wrapper(rows):
+        yield counts
+
+
+def test_a_poll_over_quiet_history_stats_and_loads_almost_nothing(history: Path) -> None:
+    with counting(history) as counts:
+        poll_trial_logs()
+    # The root, each experiment's directory and state file, a share for the slow rescan:
+    # not every trial directory and file (3 a trial), nor every trial's rows.
+    assert counts["fs"] < QUIET_TRIALS // 4, counts
+    assert counts["rows"] < QUIET_TRIALS // 4, counts
+
+
+def test_a_new_trial_in_an_old_quiet_experiment_is_found(history: Path) -> None:
+    write_trial(history / "search_1", trial_id(1, 999), lines=2)
+    poll_trial_logs()
+    trial = Trial.objects.get(trial_id=trial_id(1, 999))
+    assert trial.experiment.name == "search_1" and trial.iteration == 2
+
+
+def test_a_new_experiment_among_quiet_ones_is_found(history: Path) -> None:
+    write_trial(history / "search_new", trial_id(9, 0), lines=1)
+    poll_trial_logs()
+    assert Trial.objects.get(trial_id=trial_id(9, 0)).experiment.name == "search_new"
+
+
+def test_an_old_trial_rewritten_by_tunes_storage_copy_is_read(history: Path) -> None:
+    """Tune's snapshot rewrites the trial's result.json and the experiment state in place:
+    no directory mtime moves, but the state file's does."""
+    tid = trial_id(2, 7)
+    result = next((history / "search_2").glob(f"*{tid}*")) / "result.json"
+    result.write_text("".join(result_line(tid, i) for i in range(1, LINES + 3)))
+    write_state(history / "search_2", [trial_id(2, n) for n in range(TRIALS_PER_EXPERIMENT)])
+    poll_trial_logs()
+    assert Trial.objects.get(trial_id=tid).iteration == LINES + 2
+
+
+def test_lines_appended_to_a_quiet_trial_are_read_by_the_slow_rescan(history: Path,
+                                                                     settings) -> None:  # type: ignore[no-untyped-def]
+    tid = trial_id(3, 5)
+    result = next((history / "search_3").glob(f"*{tid}*")) / "result.json"
+    with result.open("a") as out:
+        out.write(result_line(tid, LINES + 1))
+    settings.LOG_RESCAN_S = 1e-6  # the whole rescan falls due at once
+    poll_trial_logs()
+    trial = Trial.objects.get(trial_id=tid)
+    assert trial.iteration == LINES + 1
+    assert StepResult.objects.filter(trial=trial).count() == LINES + 1
