@@ -34,14 +34,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check dashboard collectors tests bench
 
+# Every bench, full size (tests/test_benches_smoke.py runs each with --smoke in `make test`).
 bench: $(STAMP)
-	$(BIN)/python bench/ingest_bench.py
-	$(BIN)/python bench/push_latency.py
-	$(BIN)/python bench/trial_logs_bench.py
-	$(BIN)/python bench/nvml_poll_bench.py
-	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/alert_bench.py
+	$(BIN)/python bench/gpu_bench.py
+	$(BIN)/python bench/ingest_bench.py
+	$(BIN)/python bench/nvml_poll_bench.py
+	$(BIN)/python bench/push_latency.py
 	$(BIN)/python bench/terminate_bench.py
+	$(BIN)/python bench/trial_logs_bench.py
 
 clean:
 	rm -rf $(VENV) .raywatch .pytest_cache

@@ -33,6 +33,7 @@ Redis db 13 unless BENCH_REDIS_URL says otherwise (flushed before and after). Pr
 figures; the exit status says only whether the benchmark itself worked. ~3 min on 2 cores.
 
     .venv/bin/python bench/alert_bench.py
+    .venv/bin/python bench/alert_bench.py --smoke   # 2 incidents a row, 12 deliveries
     # overrides: BENCH_DATABASE_URL (its server), BENCH_REDIS_URL, BENCH_INCIDENTS,
     #            BENCH_DELIVERIES, BENCH_SEED
 """
@@ -62,11 +63,11 @@ import harness
 from tests.receivers import Receiver  # the receiver the alert tests use
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
-INCIDENTS = int(os.environ.get("BENCH_INCIDENTS", "60"))
-WARMUP = 2  # incidents per row before the measured ones, not counted
-DELIVERIES = int(os.environ.get("BENCH_DELIVERIES", "600"))
+INCIDENTS = int(os.environ.get("BENCH_INCIDENTS", harness.sized("60", "2")))
+WARMUP = harness.sized(2, 1)  # incidents per row before the measured ones, not counted
+DELIVERIES = int(os.environ.get("BENCH_DELIVERIES", harness.sized("600", "12")))
 CHANNELS = 6
-PAUSE_S = (0.2, 0.8)  # between two incidents
+PAUSE_S = harness.sized((0.2, 0.8), (0.05, 0.1))  # between two incidents
 SEED = int(os.environ.get("BENCH_SEED", "7"))
 ARRIVAL_GRACE_S = 10.0  # how long after the last incident a message may still come
 TARGET_P95_S = 2.0
@@ -216,7 +217,7 @@ def latency_row(label: str, receiver: Receiver, procs: list[Proc],
     """Open WARMUP + INCIDENTS incidents one at a time, each its own experiment; wait for
     their messages; return the latencies and their split at the router's Delivery row."""
     from dashboard.alerts.models import Channel, Delivery
-    from dashboard.incidents.rules import Finding
+    from dashboard.incidents.findings import Finding
 
     path = f"/hook/{label}"
     channel = Channel.objects.create(name=f"bench-{label}", kind="webhook",

@@ -21,6 +21,7 @@ BENCH_REDIS_URL says otherwise, under a channel prefix of this run's own. Prints
 the exit status says only whether the benchmark itself worked. About 5 minutes on 2 cores.
 
     .venv/bin/python bench/gpu_bench.py
+    .venv/bin/python bench/gpu_bench.py --smoke   # 3 h of 1 GPU, 4 agents for 2 s
     # overrides: BENCH_DATABASE_URL (its server), BENCH_REDIS_URL, BENCH_WORKERS,
     #            BENCH_WRITE_S, BENCH_CHART_READS
 """
@@ -52,21 +53,24 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
 NOISE = ("2 cores shared with other engineers' test runs: expect tens of percent of noise "
          "between runs")
 
-WEEK = timedelta(days=7)
-WEEK_GPUS = 8
+# Smoke: 3 h of one GPU and a raw retention of 1 h (SMOKE_ENV), so rollups, charts and a
+# prune all still run.
+WEEK = harness.sized(timedelta(days=7), timedelta(hours=3))
+SMOKE_ENV = {"RAYWATCH_RAW_RETENTION_H": "1", "RAYWATCH_RETENTION_BATCH": "1000"}
+WEEK_GPUS = harness.sized(8, 1)
 POINTS = 2000
 WINDOWS = (("7 d", WEEK), ("24 h", timedelta(hours=24)), ("6 h", timedelta(hours=6)),
            ("1 h", timedelta(hours=1)), ("15 min", timedelta(minutes=15)))
-CHART_READS = int(os.environ.get("BENCH_CHART_READS", "50"))
-NAIVE_RUNS, FETCH_RUNS = 3, 1
+CHART_READS = int(os.environ.get("BENCH_CHART_READS", harness.sized("50", "3")))
+NAIVE_RUNS, FETCH_RUNS = harness.sized(3, 1), 1
 TARGET_CHART_P95_MS = 200.0
 
-AGENTS, GPUS_PER_AGENT = 64, 8
-WORKERS = int(os.environ.get("BENCH_WORKERS", "4"))
-WRITE_S = float(os.environ.get("BENCH_WRITE_S", "20"))
+AGENTS, GPUS_PER_AGENT = harness.sized(64, 4), 8
+WORKERS = int(os.environ.get("BENCH_WORKERS", harness.sized("4", "1")))
+WRITE_S = float(os.environ.get("BENCH_WRITE_S", harness.sized("20", "2")))
 REQUIRED_SAMPLES_PER_S = AGENTS * GPUS_PER_AGENT  # every GPU once a second
 POLL_INTERVAL_MS = 1000.0  # a poll's ingest must end before the next poll is due
-FOUNDATION_REPEATS = 2
+FOUNDATION_REPEATS = harness.sized(2, 1)
 MEMORY_TOTAL = 80 * 2**30
 
 # One statement per hour of the week, rows in time order as the agents would write them:
@@ -204,7 +208,7 @@ class PushCounter(threading.Thread):
     async def _listen(self) -> None:
         from channels.layers import get_channel_layer
 
-        from dashboard.gpus.ingest import GPUS_GROUP
+        from dashboard.core.push import GPUS_GROUP
 
         layer = get_channel_layer()
         channel = await layer.new_channel()
@@ -612,7 +616,8 @@ def main() -> int:
     print(NOISE)
     with harness.throwaway_database("gpu") as url:
         harness.setup_django(url, REDIS_URL=redis_url,
-                             RAYWATCH_CHANNEL_PREFIX=f"raywatch-gpu-bench-{os.getpid()}")
+                             RAYWATCH_CHANNEL_PREFIX=f"raywatch-gpu-bench-{os.getpid()}",
+                             **harness.sized({}, SMOKE_ENV))
         print(f"bench database: {url} (dropped at the end); channel layer: Redis, {redis_url}")
         started = time.perf_counter()
         figures = run(url)

@@ -1,28 +1,50 @@
-"""What both benchmarks share: the bench database, Django set-up, and printing figures.
+"""What the benchmarks share: the bench database, Django set-up, smoke mode, and printing
+figures.
 
 The scripts run as `python bench/NAME.py` from the repository root, so Python puts
 bench/ (not the root) on sys.path; the root is added here, once.
+
+Every bench takes `--smoke`: the same code on tiny sizes, seconds a bench, which
+`make test` runs (tests/test_benches_smoke.py) so that a bench that no longer runs fails
+the suite. Smoke figures mean nothing and nothing judges them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+T = TypeVar("T")
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/raywatch_bench"
 # A fixed key, so the bench process and the ASGI server it starts agree on session hashes
 # without writing a key file into the checkout.
 BENCH_SECRET_KEY = "raywatch-bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def _smoke_flag() -> bool:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--smoke", action="store_true")
+    return bool(parser.parse_known_args()[0].smoke)
+
+
+# Read once, at import: spawned helper processes get the same argv, hence the same sizes.
+SMOKE = _smoke_flag()
+
+
+def sized(full: T, smoke: T) -> T:
+    """`full` for a real run, `smoke` under --smoke."""
+    return smoke if SMOKE else full
 
 
 def database_url() -> str:
@@ -96,7 +118,7 @@ def setup_django(database: str | None = None, **extra_env: str) -> dict[str, str
 
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     print(f"\n{title}")
     print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
     print("  ".join("-" * w for w in widths))

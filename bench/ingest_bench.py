@@ -6,6 +6,7 @@ and at least 20,000 samples/s. Prints figures; the exit status says only whether
 benchmark itself worked.
 
     python bench/ingest_bench.py        # BENCH_DATABASE_URL overrides the bench database
+    python bench/ingest_bench.py --smoke  # 4 polls, 1 repeat: does it still run?
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import harness
 
 from collectors.records import GpuSampleRecord
 
-NODES, GPUS_PER_NODE, SECONDS = 64, 8, 500  # 500 one-second polls of a 512-GPU cluster
+NODES, GPUS_PER_NODE = 64, 8
+SECONDS = harness.sized(500, 4)  # one-second polls of a 512-GPU cluster
 BATCH_SIZES = (NODES * GPUS_PER_NODE, 5000)  # one cluster-wide poll; a larger backlog flush
-REPEATS = 5
+REPEATS = harness.sized(5, 1)
 TARGET_RATIO, TARGET_RATE = 0.5, 20_000
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,6 +8,7 @@ by poll so that drift of a shared machine falls on both. Prints figures; the exi
 says only whether the benchmark itself worked.
 
     .venv/bin/python bench/nvml_poll_bench.py      # BENCH_POLLS=2000 by default
+    .venv/bin/python bench/nvml_poll_bench.py --smoke  # 50 polls: does it still run?
 
 BENCH_NVML_MODULE=pynvml runs the same comparison on the real driver of a GPU machine
 (its GPUs and whatever processes they have), where the NVML calls themselves are timed.
@@ -28,9 +29,9 @@ from collectors.nvml import NvmlSource, load_nvml_module, shutdown_nvml
 from tests import fake_pynvml
 
 GPUS, PROCESSES_PER_GPU = 8, 2
-POLLS = int(os.environ.get("BENCH_POLLS", "2000"))
+POLLS = int(os.environ.get("BENCH_POLLS", harness.sized("2000", "50")))
 MODULE = os.environ.get("BENCH_NVML_MODULE", "tests.fake_pynvml")
-WARMUP = 200
+WARMUP = harness.sized(200, 10)
 CALLS_PER_GPU = 16  # handle, UUID, name, 11 field calls, compute and graphics processes
 
 

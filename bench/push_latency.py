@@ -9,6 +9,7 @@ else, and the figures include that. Prints figures; the exit status says only wh
 benchmark itself worked.
 
     python bench/push_latency.py
+    python bench/push_latency.py --smoke   # 3 clients, 5 rounds: does it still run?
     # overrides: BENCH_DATABASE_URL, BENCH_REDIS_URL, BENCH_CLIENTS, BENCH_NODES,
     #            BENCH_ROUNDS, BENCH_RATE_HZ
 """
@@ -40,7 +41,8 @@ from collectors.records import NodeRecord, ResourceUse
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"  # a db index of its own; flushed by this bench
 TARGET_P95_MS = 100.0
-GRACE_S = 3.0  # how long stragglers may take after the last round before they count as lost
+# How long stragglers may take after the last round before they count as lost.
+GRACE_S = harness.sized(3.0, 1.0)
 READY_TIMEOUT_S = 60.0
 
 
@@ -55,10 +57,10 @@ class Plan:
     def from_env(cls) -> Plan:
         env = os.environ.get
         return cls(
-            clients=int(env("BENCH_CLIENTS", "50")),
-            nodes=int(env("BENCH_NODES", "64")),
-            rounds=int(env("BENCH_ROUNDS", "200")),
-            rate_hz=float(env("BENCH_RATE_HZ", "2.5")),
+            clients=int(env("BENCH_CLIENTS", harness.sized("50", "3"))),
+            nodes=int(env("BENCH_NODES", harness.sized("64", "4"))),
+            rounds=int(env("BENCH_ROUNDS", harness.sized("200", "5"))),
+            rate_hz=float(env("BENCH_RATE_HZ", harness.sized("2.5", "5"))),
         )
 
 

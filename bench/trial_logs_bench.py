@@ -7,6 +7,7 @@ written to its point on the trial page's chart in a real browser is under 2 s. P
 figures; the exit status says only whether the benchmark itself worked.
 
     python bench/trial_logs_bench.py
+    python bench/trial_logs_bench.py --smoke   # 8 trials, 3 lines to the chart
     # overrides: BENCH_DATABASE_URL, BENCH_REDIS_URL (default redis://127.0.0.1:6379/13),
     #            TMPDIR (the Tune trees, ~6 GB while the 10,000-line case runs)
 """
@@ -36,13 +37,15 @@ from push_latency import asgi_server, flush_redis, percentile
 from collectors.localray import free_port
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"  # a db index of its own; flushed by this bench
-TRIALS, EXPERIMENTS = 1000, 4
-SMALL_LINES, BIG_LINES = 100, 10_000
-SEEDED_LINES = 100  # what the 10,000-line case really ingests per trial (see seed_cursors)
-CHANGED_PER_POLL = TRIALS // 100  # 1% of the trials get one new line before a busy poll
-WARMUP_POLLS, STEADY_POLLS = 2, 15
+TRIALS, EXPERIMENTS = harness.sized((1000, 4), (8, 2))
+SMALL_LINES, BIG_LINES = harness.sized((100, 10_000), (5, 50))
+# What the 10,000-line case really ingests per trial (see seed_cursors).
+SEEDED_LINES = harness.sized(100, 5)
+CHANGED_PER_POLL = max(1, TRIALS // 100)  # 1% of the trials get one new line before a busy poll
+WARMUP_POLLS, STEADY_POLLS = harness.sized((2, 15), (1, 3))
 TARGET_RATIO = 1.5
-POLL_S, LATENCY_LINES, LATENCY_GAP_S, FIRST_LINES = 1.0, 40, 1.3, 5
+POLL_S, LATENCY_GAP_S, FIRST_LINES = 1.0, 1.3, 5
+LATENCY_LINES = harness.sized(40, 3)
 TARGET_P95_S = 2.0
 STEP_S = 1.0  # the fake trainables report about once a second
 RUN_STAMP = "2026-11-21_16-30-01"

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.cluster.state import CLUSTER_GROUP, cluster_payload
+from dashboard.cluster.state import cluster_payload
 from dashboard.core.consumers import LiveConsumer
+from dashboard.core.push import CLUSTER_GROUP
 
 
 class ClusterConsumer(LiveConsumer):

@@ -15,10 +15,8 @@ from collectors.records import NodeRecord
 from dashboard.cluster.models import Node
 from dashboard.cluster.serializers import ClusterSerializer
 from dashboard.core.models import SourceHealth
-from dashboard.core.push import publish
+from dashboard.core.push import CLUSTER_GROUP, publish
 
-CLUSTER_GROUP = "cluster"
-DEMANDS_GROUP = "demands"
 _FIELDS = (
     "node_ip", "hostname", "is_head", "state", "state_message", "started_at", "ended_at",
     "resources", "labels", "cpu_percent", "mem_total_bytes", "mem_used_bytes",

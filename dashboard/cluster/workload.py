@@ -19,8 +19,8 @@ from collectors.records import (
 )
 from dashboard.cluster.demand import Holder, NodeCapacity, judge
 from dashboard.cluster.models import Actor, Demand, Job, Node, PlacementGroup, Worker
-from dashboard.cluster.state import DEMANDS_GROUP, demands_payload
-from dashboard.core.push import publish
+from dashboard.cluster.state import demands_payload
+from dashboard.core.push import DEMANDS_GROUP, publish
 from dashboard.trials.models import Trial
 
 DEAD_ACTOR_KEEP = timedelta(hours=24)

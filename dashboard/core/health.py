@@ -19,11 +19,10 @@ from django.utils import timezone
 
 from collectors.http import SourceError
 from dashboard.core.models import SourceHealth
-from dashboard.core.push import publish
+from dashboard.core.push import HEALTH_GROUP, publish
 
 log = logging.getLogger(__name__)
 
-HEALTH_GROUP = "health"
 SOURCES = ("ray", "nvml", "trial_logs")
 
 

@@ -7,6 +7,7 @@ on (re)connect, and nothing that must not be lost (alerts) relies on it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -14,7 +15,30 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 log = logging.getLogger(__name__)
+
+# The Channels groups, named once. Each group carries topics of the same name (and a few
+# more: "points" to a trial's page, "deliveries" to the alerts group).
+HEALTH_GROUP = "health"  # the status strip, on every page
+ALERTS_GROUP = "alerts"  # the header's incident count, on every page; the alert pages
 ACTIONS_GROUP = "actions"  # progress of terminate/stop/kill actions, on every page
+CLUSTER_GROUP = "cluster"
+DEMANDS_GROUP = "demands"
+GPUS_GROUP = "gpus"
+EXPERIMENTS_GROUP = "experiments"
+
+
+def experiment_group(pk: int) -> str:
+    return f"experiment-{pk}"
+
+
+def trial_group(pk: int) -> str:
+    return f"trial-{pk}"
+
+
+# What every page shows live besides its own topics, by group: the current state a page
+# gets on connect. The app that owns it registers it in its AppConfig.ready(), so core
+# serves the header without importing the apps above it.
+EVERY_PAGE: dict[str, Callable[[], Any]] = {}
 
 
 def publish(group: str, topic: str, data: Any) -> None:

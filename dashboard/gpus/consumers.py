@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.cluster.state import DEMANDS_GROUP, demands_payload
+from dashboard.cluster.state import demands_payload
 from dashboard.core.consumers import LiveConsumer
-from dashboard.gpus.ingest import GPUS_GROUP
+from dashboard.core.push import DEMANDS_GROUP, GPUS_GROUP
 from dashboard.gpus.models import Gpu
 from dashboard.gpus.views_data import gpu_payload
 

@@ -16,10 +16,9 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from collectors.records import GpuPoll, GpuSampleRecord
-from dashboard.core.push import publish
+from dashboard.core.push import GPUS_GROUP, publish
 from dashboard.gpus.models import Gpu, GpuProcess, GpuSample
 
-GPUS_GROUP = "gpus"
 SAMPLE_COLUMNS = (
     "gpu_id", "at", "utilization_gpu", "utilization_memory", "memory_used_bytes",
     "temperature_c", "power_w", "sm_clock_mhz",

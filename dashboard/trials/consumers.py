@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from dashboard.core.consumers import LiveConsumer
+from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, trial_group
 from dashboard.trials.models import Experiment, Trial
-from dashboard.trials.tasks import EXPERIMENTS_GROUP
 from dashboard.trials.views_data import (
     experiment_trials_payload,
     experiments_payload,
@@ -22,7 +22,7 @@ class ExperimentsConsumer(LiveConsumer):
 
 class ExperimentConsumer(LiveConsumer):
     def page_topics(self) -> tuple[str, ...]:
-        return (f"experiment-{int(self.url_kwarg('pk'))}",)
+        return (experiment_group(int(self.url_kwarg("pk"))),)
 
     def page_snapshot(self) -> dict[str, Any]:
         experiment = Experiment.objects.filter(pk=int(self.url_kwarg("pk"))).first()
@@ -31,7 +31,7 @@ class ExperimentConsumer(LiveConsumer):
 
 class TrialConsumer(LiveConsumer):
     def page_topics(self) -> tuple[str, ...]:
-        return (f"trial-{int(self.url_kwarg('pk'))}",)
+        return (trial_group(int(self.url_kwarg("pk"))),)
 
     def page_snapshot(self) -> dict[str, Any]:
         trial = Trial.objects.select_related("experiment").filter(

@@ -1,0 +1,74 @@
+"""Benches cannot rot: every script in bench/ runs in its smoke mode (`--smoke`: the
+same code on tiny sizes) and prints its figures; `make bench` runs every one of them.
+
+A bench that no longer runs (exits non-zero, or prints no figures) fails the suite.
+The figures themselves never pass or fail anything. The benches get this run's own
+Postgres server (a database of their own, dropped afterwards) and Redis db, which they
+flush: nothing lives there between two tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "harness.py")
+SMOKE_TIMEOUT_S = 240
+MARKS = {"terminate_bench.py": [pytest.mark.ray], "trial_logs_bench.py": [pytest.mark.browser]}
+
+
+@pytest.fixture(scope="module")
+def bench_env() -> Iterator[dict[str, str]]:
+    """BENCH_DATABASE_URL / BENCH_REDIS_URL on the servers `make test` provides."""
+    server = urlsplit(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/x")
+    name = f"raywatch_bench_smoke_{os.getpid()}"
+    env = {**os.environ,
+           "BENCH_DATABASE_URL": server._replace(path=f"/{name}").geturl(),
+           "BENCH_REDIS_URL": os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"}
+    yield env
+    with psycopg.connect(server._replace(path="/postgres").geturl(), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(name)))
+
+
+def figures_of(stdout: str) -> dict[str, object]:
+    """The benches' last line: their figures as one JSON object."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        return {}
+    try:
+        figures = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {}
+    return figures if isinstance(figures, dict) else {}
+
+
+def test_every_bench_is_in_make_bench() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    assert sorted(re.findall(r"bench/(\w+\.py)", target)) == BENCHES
+
+
+@pytest.mark.parametrize("bench", [pytest.param(b, marks=MARKS.get(b, [])) for b in BENCHES])
+def test_bench_runs_in_smoke_mode(bench: str, bench_env: dict[str, str]) -> None:
+    try:
+        done = subprocess.run([sys.executable, f"bench/{bench}", "--smoke"], cwd=ROOT,
+                              env=bench_env, capture_output=True, text=True,
+                              timeout=SMOKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as slow:
+        pytest.fail(f"{bench} --smoke still running after {SMOKE_TIMEOUT_S} s:\n"
+                    f"{(slow.stdout or b'')[-3000:]!r}")
+    why = f"{bench} --smoke:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, why
+    assert figures_of(done.stdout), why
