@@ -4,44 +4,30 @@ and an incident reaching a chat webhook through them."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import psutil
-import psycopg
 import pytest
 
 from collectors.localray import LocalCluster, free_port
+from tests import served
 from tests.conftest import wait_for
-from tests.test_serve_command import _nodes_or_none, api_get, manage
+from tests.served import ROOT, api_get, fake_gpu_spec, manage, nodes_or_none
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture
-def scratch_database() -> str:
+def scratch_database() -> Iterator[str]:
     """A database of its own, migrated by `manage.py migrate` like a deployment would."""
-    base = urlparse(os.environ["DATABASE_URL"])
-    name = f"raywatch_topology_{uuid.uuid4().hex[:8]}"
-    admin_url = urlunparse(base._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield urlunparse(base._replace(path=f"/{name}"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def fake_gpu_spec(path: Path, prefix: str, count: int) -> str:
-    gpus = [{"uuid": f"GPU-{prefix}-{i}", "util": 10 * (i + 1)} for i in range(count)]
-    path.write_text(json.dumps({"gpus": gpus}))
-    return str(path)
+    with served.scratch_database(os.environ["DATABASE_URL"]) as url:
+        yield url
 
 
 def agent_env(env: dict[str, str], tmp_path: Path, node: str, ip: str, count: int
@@ -66,7 +52,7 @@ def gpu_nodes(port: int, token: str) -> dict[str, set[str]] | None:
 OPEN_INCIDENT = """
 from django.utils import timezone
 from dashboard.alerts.models import Channel
-from dashboard.incidents.rules import Finding
+from dashboard.incidents.findings import Finding
 from dashboard.incidents.service import sync_findings
 Channel.objects.create(name="ops", kind="webhook", url="{url}")
 finding = Finding("test_stalled", "trial:topo/t1", "critical", "trial t1 stalled", {{}})
@@ -104,7 +90,7 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
                                start_new_session=True)
               for node, ip in (("gpu-a", "10.9.0.2"), ("gpu-b", "10.9.0.3"))]
     try:
-        nodes = wait_for(lambda: _nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token),
+        nodes = wait_for(lambda: nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token),
                          120, 1, "Celery to poll Ray into Postgres")
         assert nodes[0]["node_id"] == ray_cluster.node_id
         gpus = wait_for(lambda: gpu_nodes(port, token), 120, 1,

@@ -4,7 +4,6 @@ the dashboard in one process; Ctrl-C stops everything it started, nothing else."
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,26 +15,9 @@ import pytest
 
 from collectors.localray import free_port
 from tests.conftest import wait_for
+from tests.served import ROOT, embedded_env, manage, nodes_or_none
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.ray
-
-
-def embedded_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE"}}
-    return {**env, "RAYWATCH_DATA_DIR": str(tmp_path), "RAYWATCH_LOCAL_RAY_CPUS": "1", **extra}
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True, timeout=120).stdout
-
-
-def api_get(url: str, token: str) -> object:
-    request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})
-    with urllib.request.urlopen(request, timeout=5) as reply:
-        return json.loads(reply.read())
 
 
 def ray_processes_of(session_dir: str) -> list[psutil.Process]:
@@ -63,7 +45,7 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
                               text=True)
     try:
         nodes = wait_for(
-            lambda: _nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token), 120, 1,
+            lambda: nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token), 120, 1,
             "the local Ray node to appear in /api/nodes/",
         )
         assert nodes[0]["is_head"] and nodes[0]["state"] == "ALIVE"
@@ -78,14 +60,6 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
     assert not (tmp_path / "local-ray.json").exists()
     wait_for(lambda: not ray_processes_of(session_dir), 30, 0.5,
              "the local cluster's processes to exit")
-
-
-def _nodes_or_none(url: str, token: str) -> list | None:
-    try:
-        nodes = api_get(url, token)
-    except OSError:
-        return None
-    return nodes if nodes else None  # type: ignore[return-value]
 
 
 def test_unreachable_postgres_fails_at_start_with_a_clear_message(tmp_path: Path) -> None:

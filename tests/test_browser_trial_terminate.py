@@ -1,0 +1,90 @@
+"""In Chromium, on the TRIAL page: the Terminate button opens the confirm dialog and
+ends the process; when the API refuses (the process went, or changed since the
+dialog opened) the dialog says why, in the API's words."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import expect
+
+from dashboard.actions.models import AuditEntry
+from dashboard.trials.models import Trial
+from tests.conftest import LiveServer, login, off_the_loop, wait_for
+from tests.test_terminate_on_this_host import hung_trial
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def hung_process() -> Iterator[subprocess.Popen]:
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture
+def embedded(settings):  # type: ignore[no-untyped-def]
+    settings.EMBEDDED = True  # the action runs in the server's background pool
+    settings.TERMINATE_GRACE_S = 3.0
+    return settings
+
+
+def open_dialog(page, server: LiveServer, user, trial: Trial):  # type: ignore[no-untyped-def]
+    login(page, server, user, f"/trials/{trial.pk}/")
+    page.click("#terminate-trial")
+    dialog = page.locator("#action-dialog")
+    expect(dialog).to_be_visible()
+    return dialog
+
+
+def test_terminate_from_the_trial_page(  # type: ignore[no-untyped-def]
+        page, live_server_asgi: LiveServer, operator, embedded, hung_process) -> None:
+    trial = hung_trial(hung_process.pid)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    dialog = open_dialog(page, live_server_asgi, operator, trial)
+    expect(dialog.locator('[data-fact="Process"]')).to_have_text(f"pid {hung_process.pid}")
+    expect(dialog.locator('[data-fact="Trial"]')).to_contain_text("t_00000 of search")
+    page.fill("#action-reason", "silent for 5 min")
+    page.click("#action-confirm")
+    expect(dialog).to_be_hidden()
+    wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")
+    off_the_loop(lambda: Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR))
+    expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
+    expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(timeout=40_000)
+    assert errors == []
+
+
+def test_the_dialog_says_why_the_preview_failed(  # type: ignore[no-untyped-def]
+        page, live_server_asgi: LiveServer, operator, embedded, hung_process) -> None:
+    trial = hung_trial(hung_process.pid)
+    login(page, live_server_asgi, operator, f"/trials/{trial.pk}/")
+    hung_process.kill()  # it ended between drawing the page and the click
+    hung_process.wait()
+    page.click("#terminate-trial")
+    dialog = page.locator("#action-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("#action-error")).to_have_text(
+        f"trial t_00000's process {hung_process.pid} is already gone")
+    expect(dialog.locator("#action-confirm")).to_be_disabled()
+
+
+def test_the_dialog_says_why_the_action_was_refused(  # type: ignore[no-untyped-def]
+        page, live_server_asgi: LiveServer, operator, embedded, hung_process) -> None:
+    trial = hung_trial(hung_process.pid)
+    dialog = open_dialog(page, live_server_asgi, operator, trial)
+    # Tune restarted the trial in a new process while the dialog was open.
+    off_the_loop(lambda: Trial.objects.filter(pk=trial.pk).update(pid=1, attempt=2))
+    page.fill("#action-reason", "silent for 5 min")
+    page.click("#action-confirm")
+    expect(dialog.locator("#action-error")).to_contain_text(
+        "changed since the page was drawn: pid was")
+    expect(dialog).to_be_visible()
+    assert hung_process.poll() is None  # nothing was signalled
+    refused = off_the_loop(lambda: list(AuditEntry.objects.values("state", "outcome")))
+    assert len(refused) == 1 and refused[0]["state"] == "refused"
+    assert "changed since the page was drawn" in refused[0]["outcome"]
