@@ -40,7 +40,7 @@ GPU = "GPU-e2e-0"
 # Short thresholds so a hang is found in seconds; the defaults are for real searches.
 FAST = {
     "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
-    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_SLOW_MIN_S": "2",
+    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_SLOW_MIN_EXCESS_S": "2",
     "RAYWATCH_TERMINATE_GRACE_S": "3",
 }
 # Where to save screenshots of the embedded run, when a person wants to look at them.
@@ -140,6 +140,7 @@ def shoot(page, rw: Raywatch, name: str) -> None:  # type: ignore[no-untyped-def
         return
     for width in (1280, 1440):
         page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(800)  # Plotly's responsive relayout is debounced
         page.screenshot(path=f"{SHOTS}/e2e-{name}-{width}.png", full_page=True)
     page.set_viewport_size({"width": 1400, "height": 900})
 
