@@ -88,3 +88,17 @@ def test_the_dialog_says_why_the_action_was_refused(  # type: ignore[no-untyped-
     refused = off_the_loop(lambda: list(AuditEntry.objects.values("state", "outcome")))
     assert len(refused) == 1 and refused[0]["state"] == "refused"
     assert "changed since the page was drawn" in refused[0]["outcome"]
+
+
+def test_a_reply_that_is_not_json_is_still_explained(  # type: ignore[no-untyped-def]
+        page, live_server_asgi: LiveServer, operator, embedded, hung_process) -> None:
+    trial = hung_trial(hung_process.pid)
+    dialog = open_dialog(page, live_server_asgi, operator, trial)
+    # A proxy in front of raywatch answers with an HTML error page.
+    page.route("**/terminate", lambda route: route.fulfill(
+        status=502, content_type="text/html", body="<html><h1>Bad Gateway</h1></html>")
+        if route.request.method == "POST" else route.continue_())
+    page.fill("#action-reason", "silent for 5 min")
+    page.click("#action-confirm")
+    expect(dialog.locator("#action-error")).to_contain_text("the server answered HTTP 502")
+    expect(dialog).to_be_visible()

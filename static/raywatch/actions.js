@@ -73,25 +73,58 @@
     },
   };
 
-  async function open(kind, id) {
-    const spec = KINDS[kind];
-    showError("");
-    const url = spec.url(id);
-    const reply = await fetch(url, { credentials: "same-origin" });
-    const data = await reply.json();
-    if (!reply.ok) { window.alert(data.detail || reply.statusText); return; }
-    if (data.active_action) { follow(data.active_action); return; }
+  // The API's own words when it refuses: DRF's {"detail": ...}, a {"message": ...} or field
+  // errors; when the reply is not JSON (a proxy's error page), its HTTP status.
+  function errorText(reply, data) {
+    if (data && typeof data === "object") {
+      if (data.detail) return String(data.detail);
+      if (data.message) return String(data.message);
+      const fields = Object.entries(data).map(([k, v]) => k + ": " + [].concat(v).join(" "));
+      if (fields.length) return fields.join("; ");
+    }
+    return "the server answered HTTP " + reply.status +
+      (reply.statusText ? " " + reply.statusText : "") + (data === null ? " (not JSON)" : "");
+  }
+
+  // {ok, status, data, error}: error is the text to show a person, null when all went well.
+  async function call(url, options) {
+    let reply;
+    try {
+      reply = await fetch(url, Object.assign({ credentials: "same-origin" }, options));
+    } catch (exc) {
+      return { ok: false, status: 0, data: null,
+               error: "raywatch could not be reached: " + exc.message };
+    }
+    let data = null;
+    try { data = JSON.parse(await reply.text()); } catch (exc) { data = null; }
+    const ok = reply.ok && data !== null;
+    return { ok: ok, status: reply.status, data: data, error: ok ? null : errorText(reply, data) };
+  }
+
+  function describe(spec, target) {
     const dl = document.getElementById("action-target");
     dl.replaceChildren();
-    for (const [k, v] of spec.facts(data.target)) {
+    for (const [k, v] of target ? spec.facts(target) : []) {
       dl.append(el("dt", {}, k), el("dd", { "data-fact": k }, v));
     }
     document.getElementById("action-title").textContent = spec.title;
     document.getElementById("action-confirm").textContent = spec.confirm;
-    document.getElementById("action-how").textContent = spec.how;
-    pending = { url: url, expected: spec.expected(data.target) };
+    document.getElementById("action-how").textContent = target ? spec.how : "";
     document.getElementById("action-reason").value = "";
-    dialog.showModal();
+  }
+
+  async function open(kind, id) {
+    const spec = KINDS[kind];
+    const url = spec.url(id);
+    const preview = await call(url, {});
+    if (preview.ok && preview.data.active_action) { follow(preview.data.active_action); return; }
+    const target = preview.ok ? preview.data.target : null;
+    describe(spec, target);
+    showError(preview.error || "");
+    // Nothing to confirm when the preview failed: the dialog only says why.
+    pending = target ? { url: url, expected: spec.expected(target) } : null;
+    document.getElementById("action-confirm").disabled = !pending;
+    if (!dialog.open) dialog.showModal();
   }
 
   async function confirm(event) {
@@ -100,16 +133,18 @@
     const button = document.getElementById("action-confirm");
     button.disabled = true;
     try {
-      const reply = await fetch(pending.url, {
-        method: "POST", credentials: "same-origin",
+      const reply = await call(pending.url, {
+        method: "POST",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
         body: JSON.stringify({ reason: document.getElementById("action-reason").value,
                                expected: pending.expected }),
       });
-      const data = await reply.json();
-      if (reply.status !== 202) { showError(data.detail || JSON.stringify(data)); return; }
+      if (reply.status !== 202) {
+        showError(reply.error || "unexpected reply: HTTP " + reply.status);
+        return;
+      }
       dialog.close();
-      follow(data.action_id);
+      follow(reply.data.action_id);
     } finally {
       button.disabled = false;
     }
