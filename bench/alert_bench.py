@@ -185,7 +185,7 @@ def cpu_self() -> float:
 def kicks_lost() -> Iterator[None]:
     """Kicks from this process are lost (as when Redis was briefly unreachable): only the
     periodic tick routes. Only this process is patched; the worker still kicks senders."""
-    from dashboard.alerts import kick
+    from dashboard.alerts import tasks as kick
 
     original = kick.kick_router
     kick.kick_router = lambda: None
@@ -408,7 +408,7 @@ def sent_figures(label: str, t0: float, receiver: Receiver, extra: dict[str, Any
 
 def celery_rate(env: dict[str, str], receiver: Receiver, channel_ids: list[int]
                 ) -> dict[str, Any]:
-    from dashboard.alerts.kick import kick_sender
+    from dashboard.alerts.tasks import kick_sender
 
     reset_deliveries(receiver)
     name = f"bench-rate-notify-{os.getpid()}"

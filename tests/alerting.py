@@ -1,11 +1,18 @@
-"""Helpers for the alert tests: a stand-in detector, and the router and senders
-run in this process at a given moment."""
+"""Helpers for the alert tests: a stand-in detector, the router and senders run in
+this process at a given moment, and Celery workers as production runs them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import uuid
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from dashboard.alerts import delivery, router
@@ -56,3 +63,25 @@ def send_all() -> int:
 
 def webhook(url: str, name: str = "hook", kind: str = "webhook", **fields: Any) -> Channel:
     return Channel.objects.create(name=name, kind=kind, url=url, **fields)
+
+
+def database_url() -> str:
+    """This test's database, for a worker in another process."""
+    db = connection.settings_dict
+    return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
+            f"{db['NAME']}")
+
+
+def start_worker(queues: str, data_dir: Path) -> subprocess.Popen:
+    """`celery worker -Q queues` (threads pool, as the notifier runs) on this test's
+    database, with the alert settings the test process uses."""
+    env = {**os.environ, "DATABASE_URL": database_url(), "RAYWATCH_DATA_DIR": str(data_dir),
+           "RAYWATCH_WEBHOOK_ALLOW_PRIVATE": "1",
+           "RAYWATCH_NOTIFY_TIMEOUT_S": str(settings.NOTIFY_TIMEOUT_S),
+           "RAYWATCH_ALERT_GROUP_WAIT_S": str(settings.ALERT_GROUP_WAIT_S),
+           "RAYWATCH_BASE_URL": settings.BASE_URL}
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", queues,
+         "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING",
+         "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
+        cwd=Path(__file__).resolve().parent.parent, env=env, start_new_session=True)

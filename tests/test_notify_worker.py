@@ -7,47 +7,28 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from dashboard.alerts import tasks
 from dashboard.alerts.models import Delivery
-from tests.alerting import Detector, webhook
+from tests.alerting import Detector, start_worker, webhook
 from tests.conftest import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads what we commit
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/"
-            f"{db['NAME']}")
 
 
 @pytest.fixture
 def notify_worker(alert_settings, tmp_path) -> Iterator[Callable[[], subprocess.Popen]]:  # type: ignore[no-untyped-def]
     """Starts `celery worker -Q notify` as production runs it (threads pool)."""
     started: list[subprocess.Popen] = []
-    env = {**os.environ, "DATABASE_URL": database_url(), "RAYWATCH_DATA_DIR": str(tmp_path),
-           "RAYWATCH_WEBHOOK_ALLOW_PRIVATE": "1", "RAYWATCH_NOTIFY_TIMEOUT_S": "2",
-           "RAYWATCH_BASE_URL": alert_settings.BASE_URL}
-    alert_settings.NOTIFY_TIMEOUT_S = 2.0  # the claim TTL this process computes matches
+    alert_settings.NOTIFY_TIMEOUT_S = 2.0  # the worker's claim TTL is the one computed here
 
     def start() -> subprocess.Popen:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "-Q", "notify",
-             "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING",
-             "-n", f"notify-{uuid.uuid4().hex[:6]}@%h"],
-            cwd=ROOT, env=env, start_new_session=True)
-        started.append(worker)
-        return worker
+        started.append(start_worker("notify", tmp_path))
+        return started[-1]
 
     yield start
     for worker in started:

@@ -20,8 +20,7 @@ from django.utils import timezone
 
 from dashboard.alerts.models import Channel, Delivery
 from dashboard.alerts.transports import TRANSPORTS, TransportError
-from dashboard.core.push import publish
-from dashboard.incidents.service import ALERTS_GROUP
+from dashboard.core.push import ALERTS_GROUP, publish
 
 log = logging.getLogger(__name__)
 SWEEP_EVERY = timedelta(seconds=5)

@@ -23,9 +23,10 @@ from django.db import connection, transaction
 
 from dashboard.alerts.messages import build_message
 from dashboard.alerts.models import AlertGroup, Channel, Delivery, Silence, silenced_by
-from dashboard.core.push import publish
+from dashboard.alerts.summary import alerts_summary
+from dashboard.core.push import ALERTS_GROUP, publish
 from dashboard.incidents.models import Incident, IncidentEvent, severity_rank
-from dashboard.incidents.service import ALERTS_GROUP, alerts_summary, record
+from dashboard.incidents.service import record
 
 BATCH = 5000
 ROUTER_LOCK = 7_261_001  # pg advisory lock id: "raywatch alert router"

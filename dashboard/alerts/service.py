@@ -10,9 +10,10 @@ from typing import Any
 from django.db import transaction
 
 from dashboard.alerts.models import Silence
-from dashboard.core.push import publish
+from dashboard.alerts.summary import alerts_summary
+from dashboard.core.push import ALERTS_GROUP, publish
 from dashboard.incidents.models import SEVERITIES, Incident, IncidentEvent
-from dashboard.incidents.service import ALERTS_GROUP, alerts_summary, record
+from dashboard.incidents.service import record
 
 GLOB_CHARS = set("*?[")
 

@@ -1,10 +1,21 @@
+"""The alert pipeline's Celery entry points, and the kicks that start them now
+instead of at the next tick.
+
+With Celery (REDIS_URL set) a kick is a task: routing on the default queue, sending
+on the notify queue that its own worker serves, so a slow webhook never takes a
+collector's slot. Embedded, a small in-process thread pool does the same. The
+periodic `route-alerts` tick catches anything a lost kick left behind.
+"""
+
 from __future__ import annotations
 
 from celery import shared_task
 from django.utils import timezone
 
 from dashboard.alerts import delivery, router
-from dashboard.alerts.kick import kick_sender
+from dashboard.core.background import run_soon
+
+NOTIFY_QUEUE = "notify"
 
 
 @shared_task(ignore_result=True)
@@ -23,3 +34,11 @@ def route_alerts() -> dict[str, int]:
 @shared_task(ignore_result=True)
 def send_channel(channel_id: int) -> int:
     return delivery.drain(channel_id)
+
+
+def kick_router() -> None:
+    run_soon(route_alerts, expires=30)
+
+
+def kick_sender(channel_id: int) -> None:
+    run_soon(send_channel, channel_id, queue=NOTIFY_QUEUE)

@@ -9,9 +9,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard.core.health import HEALTH_GROUP, health_payload
-from dashboard.core.push import ACTIONS_GROUP
+from dashboard.core.push import ACTIONS_GROUP, EVERY_PAGE
 from dashboard.core.roles import VIEWER, has_role
-from dashboard.incidents.service import ALERTS_GROUP, alerts_summary
 
 CLOSE_FORBIDDEN = 4403
 
@@ -24,14 +23,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     memberships Redis forgot never leave a page silently stale.
 
     Subclasses name their topics and build the snapshot. The status strip's
-    `health` topic and the header's incident count (`alerts`) are on every page.
+    `health` topic, actions' progress and what the apps registered in EVERY_PAGE (the
+    header's incident count, `alerts`) are on every page.
     Nothing destructive travels here: the socket is read-only, actions are POSTs.
     """
 
     topics: tuple[str, ...] = ()
 
     def all_topics(self) -> tuple[str, ...]:
-        return (HEALTH_GROUP, ALERTS_GROUP, ACTIONS_GROUP, *self.page_topics())
+        return (HEALTH_GROUP, *EVERY_PAGE, ACTIONS_GROUP, *self.page_topics())
 
     def page_topics(self) -> tuple[str, ...]:
         return self.topics
@@ -71,7 +71,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"topic": event["topic"], "data": event["data"]})
 
     def snapshot(self) -> dict[str, Any]:
-        return {"health": health_payload(), "alerts": alerts_summary(), **self.page_snapshot()}
+        every_page = {group: current() for group, current in EVERY_PAGE.items()}
+        return {"health": health_payload(), **every_page, **self.page_snapshot()}
 
     def page_snapshot(self) -> dict[str, Any]:
         return {}

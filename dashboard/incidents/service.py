@@ -5,7 +5,9 @@ it. A firing incident of the evaluated kinds that no detector reports any more
 is resolved: incidents resolve themselves when the condition clears.
 
 Every change writes its timeline event in the same transaction; the events that
-notify (opened, escalated, resolved) are the alert outbox (dashboard.alerts).
+notify (opened, escalated, resolved) are the alert outbox (dashboard.alerts). After
+the commit, `incident_changed` (signals.py) tells whoever subscribed: this module
+imports nothing above it.
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from dashboard.core.push import publish
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident, IncidentEvent, severity_rank
+from dashboard.incidents.signals import send_after_commit
 
-ALERTS_GROUP = "alerts"
 # A condition that changes every evaluation (an idle counter) records an update on the
 # timeline at most this often; a change of severity always does.
 UPDATE_EVENT_EVERY = timedelta(minutes=10)
@@ -57,16 +58,8 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
                 resolve(incident, now)
                 resolved += 1
         if opened or resolved or updated:
-            publish(ALERTS_GROUP, "alerts", alerts_summary)
-        if opened or resolved or escalated:
-            notify_after_commit()
+            send_after_commit(notify=bool(opened or resolved or escalated))
     return {"opened": opened, "updated": updated, "resolved": resolved}
-
-
-def notify_after_commit() -> None:
-    from dashboard.alerts.kick import kick_router  # alerts depends on incidents, not back
-
-    transaction.on_commit(kick_router, robust=True)
 
 
 def group_key_of(experiment: str, node_ip: str, subject: str) -> str:
@@ -133,9 +126,3 @@ def _last_update_events(incidents: list[Incident]) -> dict[int, datetime]:
                                                    IncidentEvent.ESCALATED))
             .values("incident_id").annotate(last=Max("at")))
     return {row["incident_id"]: row["last"] for row in rows}
-
-
-def alerts_summary() -> dict[str, Any]:
-    from dashboard.alerts.summary import alerts_summary as summary  # silences live in alerts
-
-    return summary()
