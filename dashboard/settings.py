@@ -287,9 +287,11 @@ CELERY_BEAT_SCHEDULE["route-alerts"] = {
     "schedule": ALERT_TICK_S,
     "options": {"expires": max(ALERT_TICK_S * 5, 5)},
 }
-# Sending has its own queue and worker (`celery worker -Q notify`): a webhook that hangs
-# never holds a collector's slot.
-CELERY_TASK_ROUTES = {"dashboard.alerts.tasks.send_channel": {"queue": "notify"}}
+# Sending has its own queue and worker (`celery worker -Q notify`, `serve`'s notifier): a
+# webhook that hangs never holds a collector's slot. Actions run there too. Named once here
+# (docker-compose.yml's notifier names it on its command line).
+NOTIFY_QUEUE = "notify"
+CELERY_TASK_ROUTES = {"dashboard.alerts.tasks.send_channel": {"queue": NOTIFY_QUEUE}}
 
 # --- actions: terminate trials, stop jobs, kill GPU processes (README: "Actions") -------
 TERMINATE_GRACE_S = env_number("RAYWATCH_TERMINATE_GRACE_S", 20.0, minimum=0)
@@ -298,7 +300,7 @@ FORCE_WAIT_S = env_number("RAYWATCH_FORCE_WAIT_S", 10.0, minimum=1)
 # Each user may start at most ACTION_RATE actions per ACTION_RATE_WINDOW_S.
 ACTION_RATE = env_int("RAYWATCH_ACTION_RATE", 10, minimum=1)
 ACTION_RATE_WINDOW_S = env_number("RAYWATCH_ACTION_RATE_WINDOW_S", 60.0, minimum=1)
-CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": "notify"}
+CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": NOTIFY_QUEUE}
 
 # --- source health ----------------------------------------------------------------
 # A source whose last good poll is older than this many poll intervals is "down".

@@ -10,7 +10,6 @@ import signal
 
 import pytest
 
-from dashboard.alerts.tasks import NOTIFY_QUEUE
 from dashboard.celery import app as celery_app
 from tests.alerting import Detector, start_worker, webhook
 from tests.conftest import wait_for
@@ -32,7 +31,7 @@ def test_with_celery_an_incident_is_sent_by_the_workers_without_beat(  # type: i
         alert_settings, receivers, tmp_path) -> None:
     receiver = receivers(200)
     webhook(receiver.url)
-    queues = f"{celery_app.conf.task_default_queue},{NOTIFY_QUEUE}"
+    queues = f"{celery_app.conf.task_default_queue},{alert_settings.NOTIFY_QUEUE}"
     worker = start_worker(queues, tmp_path)
     try:
         wait_for(lambda: celery_app.control.ping(timeout=0.5), 60, 0.5, "the worker to start")

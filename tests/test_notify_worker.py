@@ -27,7 +27,7 @@ def notify_worker(alert_settings, tmp_path) -> Iterator[Callable[[], subprocess.
     alert_settings.NOTIFY_TIMEOUT_S = 2.0  # the worker's claim TTL is the one computed here
 
     def start() -> subprocess.Popen:
-        started.append(start_worker("notify", tmp_path))
+        started.append(start_worker(alert_settings.NOTIFY_QUEUE, tmp_path))
         return started[-1]
 
     yield start

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from django.conf import settings
 
 from collectors.localray import LocalCluster, free_port
 from tests import served
@@ -105,7 +106,7 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         assert roles == {"worker", "beat"}
         queues = {" ".join(c.cmdline()).split("--queues ")[-1].split()[0]
                   for c in children if "--queues" in " ".join(c.cmdline())}
-        assert queues == {"gpu.head-gpu", "notify"}
+        assert queues == {"gpu.head-gpu", settings.NOTIFY_QUEUE}
         # An incident opened by a detector process reaches the chat webhook through the
         # worker (routing) and the notifier (sending).
         receiver = receivers(200)

@@ -10,12 +10,11 @@ periodic `route-alerts` tick catches anything a lost kick left behind.
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from dashboard.alerts import delivery, router
 from dashboard.core.background import run_soon
-
-NOTIFY_QUEUE = "notify"
 
 
 @shared_task(ignore_result=True)
@@ -41,4 +40,4 @@ def kick_router() -> None:
 
 
 def kick_sender(channel_id: int) -> None:
-    run_soon(send_channel, channel_id, queue=NOTIFY_QUEUE)
+    run_soon(send_channel, channel_id, queue=settings.NOTIFY_QUEUE)

@@ -133,7 +133,7 @@ def start_celery(role: str) -> subprocess.Popen[bytes]:
     if role == "beat":
         cmd += ["beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
     elif role == "notifier":  # alert webhooks: I/O-bound, on their own queue and threads
-        cmd += ["worker", "--queues", "notify", "--pool", "threads",
+        cmd += ["worker", "--queues", settings.NOTIFY_QUEUE, "--pool", "threads",
                 "--concurrency", str(settings.NOTIFY_THREADS), "--hostname", "notify@%h"]
     else:
         cmd += ["worker", "--concurrency", "2"]
