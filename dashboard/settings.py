@@ -352,6 +352,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["dashboard.core.roles.IsViewer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # ApiError (a refusal with its reason and status) answered like DRF's own errors.
+    "EXCEPTION_HANDLER": "dashboard.core.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "raywatch API",

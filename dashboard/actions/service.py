@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 
 from dashboard.actions.models import AuditEntry, AuditStep
 from dashboard.actions.targets import TargetError
+from dashboard.core.errors import ApiError
 from dashboard.core.push import ACTIONS_GROUP, publish
 from dashboard.core.roles import has_role
 
@@ -31,10 +32,9 @@ class Plan:
     reachable: Callable[[], str | None]  # None, or why Ray/the node cannot be reached
 
 
-class ActionRefused(Exception):
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.message, self.status = message, status
+class ActionRefused(ApiError):
+    """A request to act that is refused: no role, no reason, a stale target, the rate
+    limit, Ray or the node unreachable."""
 
 
 def request(user: Any, plan_of: Callable[[], Plan], reason: str, address: str,

@@ -11,14 +11,13 @@ import psutil
 
 from collectors.procstat import this_host
 from dashboard.cluster.models import Actor, Job, Node
+from dashboard.core.errors import ApiError
 from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
 
 
-class TargetError(Exception):
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.message, self.status = message, status
+class TargetError(ApiError):
+    """A target that cannot be acted on as it is now (gone, finished, not found)."""
 
 
 def create_time(pid: int | None) -> float | None:

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dashboard.alerts.models import Silence, silenced_by
-from dashboard.alerts.service import ActionError, acknowledge, create_silence
+from dashboard.alerts.service import acknowledge, create_silence
 from dashboard.alerts.timeline import timeline
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import IsOperator, IsViewer
@@ -125,10 +125,7 @@ class AlertAck(APIView):
         body = AckRequest(data=request.data)
         body.is_valid(raise_exception=True)
         now = timezone.now()
-        try:
-            acknowledge(incident, request.user, body.validated_data["note"], now)
-        except ActionError as exc:
-            return Response({"detail": exc.message}, status=exc.status)
+        acknowledge(incident, request.user, body.validated_data["note"], now)
         context = {"silences": Silence.active_at(now)}
         return Response(IncidentSerializer(incident, context=context).data)
 
@@ -170,10 +167,7 @@ class SilenceList(APIView):
         body = SilenceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data, now = body.validated_data, timezone.now()
-        try:
-            silence = create_silence(request.user, {m: data.get(m, "") for m in Silence.MATCHERS},
-                                     data.get("starts_at") or now, data["ends_at"],
-                                     data["comment"], now)
-        except ActionError as exc:
-            return Response({"detail": exc.message}, status=exc.status)
+        silence = create_silence(request.user, {m: data.get(m, "") for m in Silence.MATCHERS},
+                                 data.get("starts_at") or now, data["ends_at"], data["comment"],
+                                 now)
         return Response(SilenceSerializer(silence).data, status=status.HTTP_201_CREATED)

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from dashboard.alerts.models import Silence
 from dashboard.alerts.summary import alerts_summary
+from dashboard.core.errors import ApiError
 from dashboard.core.push import ALERTS_GROUP, publish
 from dashboard.incidents.models import SEVERITIES, Incident, IncidentEvent
 from dashboard.incidents.service import record
@@ -18,12 +19,8 @@ from dashboard.incidents.service import record
 GLOB_CHARS = set("*?[")
 
 
-class ActionError(ValueError):
-    """A request that cannot be carried out, with the reason for the person asking."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.status = message, status
+class ActionError(ApiError):
+    """An acknowledgement or a silence that cannot be made, and why."""
 
 
 def acknowledge(incident: Incident, user: Any, note: str, now: datetime) -> bool:
