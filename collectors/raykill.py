@@ -1,5 +1,5 @@
-"""Ending things in Ray from outside the driver (shared/RAY_FACTS.md, "Killing a hung
-trial from outside"): Ray 2.60 has no public call to kill an unnamed actor, so this
+"""Ending things in Ray from outside the driver (docs/ray-facts.md, "Ending a hung
+trial, a job, a process"): Ray 2.60 has no public call to kill an unnamed actor, so this
 uses the GCS's KillActorViaGcs RPC (internal API: ray is pinned with == for it, and
 tests/test_terminate_trial.py checks it on a real cluster), and the Jobs API to stop
 a job. Django-free, like every collector.

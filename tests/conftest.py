@@ -25,7 +25,7 @@ from dashboard.core.scheduler import EmbeddedScheduler
 from tests.receivers import Receiver
 
 # Ray reads this once, when it is first imported: a driver that joins the test
-# cluster from this process needs token auth on (shared/RAY_FACTS.md).
+# cluster from this process needs token auth on (docs/ray-facts.md).
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 PASSWORD = "correct horse battery staple"

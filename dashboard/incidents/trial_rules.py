@@ -303,7 +303,7 @@ def derive_status(
 ) -> tuple[str, str]:
     """Tune's status where it can be trusted, corrected by the logs and by Ray.
 
-    experiment_state files lag and lie (shared/RAY_FACTS.md): error.txt and the
+    experiment_state files lag and lie (docs/ray-facts.md): error.txt and the
     actor's liveness are the real signals.
     """
     if error_present:

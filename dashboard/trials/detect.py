@@ -2,7 +2,7 @@
 rules (dashboard.incidents.trial_rules) and sync their incidents.
 
 A trial's process is alive when Ray lists a live actor with the trial's pid on
-the trial's node (result.json's pid equals the actor's pid: RAY_FACTS.md).
+the trial's node (result.json's pid equals the actor's pid: docs/ray-facts.md).
 When the Ray source is failing, liveness is unknown and nothing is concluded.
 """
 
