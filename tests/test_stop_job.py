@@ -10,8 +10,9 @@ from django.test import Client
 
 from collectors.raystate import RayEndpoint
 from dashboard.actions.models import AuditEntry
+from dashboard.cluster.endpoint import ray_endpoint
 from dashboard.cluster.models import Job
-from dashboard.cluster.tasks import poll_ray_state, ray_endpoint
+from dashboard.cluster.tasks import poll_ray_state
 from tests.conftest import PASSWORD, token_client, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]

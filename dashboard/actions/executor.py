@@ -27,8 +27,8 @@ from collectors.http import SourceError
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import advance, step
 from dashboard.actions.targets import create_time
+from dashboard.cluster.endpoint import gcs_address, ray_endpoint
 from dashboard.cluster.models import Job
-from dashboard.cluster.tasks import ray_endpoint
 from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
 
@@ -64,12 +64,6 @@ def wait_until(gone: Callable[[], bool], seconds: float) -> float | None:
         time.sleep(POLL_S)
 
 
-def gcs() -> str | None:
-    from collectors.rayaddress import gcs_address
-
-    return gcs_address(settings.RAY_ADDRESS, settings.RAY_GCS_ADDRESS, settings.LOCAL_RAY_FILE)
-
-
 def local_gone(pid: int, started: float | None) -> Callable[[], bool]:
     def gone() -> bool:
         now_started = create_time(pid)
@@ -99,7 +93,7 @@ def terminate_trial(entry: AuditEntry) -> None:
         kill_local(t["pid"], t["create_time"], signal.SIGTERM)
         advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
     else:
-        address, token = gcs(), ray_endpoint().token
+        address, token = gcs_address(), ray_endpoint().token
         if not (address and t["actor_id"]):
             raise SourceError("the trial runs on another host and no GCS address or actor "
                               "is known: set RAY_GCS_ADDRESS")
@@ -140,7 +134,7 @@ def agent_queue(node_ip: str) -> str | None:
 
 
 def force_trial(t: dict[str, Any]) -> None:
-    address = gcs()
+    address = gcs_address()
     if t["actor_id"] and address:
         try:
             raykill.kill_actor(address, ray_endpoint().token, t["actor_id"], force=True)

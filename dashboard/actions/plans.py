@@ -11,12 +11,12 @@ from django.db.models import Q
 from collectors import raykill
 from collectors.http import SourceError, get_json
 from dashboard.actions import targets
-from dashboard.actions.executor import agent_queue, gcs
+from dashboard.actions.executor import agent_queue
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
 from dashboard.actions.targets import TargetError
+from dashboard.cluster.endpoint import gcs_address, ray_endpoint
 from dashboard.cluster.models import Job
-from dashboard.cluster.tasks import ray_endpoint
 from dashboard.core.roles import ADMIN, OPERATOR
 from dashboard.gpus.models import GpuProcess
 from dashboard.gpus.views_data import owner_maps_for
@@ -37,7 +37,7 @@ def trial_plan(trial_id: str, expected: dict[str, Any], now: datetime) -> Plan:
 def trial_unreachable(target: dict[str, Any]) -> str | None:
     if target["local"]:
         return None  # signalled from this host
-    address = gcs()
+    address = gcs_address()
     if not address:
         return ("the trial runs on another host and raywatch knows no GCS address to kill "
                 "its actor through (set RAY_GCS_ADDRESS)")

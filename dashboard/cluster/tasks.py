@@ -4,16 +4,9 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from collectors.rayaddress import dashboard_url
 from collectors.raydemand import parse_demands, parse_jobs, parse_placement_groups
-from collectors.raystate import (
-    RayEndpoint,
-    fetch_cluster,
-    parse_actors,
-    parse_nodes,
-    parse_workers,
-    read_token,
-)
+from collectors.raystate import fetch_cluster, parse_actors, parse_nodes, parse_workers
+from dashboard.cluster.endpoint import ray_endpoint
 from dashboard.cluster.models import Actor
 from dashboard.cluster.state import ingest_nodes
 from dashboard.cluster.workload import (
@@ -24,17 +17,6 @@ from dashboard.cluster.workload import (
     ingest_workers,
 )
 from dashboard.core.health import source_poll
-
-
-def ray_endpoint() -> RayEndpoint:
-    """Where the Ray dashboard is, from settings (or the local cluster `make run` started)."""
-    return RayEndpoint(
-        dashboard_url=dashboard_url(
-            settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS, settings.LOCAL_RAY_FILE
-        ),
-        token=read_token(settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH),
-        timeout_s=settings.RAY_HTTP_TIMEOUT_S,
-    )
 
 
 @shared_task(name="dashboard.cluster.tasks.poll_ray_state")

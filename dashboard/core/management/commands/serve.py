@@ -72,7 +72,7 @@ class Command(BaseCommand):
 
     def attach_ray(self, cleanup: ExitStack) -> None:
         if settings.RAY_ADDRESS or settings.RAY_API_SERVER_ADDRESS:
-            from dashboard.cluster.tasks import ray_endpoint
+            from dashboard.cluster.endpoint import ray_endpoint
 
             try:
                 endpoint = ray_endpoint()
