@@ -11,6 +11,7 @@ process: SIGTERM, grace, SIGKILL, on this host or through the node's agent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -24,9 +25,10 @@ from django.utils import timezone
 
 from collectors import raykill
 from collectors.http import SourceError
+from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
-from dashboard.actions.service import advance, step
 from dashboard.actions.targets import create_time
+from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import gcs_address, ray_endpoint
 from dashboard.cluster.models import Job
 from dashboard.gpus.models import Agent, GpuProcess
@@ -34,6 +36,10 @@ from dashboard.trials.models import Trial
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
+# The Celery tasks (tasks.py) that run this module's work, named so that this module
+# sends them without importing their module.
+RUN_ACTION = "dashboard.actions.tasks.run_action"
+SIGNAL_PROCESS = "dashboard.actions.tasks.signal_process"
 
 
 def run(entry_id: int) -> None:
@@ -78,6 +84,17 @@ def local_gone(pid: int, started: float | None) -> Callable[[], bool]:
     return gone
 
 
+def signal_pid(pid: int, sig: int) -> None:
+    """What a node's agent does for SIGNAL_PROCESS: only it can signal there."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def signal_through(queue: str | None, pid: int, sig: int) -> None:
+    """Ask the agent that consumes `queue` (its node's) to signal `pid`."""
+    celery_app.send_task(SIGNAL_PROCESS, args=[pid, int(sig)], queue=queue, expires=30)
+
+
 def kill_local(pid: int, started: float | None, sig: int) -> None:
     if local_gone(pid, started)():
         return  # never signal a pid that now belongs to another process
@@ -99,10 +116,7 @@ def terminate_trial(entry: AuditEntry) -> None:
                               "is known: set RAY_GCS_ADDRESS")
         gone = actor_dead(address, token, t["actor_id"])
         if queue := agent_queue(t["node_ip"]):  # the node's agent can send the SIGTERM
-            from dashboard.actions.tasks import signal_process
-
-            signal_process.apply_async(args=[t["pid"], int(signal.SIGTERM)], queue=queue,
-                                       expires=30)
+            signal_through(queue, t["pid"], signal.SIGTERM)
             how = f"SIGTERM sent to {where} through its node's agent"
         else:
             raykill.kill_actor(address, token, t["actor_id"], force=False)
@@ -207,10 +221,7 @@ def kill_process(entry: AuditEntry) -> None:
             gpu__uuid=t["gpu"], pid=t["pid"]).exists()
 
         def send(sig: int) -> None:
-            from dashboard.actions.tasks import signal_process
-
-            signal_process.apply_async(args=[t["pid"], int(sig)],
-                                       queue=agent_queue(t["node_ip"]), expires=30)
+            signal_through(agent_queue(t["node_ip"]), t["pid"], sig)
     send(signal.SIGTERM)
     advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
     if wait_until(gone, settings.TERMINATE_GRACE_S) is None:

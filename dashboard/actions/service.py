@@ -14,10 +14,12 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from dashboard.actions.models import AuditEntry, AuditStep
+from dashboard.actions import executor
+from dashboard.actions.audit import step
+from dashboard.actions.models import AuditEntry
 from dashboard.actions.targets import TargetError
+from dashboard.core.background import send_soon
 from dashboard.core.errors import ApiError
-from dashboard.core.push import ACTIONS_GROUP, publish
 from dashboard.core.roles import has_role
 
 
@@ -80,23 +82,6 @@ def active(key: str) -> AuditEntry | None:
 
 
 def start(entry_id: int) -> None:
-    from dashboard.actions import tasks
-    from dashboard.core.background import run_soon
-
-    run_soon(tasks.run_action, entry_id, queue="notify", expires=3600)
-
-
-def step(entry: AuditEntry, name: str, at: datetime, detail: str = "") -> None:
-    AuditStep.objects.create(entry=entry, at=at, step=name, detail=detail)
-    publish(ACTIONS_GROUP, "action", {"id": entry.pk, "state": entry.state})
-
-
-def advance(entry: AuditEntry, state: str, at: datetime, detail: str) -> None:
-    """Move the action on (signalled, succeeded, failed) and record the step."""
-    fields: dict[str, Any] = {"state": state}
-    if state in (AuditEntry.SUCCEEDED, AuditEntry.FAILED):
-        fields.update(outcome=detail, finished_at=at)
-    AuditEntry.objects.filter(pk=entry.pk).update(**fields)
-    for name, value in fields.items():
-        setattr(entry, name, value)
-    step(entry, state, at, detail)
+    """Run the action in a worker, sent by task name (tasks.py imports the executor, not
+    the other way round), or in this process's background pool on the embedded default."""
+    send_soon(executor.RUN_ACTION, executor.run, entry_id, expires=3600)  # routed to notify

@@ -1,22 +1,21 @@
-from __future__ import annotations
+"""Celery entry points of the actions app: nothing imports this module; the executor
+and the request send these tasks by name (executor.RUN_ACTION, executor.SIGNAL_PROCESS)."""
 
-import contextlib
-import os
+from __future__ import annotations
 
 from celery import shared_task
 
 from dashboard.actions import executor
 
 
-@shared_task(ignore_result=True, acks_late=False)
+@shared_task(name=executor.RUN_ACTION, ignore_result=True, acks_late=False)
 def run_action(entry_id: int) -> None:
     """Not acks_late: an action half-done by a worker that died is not redone blindly;
     it stays signalled in the audit for a person to look at."""
     executor.run(entry_id)
 
 
-@shared_task(ignore_result=True)
+@shared_task(name=executor.SIGNAL_PROCESS, ignore_result=True)
 def signal_process(pid: int, sig: int) -> None:
-    """Runs on the agent of the process's node (its own queue): only it can signal there."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
+    """Runs on the agent of the process's node (its own queue)."""
+    executor.signal_pid(pid, sig)

@@ -4,12 +4,15 @@ in-process thread pool on the embedded default."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
+
+from dashboard.celery import app as celery_app
 
 log = logging.getLogger(__name__)
 
@@ -20,21 +23,36 @@ def _pool() -> ThreadPoolExecutor:
                               thread_name_prefix="raywatch-background")
 
 
-def _in_thread(task: Any, *args: Any) -> None:
+def _in_thread(fn: Callable[..., Any], name: str, *args: Any) -> None:
     close_old_connections()
     try:
-        task.run(*args)
+        fn(*args)
     except Exception:
-        log.exception("background task %s failed", task.name)
+        log.exception("background task %s failed", name)
     finally:
         close_old_connections()
 
 
 def run_soon(task: Any, *args: Any, queue: str | None = None, expires: float = 60) -> None:
     if settings.EMBEDDED:
-        _pool().submit(_in_thread, task, *args)
+        _pool().submit(_in_thread, task.run, task.name, *args)
     else:
-        options: dict[str, Any] = {"expires": expires}
-        if queue:
-            options["queue"] = queue
-        task.apply_async(args=list(args), **options)
+        task.apply_async(args=list(args), **_options(queue, expires))
+
+
+def send_soon(name: str, fn: Callable[..., Any], *args: Any, queue: str | None = None,
+              expires: float = 60) -> None:
+    """run_soon for a caller that must not import the task's module (that module imports
+    the caller): a worker is sent the task by name; the embedded pool runs `fn`, what
+    the task runs."""
+    if settings.EMBEDDED:
+        _pool().submit(_in_thread, fn, name, *args)
+    else:
+        celery_app.send_task(name, args=list(args), **_options(queue, expires))
+
+
+def _options(queue: str | None, expires: float) -> dict[str, Any]:
+    options: dict[str, Any] = {"expires": expires}
+    if queue:
+        options["queue"] = queue
+    return options
