@@ -279,6 +279,8 @@ def latency_row(label: str, receiver: Receiver, procs: list[Proc],
 
 
 def incident_latency(env: dict[str, str], receiver: Receiver, tmp: Path) -> list[dict[str, Any]]:
+    from django.conf import settings
+
     rng = random.Random(SEED)
     rows = []
     pid = os.getpid()
@@ -287,8 +289,8 @@ def incident_latency(env: dict[str, str], receiver: Receiver, tmp: Path) -> list
         default = stack.enter_context(celery_process(
             "default worker", worker(names[0], env, "--concurrency", "2"), env))
         notify = stack.enter_context(celery_process(
-            "notify worker", worker(names[1], env, "-Q", "notify", "--pool", "threads",
-                                    "--concurrency", "8"), env))
+            "notify worker", worker(names[1], env, "-Q", settings.NOTIFY_QUEUE,
+                                    "--pool", "threads", "--concurrency", "8"), env))
         wait_for_workers([default, notify], names)
         print("workers up: default queue (prefork, 2) and notify (threads, 8); "
               f"{INCIDENTS} incidents a row, {WARMUP} unmeasured first", flush=True)
@@ -408,12 +410,15 @@ def sent_figures(label: str, t0: float, receiver: Receiver, extra: dict[str, Any
 
 def celery_rate(env: dict[str, str], receiver: Receiver, channel_ids: list[int]
                 ) -> dict[str, Any]:
+    from django.conf import settings
+
     from dashboard.alerts.tasks import kick_sender
 
     reset_deliveries(receiver)
     name = f"bench-rate-notify-{os.getpid()}"
-    with celery_process("notify worker", worker(name, env, "-Q", "notify", "--pool", "threads",
-                                                "--concurrency", "8"), env) as notify:
+    with celery_process("notify worker", worker(name, env, "-Q", settings.NOTIFY_QUEUE,
+                                                "--pool", "threads", "--concurrency", "8"),
+                        env) as notify:
         wait_for_workers([notify], [name])
         cpu_before, bench_before = notify.cpu_s(), cpu_self()
         t0 = time.time()
