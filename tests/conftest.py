@@ -72,6 +72,15 @@ def roleless(db: None) -> User:
 
 
 # --- Ray ------------------------------------------------------------------------------
+@pytest.fixture
+def hung_process() -> Iterator[subprocess.Popen]:
+    """A process on this host that never ends by itself: what a hung trial runs."""
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A real local Ray cluster (random ports, never 6379) for the whole session."""

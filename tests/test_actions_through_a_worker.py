@@ -35,46 +35,38 @@ def worker(settings, tmp_path, monkeypatch) -> Iterator[subprocess.Popen]:  # ty
     process.wait(30)
 
 
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen]:
-    process = subprocess.Popen(["sleep", "600"])
-    yield process
-    process.kill()
-    process.wait()
-
-
 def finished(api, action_id: int) -> dict | None:  # type: ignore[no-untyped-def]
     action = api.get(f"/api/actions/{action_id}/").json()
     return action if action["state"] not in ("requested", "signalled") else None
 
 
-def test_a_trial_is_terminated_by_a_worker(worker, operator, sleeper) -> None:  # type: ignore[no-untyped-def]
-    trial = hung_trial(sleeper.pid)
+def test_a_trial_is_terminated_by_a_worker(worker, operator, hung_process) -> None:  # type: ignore[no-untyped-def]
+    trial = hung_trial(hung_process.pid)
     api = token_client(operator)
     reply = api.post(f"/api/trials/{trial.trial_id}/terminate",
                      {"reason": "silent for 5 min"}, format="json")
     assert reply.status_code == 202, reply.json()
-    wait_for(lambda: sleeper.poll() is not None, 60, 0.2, "the worker to end the process")
+    wait_for(lambda: hung_process.poll() is not None, 60, 0.2, "the worker to end the process")
     Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)
     action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2, "the outcome")
     assert action["state"] == "succeeded"
-    assert sleeper.returncode == -signal.SIGTERM
+    assert hung_process.returncode == -signal.SIGTERM
 
 
 def test_a_process_on_another_node_is_signalled_through_its_agent(  # type: ignore[no-untyped-def]
-        worker, admin, sleeper) -> None:
+        worker, admin, hung_process) -> None:
     now = timezone.now()
     Agent.objects.create(node="gpu-node-7", node_ip="10.9.0.7", queue=AGENT_QUEUE,
                          source="nvml", registered_at=now - timedelta(hours=1), last_poll_at=now)
-    gpu_process("GPU-7", "10.9.0.7", sleeper.pid, [1])
+    gpu_process("GPU-7", "10.9.0.7", hung_process.pid, [1])
     mark_ray_current()  # Ray's view is current and lists no worker with this pid: an orphan
     api = token_client(admin)
-    reply = api.post(f"/api/gpus/GPU-7/processes/{sleeper.pid}/kill",
+    reply = api.post(f"/api/gpus/GPU-7/processes/{hung_process.pid}/kill",
                      {"reason": "left over by a crashed run"}, format="json")
     assert reply.status_code == 202, reply.json()
-    wait_for(lambda: sleeper.poll() is not None, 60, 0.2, "the agent's queue to signal it")
-    assert sleeper.returncode == -signal.SIGTERM
-    GpuProcess.objects.filter(pid=sleeper.pid).delete()  # the agent's next poll sees it gone
+    wait_for(lambda: hung_process.poll() is not None, 60, 0.2, "the agent's queue to signal it")
+    assert hung_process.returncode == -signal.SIGTERM
+    GpuProcess.objects.filter(pid=hung_process.pid).delete()  # the agent's next poll sees it gone
     action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2, "the outcome")
     assert action["state"] == "succeeded"
     assert "SIGTERM sent" in action["steps"][1]["detail"]

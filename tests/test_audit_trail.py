@@ -20,7 +20,7 @@ def plan(key: str) -> Plan:
 
 
 def test_the_audit_refuses_deletes_and_rewrites(operator) -> None:  # type: ignore[no-untyped-def]
-    entry, created = request(operator, lambda: plan("job:a"), "diverged", "10.1.2.3",
+    entry, created = request(operator, lambda: plan("job:a"), {}, "diverged", "10.1.2.3",
                              timezone.now(), OPERATOR)
     assert created and entry.steps.get().step == "requested"
     for change in (lambda: AuditEntry.objects.filter(pk=entry.pk).delete(),
@@ -51,12 +51,15 @@ def test_each_user_has_an_action_budget(settings, operator, admin) -> None:  # t
     settings.ACTION_RATE, settings.ACTION_RATE_WINDOW_S = 2, 60
     now = timezone.now()
     for key in ("job:a", "job:b"):
-        request(operator, lambda k=key: plan(k), "why", "", now, OPERATOR)
+        request(operator, lambda k=key: plan(k), {}, "why", "", now, OPERATOR)
     # The same target again is the same action, not a new one: no budget spent.
-    _, created = request(operator, lambda: plan("job:a"), "why", "", now, OPERATOR)
+    _, created = request(operator, lambda: plan("job:a"), {}, "why", "", now, OPERATOR)
     assert not created
     with pytest.raises(ActionRefused) as refused:
-        request(operator, lambda: plan("job:c"), "why", "", now, OPERATOR)
+        request(operator, lambda: plan("job:c"), {}, "why", "", now, OPERATOR)
     assert refused.value.status == 429
-    assert request(admin, lambda: plan("job:c"), "why", "", now, OPERATOR)[1]  # others unaffected
-    assert AuditEntry.objects.count() == 3
+    # Others are unaffected.
+    assert request(admin, lambda: plan("job:c"), {}, "why", "", now, OPERATOR)[1]
+    # The refusal is audited too.
+    assert sorted(AuditEntry.objects.values_list("state", flat=True)) == [
+        "refused", "requested", "requested", "requested"]

@@ -4,9 +4,6 @@ dialog opened) the dialog says why, in the API's words."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-
 import pytest
 from playwright.sync_api import expect
 
@@ -16,14 +13,6 @@ from tests.conftest import LiveServer, login, off_the_loop, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def hung_process() -> Iterator[subprocess.Popen]:
-    process = subprocess.Popen(["sleep", "600"])
-    yield process
-    process.kill()
-    process.wait()
 
 
 @pytest.fixture

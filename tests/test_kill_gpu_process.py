@@ -35,7 +35,9 @@ def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyp
         body = {"reason": "left over by a crashed vLLM start"}
         # Operators end trials and jobs; only admins kill processes outside Ray.
         assert token_client(operator).post(url, body, format="json").status_code == 403
-        assert stranger.poll() is None and not AuditEntry.objects.exists()
+        assert stranger.poll() is None
+        assert list(AuditEntry.objects.values_list("username", "state")) == [
+            (operator.username, "refused")]
         reply = token_client(admin).post(url, body, format="json")
         assert reply.status_code == 202, reply.json()
         action_id = reply.json()["action_id"]
@@ -71,4 +73,5 @@ def test_a_process_ray_owns_is_not_killed_as_an_orphan(  # type: ignore[no-untyp
     reply = token_client(admin).post("/api/gpus/GPU-0/processes/4242/kill", {"reason": "x"},
                                format="json")
     assert reply.status_code == 409 and "not by killing the process" in reply.json()["detail"]
-    assert not AuditEntry.objects.exists()
+    assert list(AuditEntry.objects.values_list("state", "outcome")) == [
+        ("refused", reply.json()["detail"])]

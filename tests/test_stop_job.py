@@ -64,7 +64,7 @@ def test_an_operator_stops_a_running_job(settings, ray_settings, operator, viewe
     assert again.status_code == 409
 
 
-def test_an_unreachable_ray_is_a_503_that_changes_nothing(settings, operator) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_ray_is_a_503_audited_as_refused(settings, operator) -> None:  # type: ignore[no-untyped-def]
     from django.utils import timezone
 
     now = timezone.now()
@@ -76,4 +76,5 @@ def test_an_unreachable_ray_is_a_503_that_changes_nothing(settings, operator) ->
                                   format="json")
     assert reply.status_code == 503
     assert "cannot act now" in reply.json()["detail"]
-    assert not AuditEntry.objects.exists()
+    assert list(AuditEntry.objects.values_list("state", "outcome")) == [
+        ("refused", reply.json()["detail"])]

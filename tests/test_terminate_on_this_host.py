@@ -6,8 +6,6 @@ a local process, so this runs on both backends (see test_on_embedded_default.py)
 from __future__ import annotations
 
 import signal
-import subprocess
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,14 +19,6 @@ from tests.conftest import token_client, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NODE_IP = "10.0.0.5"
-
-
-@pytest.fixture
-def hung_process() -> Iterator[subprocess.Popen]:
-    process = subprocess.Popen(["sleep", "600"])
-    yield process
-    process.kill()
-    process.wait()
 
 
 def hung_trial(pid: int) -> Trial:

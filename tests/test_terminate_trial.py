@@ -62,13 +62,15 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
     search = start_search(ray_cluster, watched, name, "terminate")
     try:
         hung = stuck(name, "hang")
-        # A viewer cannot act: refused before anything is looked at or signalled.
+        # A viewer cannot act: refused (and audited) before anything is signalled.
         assert terminate(token_client(viewer), hung).status_code == 403
         # A page drawn before the process restarted: refused, never acted on blindly.
         stale = terminate(token_client(operator), hung, pid=hung.pid + 1)
         assert stale.status_code == 409 and "changed since the page was drawn" in stale.json()[
             "detail"]
-        assert not AuditEntry.objects.exists() and psutil.pid_exists(hung.pid)
+        assert sorted(AuditEntry.objects.values_list("username", "state")) == [
+            (operator.username, "refused"), (viewer.username, "refused")]
+        assert psutil.pid_exists(hung.pid)
 
         # A double click, and a second operator tab at the same moment: one action.
         api = token_client(operator)

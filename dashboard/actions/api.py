@@ -4,7 +4,6 @@ the action's id), follow an action, read the audit."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -18,8 +17,7 @@ from rest_framework.views import APIView
 
 from dashboard.actions import plans
 from dashboard.actions.models import AuditEntry, AuditStep
-from dashboard.actions.service import ActionRefused, Plan, active, request
-from dashboard.actions.targets import TargetError
+from dashboard.actions.service import Plan, active, request
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import ADMIN, OPERATOR
 
@@ -58,16 +56,14 @@ def client_address(req: Request) -> str:
     return str(req.META.get("REMOTE_ADDR", ""))
 
 
-def act(req: Request, plan_of: Callable[[dict[str, Any]], Plan], needed: str) -> Response:
+def act(req: Request, plan_of: Callable[[], Plan], needed: str) -> Response:
+    """Request the action; a refusal (an ApiError) is answered {"detail": why} by the
+    API's exception handler, after the refusal was audited."""
     body = ActionRequest(data=req.data)
     body.is_valid(raise_exception=True)
-    expected = body.validated_data["expected"]
-    try:
-        entry, created = request(req.user, lambda: plan_of(expected),
-                                 body.validated_data["reason"], client_address(req),
-                                 timezone.now(), needed)
-    except ActionRefused as exc:
-        return Response({"detail": exc.message}, status=exc.status)
+    entry, created = request(req.user, plan_of, body.validated_data["expected"],
+                             body.validated_data["reason"], client_address(req),
+                             timezone.now(), needed)
     return Response({"action_id": entry.pk, "state": entry.state, "created": created},
                     status=status.HTTP_202_ACCEPTED)
 
@@ -82,11 +78,10 @@ class Preview(serializers.Serializer):
 
 
 def preview(plan_of: Callable[[], Plan]) -> Response:
-    """What the confirm dialog shows; acts on nothing."""
-    try:
-        plan = plan_of()
-    except TargetError as exc:
-        return Response({"detail": exc.message}, status=exc.status)
+    """What the confirm dialog shows; acts on nothing. A target that cannot be acted on
+    is answered with why (404, 409), as the request would be."""
+    plan = plan_of()
+    plan.check({})
     running = active(plan.key)
     return Response({"kind": plan.kind, "target": plan.target,
                      "active_action": running.pk if running else None})
@@ -97,11 +92,11 @@ class TerminateTrial(APIView):
 
     @extend_schema(responses={200: Preview, 404: None, 409: None})
     def get(self, req: Request, trial_id: str) -> Response:
-        return preview(lambda: plans.trial_plan(trial_id, {}, timezone.now()))
+        return preview(lambda: plans.trial_plan(trial_id, timezone.now()))
 
     @extend_schema(request=ActionRequest, responses={202: Accepted, **REFUSALS})
     def post(self, req: Request, trial_id: str) -> Response:
-        return act(req, lambda e: plans.trial_plan(trial_id, e, timezone.now()), OPERATOR)
+        return act(req, lambda: plans.trial_plan(trial_id, timezone.now()), OPERATOR)
 
 
 class StopJob(APIView):
@@ -109,11 +104,11 @@ class StopJob(APIView):
 
     @extend_schema(responses={200: Preview, 404: None, 409: None})
     def get(self, req: Request, job_id: str) -> Response:
-        return preview(lambda: plans.job_plan(job_id, {}, timezone.now()))
+        return preview(lambda: plans.job_plan(job_id, timezone.now()))
 
     @extend_schema(request=ActionRequest, responses={202: Accepted, **REFUSALS})
     def post(self, req: Request, job_id: str) -> Response:
-        return act(req, lambda e: plans.job_plan(job_id, e, timezone.now()), OPERATOR)
+        return act(req, lambda: plans.job_plan(job_id, timezone.now()), OPERATOR)
 
 
 class KillProcess(APIView):
@@ -121,15 +116,16 @@ class KillProcess(APIView):
 
     @extend_schema(responses={200: Preview, 404: None, 409: None})
     def get(self, req: Request, uuid: str, pid: int) -> Response:
-        return preview(lambda: plans.process_plan(uuid, pid, {}, timezone.now()))
+        return preview(lambda: plans.process_plan(uuid, pid, timezone.now()))
 
     @extend_schema(request=ActionRequest, responses={202: Accepted, **REFUSALS})
     def post(self, req: Request, uuid: str, pid: int) -> Response:
-        return act(req, lambda e: plans.process_plan(uuid, pid, e, timezone.now()), ADMIN)
+        return act(req, lambda: plans.process_plan(uuid, pid, timezone.now()), ADMIN)
 
 
 class ActionDetail(APIView):
-    """One action: state (requested, signalled, succeeded, failed) and its steps."""
+    """One action: state (requested, signalled, succeeded, failed, or refused with the
+    reason as its outcome) and its steps."""
 
     @extend_schema(responses=ActionSerializer)
     def get(self, req: Request, pk: int) -> Response:
@@ -144,7 +140,8 @@ class AuditList(APIView):
     @extend_schema(parameters=[
         OpenApiParameter("user", str), OpenApiParameter("kind", str,
                                                         enum=[k for k, _ in AuditEntry.KINDS]),
-        OpenApiParameter("state", str), OpenApiParameter("target", str),
+        OpenApiParameter("state", str, enum=list(AuditEntry.STATES)),
+        OpenApiParameter("target", str),
         OpenApiParameter("since", str, description="ISO 8601"), *PAGE_PARAMETERS],
         responses=ActionSerializer(many=True))
     def get(self, req: Request) -> Response:

@@ -17,7 +17,11 @@ class AuditEntry(models.Model):
     KINDS = [(TERMINATE_TRIAL, "terminate trial"), (STOP_JOB, "stop job"),
              (KILL_PROCESS, "kill GPU process")]
     REQUESTED, SIGNALLED, SUCCEEDED, FAILED = "requested", "signalled", "succeeded", "failed"
+    # Refused before anything was signalled (stale target, no permission, over the rate
+    # limit, Ray or the node unreachable): kept with the reason, as a person was told it.
+    REFUSED = "refused"
     ACTIVE = (REQUESTED, SIGNALLED)
+    STATES = (REQUESTED, SIGNALLED, SUCCEEDED, FAILED, REFUSED)
 
     kind = models.CharField(max_length=32, choices=KINDS)
     # trial:<experiment>/<id>, job:<key>, process:<gpu uuid>/<pid>

@@ -23,15 +23,15 @@ from dashboard.gpus.views_data import owner_maps_for
 from dashboard.trials.models import Trial
 
 
-def trial_plan(trial_id: str, expected: dict[str, Any], now: datetime) -> Plan:
+def trial_plan(trial_id: str, now: datetime) -> Plan:
     trial = (Trial.objects.select_related("experiment").filter(trial_id=trial_id)
              .order_by("-updated_at").first())
     if trial is None:
         raise TargetError(f"no trial {trial_id!r}", 404)
     target = targets.trial_target(trial, now)
-    targets.check_trial(trial, target, expected)
     return Plan(AuditEntry.TERMINATE_TRIAL, f"trial:{trial.experiment.name}/{trial.trial_id}",
-                target, OPERATOR, lambda: trial_unreachable(target))
+                target, OPERATOR, lambda: trial_unreachable(target),
+                lambda expected: targets.check_trial(trial, target, expected))
 
 
 def trial_unreachable(target: dict[str, Any]) -> str | None:
@@ -50,14 +50,13 @@ def trial_unreachable(target: dict[str, Any]) -> str | None:
     return None
 
 
-def job_plan(job_id: str, expected: dict[str, Any], now: datetime) -> Plan:
+def job_plan(job_id: str, now: datetime) -> Plan:
     job = Job.objects.filter(Q(key=job_id) | Q(job_id=job_id) | Q(submission_id=job_id)).first()
     if job is None:
         raise TargetError(f"no job {job_id!r}", 404)
-    targets.check_job(job, expected)
-    target = targets.job_target(job)
-    return Plan(AuditEntry.STOP_JOB, f"job:{job.key}", target, OPERATOR,
-                lambda: job_unreachable(job.submission_id))
+    return Plan(AuditEntry.STOP_JOB, f"job:{job.key}", targets.job_target(job), OPERATOR,
+                lambda: job_unreachable(job.submission_id),
+                lambda expected: targets.check_job(job, expected))
 
 
 def job_unreachable(submission_id: str) -> str | None:
@@ -70,17 +69,15 @@ def job_unreachable(submission_id: str) -> str | None:
     return None
 
 
-def process_plan(uuid: str, pid: int, expected: dict[str, Any], now: datetime) -> Plan:
+def process_plan(uuid: str, pid: int, now: datetime) -> Plan:
     proc = GpuProcess.objects.select_related("gpu").filter(gpu__uuid=uuid, pid=pid).first()
     if proc is None:
         raise TargetError(f"no process {pid} on GPU {uuid} (gone, or not seen yet)", 404)
     owner = owner_maps_for([proc.gpu], {proc.gpu.pk: [proc]}, now)[proc.gpu.node_ip][pid]
-    if not owner.orphan:
-        raise TargetError(f"pid {pid} belongs to {owner.label} ({owner.kind}): end it through "
-                          "its trial or job, not by killing the process", 409)
     target = targets.process_target(proc, owner)
     return Plan(AuditEntry.KILL_PROCESS, f"process:{uuid}/{pid}", target, ADMIN,
-                lambda: process_unreachable(target))
+                lambda: process_unreachable(target),
+                lambda expected: targets.check_process(pid, owner))
 
 
 def process_unreachable(target: dict[str, Any]) -> str | None:

@@ -95,6 +95,12 @@ def check_job(job: Job, expected: dict[str, Any]) -> None:
     _check_expected(job_target(job), expected, ("status",), f"job {job.key}")
 
 
+def check_process(pid: int, owner: Any) -> None:
+    if not owner.orphan:
+        raise TargetError(f"pid {pid} belongs to {owner.label} ({owner.kind}): end it through "
+                          "its trial or job, not by killing the process", 409)
+
+
 def process_target(proc: GpuProcess, owner: Any) -> dict[str, Any]:
     agent = Agent.objects.filter(node_ip=proc.gpu.node_ip).order_by("-last_poll_at").first()
     local = agent is not None and agent.node == this_host()

@@ -30,8 +30,7 @@ def audit_page(request: HttpRequest) -> HttpResponse:
         entries = entries.filter(requested_at__date__gte=since)
     return render(request, "actions/audit.html", {
         "entries": entries[:300], "filters": chosen, "kinds": AuditEntry.KINDS,
-        "states": (AuditEntry.REQUESTED, AuditEntry.SIGNALLED, AuditEntry.SUCCEEDED,
-                   AuditEntry.FAILED),
+        "states": AuditEntry.STATES,
         "users": sorted(set(AuditEntry.objects.values_list("username", flat=True)))})
 
 
