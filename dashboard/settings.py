@@ -102,6 +102,14 @@ TEMPLATES = [
 
 # --- database -----------------------------------------------------------------
 DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+# SQLite, the default or from DATABASE_URL: WAL lets the web process read while the
+# in-process scheduler writes; writers wait for each other (timeout) and take the write
+# lock when a transaction begins, so none fails with "database is locked" half-way.
+SQLITE_OPTIONS = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
 if DATABASE_URL:
     _db = dj_database_url.parse(
         DATABASE_URL,
@@ -113,18 +121,12 @@ if DATABASE_URL:
         _db.setdefault("OPTIONS", {})["connect_timeout"] = env_int(
             "RAYWATCH_DB_CONNECT_TIMEOUT_S", 5, minimum=1
         )
+    else:
+        _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    _db = {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": DATA_DIR / "raywatch.sqlite3",
-        # WAL lets the web process read while the in-process scheduler writes.
-        "OPTIONS": {
-            "timeout": 20,
-            "transaction_mode": "IMMEDIATE",
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        },
-    }
+    _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "raywatch.sqlite3",
+           "OPTIONS": SQLITE_OPTIONS}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
