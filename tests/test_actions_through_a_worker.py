@@ -29,7 +29,7 @@ def worker(settings, tmp_path, monkeypatch) -> Iterator[subprocess.Popen]:  # ty
     agent of another node (its queue); both are on this host, so its pids are ours."""
     settings.EMBEDDED = False
     monkeypatch.setenv("RAYWATCH_TERMINATE_GRACE_S", "20")
-    process = start_worker(f"notify,{AGENT_QUEUE}", tmp_path)
+    process = start_worker(f"{settings.NOTIFY_QUEUE},{AGENT_QUEUE}", tmp_path)
     yield process
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(30)

@@ -103,7 +103,9 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
         wait_for(lambda: set(healthy.values_list("status", flat=True)) == {Trial.TERMINATED},
                  60, 0.5, "the healthy trials to finish")
         audit = token_client(viewer).get("/api/audit/").json()
-        assert [a["target"]["trial_id"] for a in audit] == [stubborn.trial_id, hung.trial_id]
+        assert [(a["target"]["trial_id"], a["state"]) for a in audit] == [
+            (stubborn.trial_id, "succeeded"), (hung.trial_id, "succeeded"),
+            (hung.trial_id, "refused"), (hung.trial_id, "refused")]  # stale, then the viewer
     finally:
         if search.poll() is None:
             stop_node(search)
