@@ -36,6 +36,29 @@ CHROMIUM_FLAGS = [
 ]
 
 
+# --- the embedded default's append-only audit -----------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def _flush_past_sqlite_audit_triggers() -> Iterator[None]:
+    """Between transactional tests Django empties every table: TRUNCATE on Postgres
+    (row triggers do not fire), DELETE on SQLite, which the audit's triggers refuse.
+    On SQLite the test flush lifts them for its own statements and puts them back."""
+    import importlib
+
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    triggers = importlib.import_module("dashboard.actions.migrations.0003_append_only_sqlite")
+    original = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, **kwargs):  # type: ignore[no-untyped-def]
+        statements = original(self, style, tables, **kwargs)
+        return [*triggers.drop_sql(), *statements, *triggers.create_sql()] if statements \
+            else statements
+
+    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+    yield
+    DatabaseOperations.sql_flush = original  # type: ignore[method-assign]
+
+
 # --- personas ------------------------------------------------------------------------
 def token_client(user: User) -> APIClient:
     """An API client authenticated as `user` with a token, as scripts call the API."""

@@ -25,6 +25,7 @@ ON_BOTH_BACKENDS = [
     "tests/test_trial_ingest.py",
     "tests/test_quiet_history.py",
     "tests/test_api_pagination.py",
+    "tests/test_audit_trail.py",
 ]
 
 
