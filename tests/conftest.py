@@ -44,7 +44,11 @@ def _flush_past_sqlite_audit_triggers() -> Iterator[None]:
     On SQLite the test flush lifts them for its own statements and puts them back."""
     import importlib
 
-    from django.db.backends.sqlite3.operations import DatabaseOperations
+    # Through the backend's base module: importing operations first is an import cycle
+    # when nothing has loaded the SQLite backend yet (the suite runs on Postgres).
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    DatabaseOperations = DatabaseWrapper.ops_class
 
     triggers = importlib.import_module("dashboard.actions.migrations.0003_append_only_sqlite")
     original = DatabaseOperations.sql_flush
