@@ -14,9 +14,12 @@ every poll costs a core. A LogScanner remembers what it saw:
   not yet settled as finished by the caller (`candidates()` / `settle()`). Appends do
   not touch a directory's mtime, so a running trial is checked every poll.
 - Settled (quiet) trial directories are checked by a slow full rescan, a share of them
-  each poll so that all are seen once every `rescan_s`; what the rescan visits is handed
-  on as if changed, so the caller verifies it against what it stored (self-healing for
-  whatever the mtimes missed).
+  each poll so that all are seen once every `rescan_s`; what it finds changed (whatever
+  the mtimes missed) is handed on and watched again. When the caller cannot store what
+  a scan handed on, `retry()` hands it on again at the next poll.
+- A poll costs in proportion to the containers, the hot trial dirs and the rescan's
+  share: quiet trial dirs are not looked at, not even in memory. A trial dir is
+  forgotten when its container, listed again, no longer holds it, or is itself gone.
 
 Nothing here imports Django; time comes from `clock` (monotonic seconds).
 """
@@ -81,7 +84,8 @@ class _Trial:
 @dataclass
 class _Container:
     mtime: int
-    subdirs: list[Path] = field(default_factory=list)
+    children: set[Path] = field(default_factory=set)  # every subdirectory listed
+    containers: set[Path] = field(default_factory=set)  # those not (yet) trial dirs
     state_file: str | None = None  # the newest experiment_state-*.json
     state_stat: tuple[int, int] | None = None
 
@@ -105,13 +109,14 @@ class LogScanner:
         self.clock = clock
         self.containers: dict[Path, _Container] = {}
         self.trials: dict[Path, _Trial] = {}
+        self.hot: dict[Path, None] = {}  # trial dirs checked every poll, in order seen
         # Quiet trial dirs, next to rescan first. Entries that woke up are dropped lazily
         # when they come round: removing from the middle of a deque costs O(n).
         self.rotation: deque[Path] = deque()
         self.in_rotation: set[Path] = set()
         self.last_scan: float | None = None
 
-    # --- one poll ------------------------------------------------------------------------
+    # --- one poll: work in proportion to containers, hot trial dirs and the rescan share -----
     def scan(self) -> Scan:
         now = self.clock()
         walk = _Walk(now)
@@ -120,14 +125,14 @@ class LogScanner:
         self._forget(walk)
         out = list(walk.new)
         checked = 0
-        for entry in self._hot(walk, now):
+        for path in [p for p in self.hot if p not in walk.new_paths]:
             checked += 1
-            if self._check(entry, now) and entry.trial_dir.path not in walk.new_paths:
-                out.append(entry.trial_dir)
+            if self._check(self.trials[path], now):
+                out.append(self.trials[path].trial_dir)
         for entry in self._rescan_share(now):
             checked += 1
-            self._check(entry, now)
-            out.append(entry.trial_dir)  # verified against what the caller stored
+            if self._check(entry, now):  # what the mtimes missed: watched again
+                out.append(entry.trial_dir)
         self.last_scan = now
         return Scan(out, walk.state_dirs, checked, len(self.trials))
 
@@ -135,14 +140,14 @@ class LogScanner:
         """Hot trial dirs that have been quiet for quiet_after_s: the caller says (settle)
         which belong to finished trials and may stop being watched."""
         now = self.clock()
-        return [e.trial_dir for e in self.trials.values()
-                if not e.quiet and now >= e.hot_until]
+        return [self.trials[p].trial_dir for p in self.hot if now >= self.trials[p].hot_until]
 
     def settle(self, finished: Iterable[Path], active: Iterable[Path]) -> None:
         now = self.clock()
         for path in finished:
             if (entry := self.trials.get(path)) is not None and not entry.quiet:
                 entry.quiet = True
+                self.hot.pop(path, None)
                 if path not in self.in_rotation:
                     self.rotation.append(path)
                     self.in_rotation.add(path)
@@ -150,15 +155,26 @@ class LogScanner:
             if (entry := self.trials.get(path)) is not None:
                 entry.hot_until = now + self.quiet_after_s  # ask again later
 
+    def retry(self, scan: Scan) -> None:
+        """The caller could not store what `scan` handed over: hand it over again at the
+        next poll (this scanner already remembers the new sizes and mtimes)."""
+        now = self.clock()
+        for trial_dir in scan.trial_dirs:
+            if (entry := self.trials.get(trial_dir.path)) is not None:
+                entry.dir_mtime, entry.files = -1, {}
+                self._warm(entry, now)
+        for _, directory in scan.state_dirs:
+            if (container := self.containers.get(directory)) is not None:
+                container.state_stat = None
+
     # --- containers -------------------------------------------------------------------------
     def _visit(self, directory: Path, depth: int, walk: _Walk) -> None:
         if directory in self.trials:  # a root that is itself a trial dir
-            walk.trials.add(directory)
             return
         try:
             stat = os.stat(directory)
         except OSError:
-            return
+            return  # gone: forgotten below
         if (stat.st_dev, stat.st_ino) in walk.seen:
             return  # a symlink loop or a directory reached twice
         walk.seen.add((stat.st_dev, stat.st_ino))
@@ -170,13 +186,8 @@ class LogScanner:
             self._warm_children(known, walk.now)
         walk.containers.add(directory)
         self._check_state(directory, known, walk)
-        if depth >= MAX_DEPTH:
-            return
-        for sub in known.subdirs:
-            if sub in self.trials:
-                walk.trials.add(sub)
-            else:
-                self._visit(sub, depth + 1, walk)
+        for sub in sorted(known.containers):  # a copy: a sub may turn out a trial dir
+            self._visit(sub, depth + 1, walk)
 
     def _list(self, directory: Path, mtime: int, depth: int, walk: _Walk) -> bool:
         """List a new or changed directory; True when it turned out to be a trial dir."""
@@ -187,16 +198,21 @@ class LogScanner:
         files = {e.name for e in entries if _is_file(e)}
         trial_dir = _trial_dir(directory, files)
         if trial_dir is not None:
-            self.containers.pop(directory, None)
+            self._drop_container(directory)
+            if (parent := self.containers.get(directory.parent)) is not None:
+                parent.containers.discard(directory)
             self._add_trial(trial_dir, mtime, walk)
             return True
         states = sorted(n for n in files if n.startswith(STATE_PREFIX)
                         and n.endswith(STATE_SUFFIX))
+        children = {Path(e.path) for e in entries if e.name not in SKIP_DIRS
+                    and not e.name.startswith(".") and _is_dir(e)} if depth < MAX_DEPTH else set()
         previous = self.containers.get(directory)
+        for gone in previous.children - children if previous else ():
+            self._drop_trial(gone)  # a container among them is forgotten once unreached
         self.containers[directory] = _Container(
-            mtime=mtime,
-            subdirs=[Path(e.path) for e in entries if e.name not in SKIP_DIRS
-                     and not e.name.startswith(".") and _is_dir(e)] if depth < MAX_DEPTH else [],
+            mtime=mtime, children=children,
+            containers={c for c in children if c not in self.trials},
             state_file=states[-1] if states else None,
             state_stat=previous.state_stat if previous else None,
         )
@@ -218,26 +234,22 @@ class LogScanner:
     def _warm_children(self, container: _Container, now: float) -> None:
         """Something changed in an experiment: watch its trials for a while (Tune's
         storage copy rewrites their files at the same snapshot)."""
-        for sub in container.subdirs:
+        for sub in container.children:
             if (entry := self.trials.get(sub)) is not None:
                 self._warm(entry, now)
 
     def _warm(self, entry: _Trial, now: float) -> None:
         entry.hot_until = now + self.quiet_after_s
         entry.quiet = False
+        self.hot[entry.trial_dir.path] = None
 
     # --- trial directories ----------------------------------------------------------------------
     def _add_trial(self, trial_dir: TrialDir, mtime: int, walk: _Walk) -> None:
         self.trials[trial_dir.path] = _Trial(trial_dir, mtime, _file_stats(trial_dir),
                                              walk.now + self.quiet_after_s)
-        walk.trials.add(trial_dir.path)
+        self.hot[trial_dir.path] = None
         walk.new.append(trial_dir)
         walk.new_paths.add(trial_dir.path)
-
-    def _hot(self, walk: _Walk, now: float) -> list[_Trial]:
-        return [self.trials[p] for p in walk.trials
-                if p in self.trials and not self.trials[p].quiet
-                and p not in walk.new_paths]
 
     def _check(self, entry: _Trial, now: float) -> bool:
         """Stat a trial dir and its files; True (and hot again) when something changed.
@@ -280,12 +292,21 @@ class LogScanner:
             picked.append(entry)
         return picked
 
+    # --- forgetting -----------------------------------------------------------------------------
     def _forget(self, walk: _Walk) -> None:
-        """Drop what no longer exists (or is no longer reachable from the roots)."""
-        for path in [p for p in self.trials if p not in walk.trials]:
-            del self.trials[path]
+        """Drop the containers no longer reached from the roots, with their trial dirs
+        (a trial dir that went away was dropped when its container was listed again)."""
         for path in [p for p in self.containers if p not in walk.containers]:
-            del self.containers[path]
+            self._drop_container(path)
+
+    def _drop_container(self, path: Path) -> None:
+        container = self.containers.pop(path, None)
+        for child in container.children if container else ():
+            self._drop_trial(child)
+
+    def _drop_trial(self, path: Path) -> None:
+        self.trials.pop(path, None)
+        self.hot.pop(path, None)  # the rotation drops it when it comes round
 
 
 @dataclass
@@ -293,7 +314,6 @@ class _Walk:
     now: float
     seen: set[tuple[int, int]] = field(default_factory=set)
     containers: set[Path] = field(default_factory=set)
-    trials: set[Path] = field(default_factory=set)
     new: list[TrialDir] = field(default_factory=list)
     new_paths: set[Path] = field(default_factory=set)
     state_dirs: list[tuple[str, Path]] = field(default_factory=list)

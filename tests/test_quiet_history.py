@@ -13,13 +13,15 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
+from dashboard.incidents.models import Incident
 from dashboard.trials.models import StepResult, Trial
 from dashboard.trials.tasks import poll_trial_logs
 
 EXPERIMENTS, TRIALS_PER_EXPERIMENT, LINES = 4, 40, 3
 QUIET_TRIALS = EXPERIMENTS * TRIALS_PER_EXPERIMENT
+ERRORED_EVERY = 2  # in failed_history: 80 failed trials
 STAMP = "2026-11-21_16-30-01"
 
 
@@ -46,35 +48,65 @@ def write_trial(exp_dir: Path, tid: str, lines: int = LINES) -> Path:
     return path
 
 
-def write_state(exp_dir: Path, tids: list[str], status: str = "TERMINATED") -> None:
+def write_state(exp_dir: Path, tids: list[str], status: str = "TERMINATED",
+                errored: frozenset[str] = frozenset()) -> None:
     """experiment_state-*.json as Tune writes it: rewritten whole at each snapshot."""
-    data = [[json.dumps({"trial_id": t, "status": status}),
-             json.dumps({"num_failures": 0, "last_result_time": 1795280000})] for t in tids]
+    data = [[json.dumps({"trial_id": t, "status": "ERROR" if t in errored else status}),
+             json.dumps({"num_failures": int(t in errored), "last_result_time": 1795280000})]
+            for t in tids]
     (exp_dir / f"experiment_state-{STAMP}.json").write_text(json.dumps({"trial_data": data}))
 
 
-@pytest.fixture
-def history(db: None, settings, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
-    """A root of finished searches, ingested, then left alone until they are settled."""
-    root = tmp_path / "ray_results"
+def errored(tid: str) -> bool:
+    return int(tid[-5:]) % ERRORED_EVERY == 0
+
+
+def write_history(root: Path, failures: bool) -> None:
+    """Finished searches; with `failures`, one trial in ERRORED_EVERY failed (error.txt)."""
+    for exp in range(EXPERIMENTS):
+        tids = [trial_id(exp, n) for n in range(TRIALS_PER_EXPERIMENT)]
+        failed = frozenset(t for t in tids if failures and errored(t))
+        for tid in tids:
+            path = write_trial(root / f"search_{exp}", tid)
+            if tid in failed:
+                (path / "error.txt").write_text(f"Failure # 1\nRuntimeError: {tid} ran out\n")
+        write_state(root / f"search_{exp}", tids, errored=failed)
+
+
+def ingested(root: Path, settings, failures: bool = False) -> Path:  # type: ignore[no-untyped-def]
+    """`root` of finished searches, ingested, then left alone until they are settled."""
     settings.LOG_DIRS = [str(root)]
     settings.LOG_QUIET_S = 0.0  # finished and unchanged: stop watching at the next poll
     settings.LOG_RESCAN_S = 3600.0
-    for exp in range(EXPERIMENTS):
-        tids = [trial_id(exp, n) for n in range(TRIALS_PER_EXPERIMENT)]
-        for tid in tids:
-            write_trial(root / f"search_{exp}", tid)
-        write_state(root / f"search_{exp}", tids)
+    write_history(root, failures)
     poll_trial_logs()
-    assert Trial.objects.filter(status="TERMINATED").count() == QUIET_TRIALS
+    assert Trial.objects.filter(status__in=Trial.FINISHED).count() == QUIET_TRIALS
     poll_trial_logs()  # the finished trials are settled
     return root
 
 
+@pytest.fixture
+def history(db: None, settings, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    return ingested(tmp_path / "ray_results", settings)
+
+
+@pytest.fixture
+def failed_history(db: None, settings, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    """The same, with one finished trial in ERRORED_EVERY failed: each has its incident."""
+    root = ingested(tmp_path / "ray_results", settings, failures=True)
+    assert firing_errors() == QUIET_TRIALS // ERRORED_EVERY
+    return root
+
+
+def firing_errors() -> int:
+    return Incident.objects.filter(kind="trial_errored", state=Incident.FIRING).count()
+
+
 @contextmanager
-def counting(root: Path) -> Iterator[dict[str, int]]:
+def counting(root: Path, tables: tuple[str, ...] = ("trials_logcursor", "trials_trial"),
+             ) -> Iterator[dict[str, int]]:
     """Counts, during a poll, the stat and listing calls under `root` and the rows read
-    from the trial and cursor tables."""
+    from `tables` (by default the trial and cursor tables)."""
     counts = {"fs": 0, "rows": 0}
     real_stat, real_scandir = os.stat, os.scandir
 
@@ -86,8 +118,7 @@ def counting(root: Path) -> Iterator[dict[str, int]]:
 
     def rows(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
         result = execute(sql, params, many, context)
-        tables = ('FROM "trials_logcursor"', 'FROM "trials_trial"')
-        if sql.startswith("SELECT") and any(t in sql for t in tables):
+        if sql.startswith("SELECT") and any(f'FROM "{t}"' in sql for t in tables):
             counts["rows"] += max(0, context["cursor"].rowcount)
         return result
 
@@ -103,6 +134,54 @@ def test_a_poll_over_quiet_history_stats_and_loads_almost_nothing(history: Path)
     # not every trial directory and file (3 a trial), nor every trial's rows.
     assert counts["fs"] < QUIET_TRIALS // 4, counts
     assert counts["rows"] < QUIET_TRIALS // 4, counts
+
+
+def test_the_slow_rescan_stats_quiet_trials_but_loads_none_that_did_not_change(
+        history: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.LOG_RESCAN_S = 1e-6  # the whole rescan falls due at once
+    with counting(history) as counts:
+        poll_trial_logs()
+    assert counts["fs"] >= QUIET_TRIALS, counts  # every trial dir was looked at
+    assert counts["rows"] < QUIET_TRIALS // 4, counts
+
+
+def test_lines_a_failed_store_could_not_keep_are_read_at_the_next_poll(history: Path) -> None:
+    """A poll that fails halfway (SQLite busy, say) loses nothing: the scanner had
+    already taken in the new file sizes, and hands those dirs over again."""
+    tid = trial_id(0, 3)
+    write_trial(history / "search_0", trial_id(0, 900), lines=2)  # new, so watched
+    result = next((history / "search_0").glob(f"*{trial_id(0, 900)}*")) / "result.json"
+    with result.open("a") as out:
+        out.write(result_line(trial_id(0, 900), 3))
+    busy = OperationalError("database is locked")
+    with mock.patch("dashboard.trials.ingest.write_results", autospec=True, side_effect=busy):
+        poll_trial_logs()
+    assert not Trial.objects.filter(trial_id=trial_id(0, 900)).exclude(iteration=None).exists()
+    poll_trial_logs()
+    assert Trial.objects.get(trial_id=trial_id(0, 900)).iteration == 3
+    assert Trial.objects.get(trial_id=tid).iteration == LINES  # the others untouched
+
+
+def test_failed_history_costs_a_poll_no_rows_per_failed_trial(failed_history: Path) -> None:
+    """Failed trials keep their incident, but a poll neither reloads them nor their
+    incidents to find that out again."""
+    with counting(failed_history, ("trials_trial", "incidents_incident")) as counts:
+        poll_trial_logs()
+    assert counts["rows"] < QUIET_TRIALS // ERRORED_EVERY // 4, counts
+    assert firing_errors() == QUIET_TRIALS // ERRORED_EVERY
+
+
+def test_a_quiet_failed_trial_whose_error_changes_updates_its_incident(
+        failed_history: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    tid = trial_id(1, 0)
+    trial_dir = next((failed_history / "search_1").glob(f"*{tid}*"))
+    (trial_dir / "error.txt").write_text("Failure # 2\nValueError: loss is NaN\n")
+    settings.LOG_RESCAN_S = 1e-6  # the whole rescan falls due at once
+    poll_trial_logs()
+    incident = Incident.objects.get(kind="trial_errored", trial__trial_id=tid,
+                                    state=Incident.FIRING)
+    assert "loss is NaN" in incident.summary
+    assert firing_errors() == QUIET_TRIALS // ERRORED_EVERY
 
 
 def test_a_new_trial_in_an_old_quiet_experiment_is_found(history: Path) -> None:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident, IncidentEvent, severity_rank
@@ -29,18 +29,20 @@ UPDATE_EVENT_EVERY = timedelta(minutes=10)
 
 
 def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: datetime,
-                  context: dict[str, dict[str, Any]] | None = None) -> dict[str, int]:
+                  context: dict[str, dict[str, Any]] | None = None,
+                  among: Q | None = None) -> dict[str, int]:
     """Make the firing incidents of `kinds` match `findings`. `context` maps a subject
-    to extra fields for new incidents (trial, experiment, node_ip)."""
+    to extra fields for new incidents (trial, experiment, node_ip). `among` narrows the
+    firing incidents this evaluation speaks for (default: all of `kinds`); the others
+    are left as they are."""
     kinds = set(kinds)
     found = {(f.kind, f.subject): f for f in findings}
     opened = updated = resolved = 0
     with transaction.atomic():
-        firing = {
-            (i.kind, i.subject): i
-            for i in Incident.objects.select_for_update().filter(state=Incident.FIRING,
-                                                                  kind__in=kinds)
-        }
+        query = Incident.objects.select_for_update(of=("self",)).filter(
+            state=Incident.FIRING, kind__in=kinds)
+        firing = {(i.kind, i.subject): i
+                  for i in (query if among is None else query.filter(among))}
         changed = [(firing[key], f) for key, f in found.items()
                    if key in firing and (firing[key].summary, firing[key].details,
                                          firing[key].severity)

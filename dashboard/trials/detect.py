@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
+from django.utils import timezone
 
 from collectors.procstat import process_cpu_percent, this_host
 from dashboard.cluster.models import Actor, Node
@@ -45,15 +46,22 @@ def thresholds() -> Thresholds:
     )
 
 
+# Findings on a finished trial follow from its row alone (status and error text: the
+# rules look at time and at Ray only while a trial runs). So after one full pass per
+# process, a poll evaluates the unfinished trials and the finished ones saved since the
+# previous evaluation began, and leaves the incidents of the others as they are: months
+# of finished history cost a poll nothing. Trial rows are written by this poll only
+# (ingest, then reconcile), so each save is followed by an evaluation in the process
+# that made it. Wall-clock times, as auto_now stamps Trial.updated_at.
+_last_start: list[datetime] = []  # when this process last began an evaluation
+
+
 def evaluate_trials(now: datetime) -> dict[str, int]:
+    started = timezone.now()
+    since = changed_since(started)
     live = live_processes(now)
-    trials = list(
-        Trial.objects.select_related("experiment").filter(
-            ~Q(status__in=Trial.FINISHED)
-            | Q(incidents__state=Incident.FIRING)
-            | Q(status="ERROR", error_text__gt="")
-        ).distinct()
-    )
+    trials = list(Trial.objects.select_related("experiment").filter(
+        to_evaluate(since)).distinct())
     changed = [t for t in trials if reconcile(t, live, now)]
     for trial in changed:
         trial.save(update_fields=["status", "status_reason", "process_alive",
@@ -70,9 +78,28 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
         findings.extend(evaluate_trial(snapshot, th, now))
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
-    result = sync_findings(TRIAL_KINDS, findings, now, context)
+    covered = None if since is None else (Q(trial__isnull=True) | Q(trial__in=trials))
+    result = sync_findings(TRIAL_KINDS, findings, now, context, among=covered)
     result["status_changes"] = len(changed)
+    _last_start[:] = [started]
     return result
+
+
+def changed_since(started: datetime) -> datetime | None:
+    """Finished trials saved after this need evaluating; None: all of them (the first
+    pass in this process, or the clock went back)."""
+    if not _last_start or started < _last_start[0]:
+        return None
+    return _last_start[0]
+
+
+def to_evaluate(since: datetime | None) -> Q:
+    unfinished = ~Q(status__in=Trial.FINISHED)
+    if since is not None:
+        return unfinished | Q(updated_at__gte=since)
+    # Every trial that can have a finding, or an incident to resolve.
+    return (unfinished | Q(incidents__state=Incident.FIRING)
+            | Q(status="ERROR", error_text__gt=""))
 
 
 def local_cpu(trial: Trial) -> float | None:

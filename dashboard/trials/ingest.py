@@ -1,8 +1,8 @@
 """Ingest what the trial-log collector read: experiments, trials, step results, cursors.
 
 Byte offsets live in LogCursor rows, so a restart resumes where it stopped. A poll
-looks only at the trial directories the LogScanner hands over (new, changed, or due
-for its slow rescan) and loads only their rows, in batches: the cost of a poll grows
+looks only at the trial directories the LogScanner hands over (new, or changed, also
+what its slow rescan found changed) and loads only their rows, in batches: the cost of a poll grows
 with what changed, not with the months of finished searches under ~/ray_results.
 Results are de-duplicated on (trial, attempt, iteration), so the live staging copy
 and Tune's storage copy of the same file never count twice.
@@ -239,8 +239,12 @@ def ingest_logs(roots: Sequence[Path], now: datetime) -> IngestStats:
         settle(scanner)
         scan = scanner.scan()
         ingest = TrialLogIngest(now)
-        stats = ingest.run(scan.trial_dirs)
-        ingest.apply_states(scan.state_dirs)
+        try:
+            stats = ingest.run(scan.trial_dirs)
+            ingest.apply_states(scan.state_dirs)
+        except BaseException:
+            scanner.retry(scan)  # the scanner already took in the new sizes and mtimes
+            raise
         stats.checked, stats.known = scan.checked, scan.known
         return stats
 
