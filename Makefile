@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/nvml_poll_bench.py
 	$(BIN)/python bench/push_latency.py
+	$(BIN)/python bench/quiet_history_bench.py
 	$(BIN)/python bench/terminate_bench.py
 	$(BIN)/python bench/trial_logs_bench.py
 
