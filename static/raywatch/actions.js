@@ -111,6 +111,8 @@
     document.getElementById("action-confirm").textContent = spec.confirm;
     document.getElementById("action-how").textContent = target ? spec.how : "";
     document.getElementById("action-reason").value = "";
+    // Nothing to end (the preview failed): the dialog only says why.
+    for (const node of dialog.querySelectorAll("[data-needs-target]")) node.hidden = !target;
   }
 
   async function open(kind, id) {
@@ -121,7 +123,6 @@
     const target = preview.ok ? preview.data.target : null;
     describe(spec, target);
     showError(preview.error || "");
-    // Nothing to confirm when the preview failed: the dialog only says why.
     pending = target ? { url: url, expected: spec.expected(target) } : null;
     document.getElementById("action-confirm").disabled = !pending;
     if (!dialog.open) dialog.showModal();
