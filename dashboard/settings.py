@@ -269,6 +269,8 @@ SLOW_MIN_EXCESS_S = env_number("RAYWATCH_SLOW_MIN_EXCESS_S", 2.0, minimum=0)
 SLOW_FOR_S = env_number("RAYWATCH_SLOW_FOR_S", 30.0, minimum=0)
 SLOW_WINDOW = env_int("RAYWATCH_SLOW_WINDOW", 20, minimum=3)
 GONE_GRACE_S = env_number("RAYWATCH_GONE_GRACE_S", 30.0, minimum=0)
+# A failure (error.txt) older than this when raywatch first reads it opens no incident.
+ERRORED_RECENT_H = env_number("RAYWATCH_ERRORED_RECENT_H", 24.0, minimum=0)
 
 # --- alerts: grouping, pacing and delivery (README: "Alerts") ------------------------------
 ALERT_TICK_S = env_number("RAYWATCH_ALERT_TICK_S", 1.0, minimum=0.2)

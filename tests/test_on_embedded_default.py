@@ -19,7 +19,6 @@ ON_BOTH_BACKENDS = [
     "tests/test_gpu_detectors.py",
     "tests/test_gpu_pipeline.py",
     "tests/test_kill_gpu_process.py",
-    "tests/test_stop_job.py",
     "tests/test_source_health.py",
     "tests/test_trial_api.py",
     "tests/test_trial_ingest.py",

@@ -219,3 +219,25 @@ def test_lines_appended_to_a_quiet_trial_are_read_by_the_slow_rescan(history: Pa
     trial = Trial.objects.get(trial_id=tid)
     assert trial.iteration == LINES + 1
     assert StepResult.objects.filter(trial=trial).count() == LINES + 1
+
+
+def test_old_failures_read_from_history_open_no_incident(db: None, settings,  # type: ignore[no-untyped-def]
+                                                         tmp_path: Path) -> None:
+    """A first start on months of searches: their failures show as ERROR, but chat is
+    not flooded with critical alerts about last spring; a failure written now is news."""
+    root = tmp_path / "ray_results"
+    settings.LOG_DIRS = [str(root)]
+    write_history(root, failures=True)
+    three_days_ago = Path(root).stat().st_mtime - 3 * 86400
+    for error in root.glob("*/*/error.txt"):
+        os.utime(error, (three_days_ago, three_days_ago))
+    poll_trial_logs()
+    assert Trial.objects.filter(status="ERROR").count() == QUIET_TRIALS // ERRORED_EVERY
+    assert firing_errors() == 0
+    fresh = write_trial(root / "search_0", trial_id(0, 500))
+    (fresh / "error.txt").write_text("Failure # 1\nRuntimeError: CUDA out of memory\n")
+    write_state(root / "search_0", [trial_id(0, 500)], errored=frozenset({trial_id(0, 500)}))
+    poll_trial_logs()
+    incident = Incident.objects.get(kind="trial_errored", state=Incident.FIRING)
+    assert incident.trial.trial_id == trial_id(0, 500)
+    assert "CUDA out of memory" in incident.summary

@@ -21,7 +21,7 @@ from dashboard.incidents.trial_rules import (
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 # The shipped defaults (dashboard/settings.py), stall threshold aside.
 TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_excess_s=2,
-                slow_for_s=30, slow_window=20, gone_grace_s=30)
+                slow_for_s=30, slow_window=20, gone_grace_s=30, errored_recent_s=86400)
 GEN_S = 0.2
 
 

@@ -19,7 +19,7 @@ from dashboard.incidents.trial_rules import (
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_excess_s=1,
-                slow_for_s=0, slow_window=20, gone_grace_s=30)
+                slow_for_s=0, slow_window=20, gone_grace_s=30, errored_recent_s=86400)
 
 
 def steps(n: int, every_s: float = 10, phases: dict[str, float] | None = None) -> list[StepTiming]:
@@ -78,6 +78,15 @@ def test_errored_quotes_the_error() -> None:
     found = trial_errored(trial(status="ERROR", error_text=text), TH, T0)
     assert found and "ValueError: reward exploded" in found.summary
     assert trial_errored(trial(status="RUNNING", error_text=""), TH, T0) is None
+
+
+def test_an_old_failure_opens_nothing_but_an_open_one_stays_open() -> None:
+    text = "Failure # 1\nValueError: reward exploded"
+    old, fresh = T0 - timedelta(days=3), T0 - timedelta(minutes=5)
+    assert trial_errored(trial(status="ERROR", error_text=text, error_at=old), TH, T0) is None
+    assert trial_errored(trial(status="ERROR", error_text=text, error_at=fresh), TH, T0)
+    assert trial_errored(trial(status="ERROR", error_text=text, error_at=old,
+                               errored_firing=True), TH, T0)
 
 
 def test_regression_names_the_phase_that_blew_up() -> None:

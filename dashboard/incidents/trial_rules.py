@@ -35,6 +35,7 @@ class Thresholds:
     slow_for_s: float  # and stay slow this long before it opens (Alertmanager's `for:`)
     slow_window: int
     gone_grace_s: float
+    errored_recent_s: float  # an older failure, first read from history, opens nothing
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class TrialSnapshot:
     node_ip: str = ""
     pid: int | None = None
     slow_baseline: Baseline | None = None  # from the firing step_time_regression, if any
+    error_at: datetime | None = None  # when error.txt was written
+    errored_firing: bool = False  # its trial_errored incident is open
 
     @property
     def subject(self) -> str:
@@ -167,6 +170,11 @@ def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> F
 
 def trial_errored(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
     if trial.status != "ERROR" or not trial.error_text:
+        return None
+    # Months of finished searches under ~/ray_results hold old failures: raywatch's first
+    # read of them is history, not news. An open incident stays open until it clears.
+    if (not trial.errored_firing and trial.error_at is not None
+            and (now - trial.error_at).total_seconds() > th.errored_recent_s):
         return None
     first = trial.error_text.strip().splitlines()
     return Finding(

@@ -42,7 +42,7 @@ def thresholds() -> Thresholds:
         stall_min_s=settings.STALL_MIN_S, stall_factor=settings.STALL_FACTOR,
         slow_factor=settings.SLOW_FACTOR, slow_min_excess_s=settings.SLOW_MIN_EXCESS_S,
         slow_for_s=settings.SLOW_FOR_S, slow_window=settings.SLOW_WINDOW,
-        gone_grace_s=settings.GONE_GRACE_S,
+        gone_grace_s=settings.GONE_GRACE_S, errored_recent_s=settings.ERRORED_RECENT_H * 3600,
     )
 
 
@@ -69,10 +69,12 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     th = thresholds()
     steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], th.slow_window)
     baselines = slow_baselines(trials)
+    errored = errored_firing(trials)
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
     for trial in trials:
-        snapshot = snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk))
+        snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
+                           errored_firing=trial.pk in errored)
         if trial_stalled(snapshot, th, now):
             snapshot = replace(snapshot, cpu_percent=local_cpu(trial))
         findings.extend(evaluate_trial(snapshot, th, now))
@@ -169,6 +171,15 @@ def slow_baselines(trials: list[Trial]) -> dict[int, Baseline]:
     return {pk: baseline for pk, baseline in found.items() if baseline is not None}
 
 
+def errored_firing(trials: list[Trial]) -> set[int]:
+    """The errored trials whose trial_errored incident is open."""
+    wanted = {t.pk for t in trials if t.status == Trial.ERROR}
+    if not wanted:
+        return set()
+    return set(Incident.objects.filter(state=Incident.FIRING, kind="trial_errored",
+                                       trial__in=wanted).values_list("trial_id", flat=True))
+
+
 def snapshot_of(trial: Trial, steps: list[StepResult],
                 slow_baseline: Baseline | None = None) -> TrialSnapshot:
     patterns = settings.TIMING_KEYS
@@ -176,6 +187,7 @@ def snapshot_of(trial: Trial, steps: list[StepResult],
         trial_id=trial.trial_id, experiment=trial.experiment.name, status=trial.status,
         process_alive=trial.process_alive, process_gone_since=trial.process_gone_since,
         last_result_at=trial.last_result_at, error_text=trial.error_text,
+        error_at=trial.error_at,
         node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline,
         steps=[StepTiming(iteration=s.iteration, at=s.at, total_s=s.time_this_iter_s,
                           phases=phase_timings(s.metrics, patterns)) for s in steps],

@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +211,7 @@ class TrialLogIngest:
             text = read_error(Path(trial_dir.error_file))
             if text and text != trial.error_text:
                 trial.error_text, trial.error_attempt, changed = text, trial.attempt, True
+                trial.error_at = _mtime(Path(trial_dir.error_file))
         tune = self._tune_state(trial_dir).get(trial.trial_id)
         if tune and tune.status != trial.tune_status:
             trial.tune_status, changed = tune.status, True
@@ -367,3 +368,10 @@ def _to_cursor(row: LogCursor) -> FileCursor:
     return FileCursor(path=row.path, offset=row.offset, head_hash=row.head_hash or None,
                       attempt=row.attempt, last_iteration=row.last_iteration,
                       last_pid=row.last_pid)
+
+
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except OSError:
+        return None

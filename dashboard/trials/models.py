@@ -48,6 +48,7 @@ class Trial(models.Model):
     last_step_s = models.FloatField(null=True)
     error_text = models.TextField(blank=True, default="")
     error_attempt = models.PositiveIntegerField(default=0)  # the attempt error.txt was about
+    error_at = models.DateTimeField(null=True)  # when error.txt was written (its mtime)
     parse_errors = models.PositiveIntegerField(default=0)
     last_parse_error = models.TextField(blank=True, default="")
     process_alive = models.BooleanField(null=True)  # None: Ray could not tell
