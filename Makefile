@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The node agent's own light venv: psutil and nvidia-ml-py, no Django or database drivers.
+AGENT_VENV := .venv-agent
+AGENT_STAMP := $(AGENT_VENV)/.installed-stamp
 # The machine's pip config points at local mirrors that may be absent; hide that noise only.
 PIP_QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
@@ -24,9 +27,15 @@ run: $(STAMP)
 	$(BIN)/python manage.py ensure_admin
 	$(BIN)/python manage.py serve
 
-# On each GPU node, with the cluster's DATABASE_URL and REDIS_URL in the environment.
-agent: $(STAMP)
-	$(BIN)/python manage.py agent
+$(AGENT_STAMP): agent-requirements.txt
+	@test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
+	$(AGENT_VENV)/bin/python -m pip install -q -r agent-requirements.txt $(PIP_QUIET)
+	@touch $(AGENT_STAMP)
+
+# On every Ray node: RAYWATCH_URL=https://… RAYWATCH_AGENT_TOKEN=rwa_… make agent
+# (README: "Agents"; the protocol: docs/agent-protocol.md).
+agent: $(AGENT_STAMP)
+	$(AGENT_VENV)/bin/python -m collectors.agent
 
 test: $(STAMP)
 	$(BIN)/python -m tests.runner $(PYTEST_ARGS)
@@ -46,4 +55,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/trial_logs_bench.py
 
 clean:
-	rm -rf $(VENV) .raywatch .pytest_cache
+	rm -rf $(VENV) $(AGENT_VENV) .raywatch .pytest_cache

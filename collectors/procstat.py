@@ -1,6 +1,7 @@
-"""CPU use of one process on this host: is a silent trial busy or idle?
+"""Processes on this host: is a silent trial busy or idle, who started a GPU process,
+and the facts a node's agent reports about its Ray workers.
 
-Only processes on the host raywatch runs on can be read here; GPU nodes report
+Only processes on the host this runs on can be read here; other nodes report
 their own through their node agent.
 """
 
@@ -8,8 +9,12 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import psutil
+
+from collectors.records import GpuPoll, ProcessFact
 
 
 def this_host() -> str:
@@ -53,3 +58,104 @@ def ancestors(pid: int, depth: int = 8) -> tuple[int, ...]:
     except (psutil.Error, OSError):
         pass
     return tuple(chain)
+
+
+def with_ancestors(poll: GpuPoll) -> GpuPoll:
+    """Add each GPU process's parent chain, read here on its own node."""
+    if poll.simulated:
+        return poll
+    gpus = tuple(
+        replace(g, processes=tuple(replace(p, ancestors=ancestors(p.pid)) for p in g.processes))
+        if g.processes else g
+        for g in poll.gpus
+    )
+    return replace(poll, gpus=gpus)
+
+
+# psutil's status names as `ps` shows them.
+STATE_LETTERS = {
+    psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
+    psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t",
+    psutil.STATUS_IDLE: "I", psutil.STATUS_DEAD: "X", psutil.STATUS_PARKED: "P",
+    psutil.STATUS_WAKING: "W",
+}
+
+
+def is_ray_worker(cmdline: list[str]) -> bool:
+    """Ray renames its worker processes "ray::<Class>.<method>" (or "ray::IDLE")."""
+    return bool(cmdline) and cmdline[0].startswith("ray::")
+
+
+class ProcessWatcher:
+    """Facts about this node's Ray workers plus some given pids (its GPU processes).
+
+    The process table is scanned for new Ray workers every `rescan_s` only; the
+    processes found are kept between readings, so CPU percent covers the time since
+    the previous reading and a reading costs a few /proc reads per watched process.
+    """
+
+    def __init__(self, rescan_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.rescan_s = rescan_s
+        self.clock = clock
+        self._scanned_at: float | None = None
+        self._ray: dict[int, psutil.Process] = {}
+        self._extra: dict[int, psutil.Process] = {}
+
+    def read(self, extra_pids: Iterable[int] = ()) -> tuple[ProcessFact, ...]:
+        now = self.clock()
+        known = set(self._ray) | set(self._extra)
+        if self._scanned_at is None or now - self._scanned_at >= self.rescan_s:
+            self._scanned_at = now
+            self._scan()
+        self._extra = {pid: self._extra.get(pid) or _process(pid) for pid in set(extra_pids)
+                       if pid not in self._ray}
+        facts: dict[int, ProcessFact] = {}
+        for table in (self._ray, self._extra):
+            for pid, process in list(table.items()):
+                fact = _fact(process, measured=pid in known) if process is not None else None
+                if fact is None:
+                    del table[pid]
+                else:
+                    facts[pid] = fact
+        return tuple(facts[pid] for pid in sorted(facts))
+
+    def _scan(self) -> None:
+        for process in psutil.process_iter(["cmdline"]):
+            if process.pid not in self._ray and is_ray_worker(process.info["cmdline"] or []):
+                process.cpu_percent(None)  # starts the measurement: the next reading has one
+                self._ray[process.pid] = process
+
+
+def _cpu_since(process: psutil.Process, measured: bool) -> float | None:
+    cpu = process.cpu_percent(None)
+    return round(cpu, 1) if measured else None
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        process = psutil.Process(pid)
+        process.cpu_percent(None)
+        return process
+    except (psutil.Error, OSError):
+        return None
+
+
+def _fact(process: psutil.Process, measured: bool) -> ProcessFact | None:
+    """The process's facts now, or None when it is gone (or its pid was reused). CPU
+    percent is None until `measured`: a previous reading started its measurement."""
+    try:
+        if not process.is_running():
+            return None
+        with process.oneshot():
+            started, ppid, state = process.create_time(), process.ppid(), process.status()
+            if state == psutil.STATUS_ZOMBIE:  # dead, its parent has not reaped it
+                return ProcessFact(pid=process.pid, create_time=started, ppid=ppid, title="",
+                                   state="Z", cpu_percent=None, rss_bytes=None, threads=None)
+            title = (process.cmdline() or [process.name()])[0]
+            return ProcessFact(
+                pid=process.pid, create_time=started, ppid=ppid, title=title[:200],
+                state=STATE_LETTERS.get(state), cpu_percent=_cpu_since(process, measured),
+                rss_bytes=process.memory_info().rss, threads=process.num_threads())
+    except (psutil.Error, OSError):
+        return None

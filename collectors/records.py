@@ -163,3 +163,18 @@ class WorkerRecord:
     pid: int
     worker_type: str  # WORKER, DRIVER, SPILL_WORKER, RESTORE_WORKER
     job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessFact:
+    """One process on a node as its agent reads it: a Ray worker or a GPU process.
+    `create_time` (seconds since the epoch, as psutil gives it) tells a reused pid apart."""
+
+    pid: int
+    create_time: float
+    ppid: int | None
+    title: str  # the command line's first word: Ray sets it to "ray::<Class>.<method>"
+    state: str | None  # R, S, D, Z, T, I as in ps; None when it cannot be read
+    cpu_percent: float | None  # since the previous reading; None on the first
+    rss_bytes: int | None
+    threads: int | None

@@ -9,15 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import replace
 from datetime import datetime
 
 from django.conf import settings
 
 from collectors.hostinfo import host_name, node_ip_address
 from collectors.nvml import NvmlSource, load_nvml_module
-from collectors.procstat import ancestors
-from collectors.records import GpuPoll
 from dashboard.gpus.models import Agent
 
 log = logging.getLogger(__name__)
@@ -49,18 +46,6 @@ def gpu_source() -> NvmlSource:
             module = load_nvml_module(module_name)
             _sources[module_name] = NvmlSource(module, node=node_name(), simulated=simulated)
         return _sources[module_name]
-
-
-def with_ancestors(poll: GpuPoll) -> GpuPoll:
-    """Add each GPU process's parent chain, read here on its own node."""
-    if poll.simulated:
-        return poll
-    gpus = tuple(
-        replace(g, processes=tuple(replace(p, ancestors=ancestors(p.pid)) for p in g.processes))
-        if g.processes else g
-        for g in poll.gpus
-    )
-    return replace(poll, gpus=gpus)
 
 
 def register(now: datetime, driver_version: str | None = None, polled: bool = False) -> Agent:

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from collectors.procstat import with_ancestors
 from dashboard.core.health import source_poll
 from dashboard.gpus import agent
 from dashboard.gpus.ingest import ingest_gpu_poll
@@ -32,7 +33,7 @@ def poll_gpus(node: str | None = None) -> None:
         return
     with source_poll("nvml", settings.POLL_GPU_S, scope=here) as poll:
         now = timezone.now()
-        result = agent.with_ancestors(agent.gpu_source().poll(now))
+        result = with_ancestors(agent.gpu_source().poll(now))
         poll.warnings.extend(result.problems)
         if not result.gpus and not result.problems:
             poll.warnings.append("NVML sees no GPU on this node")
@@ -46,7 +47,8 @@ def dispatch_gpu_polls() -> int:
     waits longer than one interval (agent down) expires instead of piling up."""
     now = timezone.now()
     recent = now - timedelta(seconds=settings.AGENT_FORGET_S)
-    agents = Agent.objects.filter(Q(last_poll_at__gte=recent) | Q(registered_at__gte=recent))
+    agents = Agent.objects.filter(Q(last_poll_at__gte=recent) | Q(registered_at__gte=recent)
+                                  ).exclude(queue="")  # an HTTP agent polls by itself
     expires = max(settings.POLL_GPU_S * 2, 2)
     sent = 0
     for row in agents:

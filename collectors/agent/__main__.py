@@ -1,0 +1,3 @@
+from collectors.agent.main import main
+
+main()

@@ -1,0 +1,106 @@
+"""Commands from raywatch, checked before anything is done: for this node, signed with
+this token's key, not expired, never seen before (ids kept on disk, so a replay after
+a restart is refused too), a signal the protocol allows, and a process that is still
+the one raywatch meant (same pid AND same start time: a reused pid is left alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from collectors.agent import wire
+
+SIGNALLED, GONE, REFUSED = "signalled", "gone", "refused"
+# psutil's create_time is boot time + start ticks: two readings of one process agree
+# to the tick; a different process started in the same tick is all this lets through.
+SAME_START_S = 0.02
+KEEP_SEEN_S = 3600.0  # an id is remembered this long after its command expired
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str  # SIGNALLED, GONE or REFUSED
+    detail: str
+
+
+class CommandGuard:
+    def __init__(self, node: str, key: str, seen_path: Path) -> None:
+        self.node = node
+        self.key = key
+        self.seen_path = seen_path
+        self._lock = threading.Lock()
+        self._seen = _load(seen_path)  # command id -> epoch seconds it expires
+
+    def check(self, command: dict[str, Any], now: datetime) -> str | None:
+        """Why the command must not be carried out, or None. Every command that passes
+        is remembered, so it passes once."""
+        if not wire.signature_ok(self.key, command):
+            return "the signature does not match this token: not from raywatch, or altered"
+        if command.get("node") != self.node:
+            return f"the command is for node {command.get('node')!r}, this is {self.node!r}"
+        try:
+            expires = wire.decode_time(command.get("expires_at"), "expires_at")
+        except wire.WireError as exc:
+            return str(exc)
+        if now >= expires:
+            return f"the command expired at {expires.isoformat()}"
+        ident = str(command.get("id"))
+        with self._lock:
+            if ident in self._seen:
+                return f"command {ident} was already received: a replay"
+            self._seen = {k: t for k, t in self._seen.items()
+                          if t + KEEP_SEEN_S > now.timestamp()}
+            self._seen[ident] = expires.timestamp()
+            _save(self.seen_path, self._seen)
+        return None
+
+
+def carry_out(command: dict[str, Any]) -> Outcome:
+    """Send the signal a checked command asks for, to the process it names."""
+    if command.get("kind") != "signal":
+        return Outcome(REFUSED, f"unknown command kind {command.get('kind')!r}")
+    payload = command.get("payload") or {}
+    pid, name, started = payload.get("pid"), payload.get("signal"), payload.get("create_time")
+    if name not in wire.SIGNALS:
+        return Outcome(REFUSED, f"signal {name!r} is not one an agent sends")
+    if not isinstance(pid, int) or pid <= 1 or not isinstance(started, (int, float)):
+        return Outcome(REFUSED, "the command names no pid and start time")
+    try:
+        process = psutil.Process(pid)
+        now_started = process.create_time()
+    except psutil.NoSuchProcess:
+        return Outcome(GONE, f"no process {pid} on this node: it has ended")
+    except psutil.Error as exc:
+        return Outcome(REFUSED, f"cannot read process {pid}: {exc}")
+    if abs(now_started - started) > SAME_START_S:
+        return Outcome(GONE, f"pid {pid} now belongs to another process (started "
+                             f"{now_started:.2f}, not {started:.2f}): not signalled")
+    try:
+        os.kill(pid, getattr(signal, name))
+    except ProcessLookupError:
+        return Outcome(GONE, f"process {pid} ended before the signal")
+    except PermissionError:
+        return Outcome(REFUSED, f"the agent (uid {os.getuid()}) may not signal process {pid}")
+    return Outcome(SIGNALLED, f"{name} sent to pid {pid} (start time verified)")
+
+
+def _load(path: Path) -> dict[str, float]:
+    try:
+        seen = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in seen.items()} if isinstance(seen, dict) else {}
+
+
+def _save(path: Path, seen: dict[str, float]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(seen))
+    os.replace(tmp, path)

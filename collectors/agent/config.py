@@ -1,0 +1,95 @@
+"""The agent's settings, from its environment, read once at start; a bad value stops it
+with a message that names the variable (like raywatch's own settings)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+GPU_SOURCES = ("nvml", "simulated", "off")
+SIMULATED_MODULE = "collectors.simnvml"
+
+
+class ConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    url: str  # raywatch's base URL, without a trailing slash
+    token: str
+    node_name: str | None  # must match the token's node when set
+    node_ip: str | None
+    spool_dir: Path
+    spool_max_bytes: int
+    poll_s: float
+    gpu_source: str
+    nvml_module: str
+    log_dirs: tuple[Path, ...]  # reserved for trial logs (issue 13, a later piece)
+    timeout_s: float
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api/agent/v1/"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> AgentConfig:
+        gpu_source = env.get("RAYWATCH_GPU_SOURCE", "nvml")
+        if gpu_source not in GPU_SOURCES:
+            raise ConfigError(f"RAYWATCH_GPU_SOURCE={gpu_source!r}: one of "
+                              f"{', '.join(GPU_SOURCES)}")
+        module = SIMULATED_MODULE if gpu_source == "simulated" else env.get(
+            "RAYWATCH_NVML_MODULE", "pynvml")
+        state = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        return cls(
+            url=_url(env.get("RAYWATCH_URL", "")),
+            token=_token(env),
+            node_name=env.get("RAYWATCH_NODE_NAME") or None,
+            node_ip=env.get("RAYWATCH_NODE_IP") or None,
+            spool_dir=Path(env.get("RAYWATCH_AGENT_SPOOL") or state / "raywatch-agent"
+                           ).expanduser(),
+            spool_max_bytes=int(_number(env, "RAYWATCH_AGENT_SPOOL_MB", 256, 1) * 1024 * 1024),
+            poll_s=_number(env, "RAYWATCH_POLL_GPU_S", 1.0, 0.2),
+            gpu_source=gpu_source,
+            nvml_module=module,
+            log_dirs=tuple(Path(p).expanduser() for p in
+                           env.get("RAYWATCH_LOG_DIRS", "").split(":") if p),
+            timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
+        )
+
+
+def _url(value: str) -> str:
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"RAYWATCH_URL={value!r}: raywatch's address, e.g. "
+                          "https://raywatch.example.org")
+    return value.rstrip("/")
+
+
+def _token(env: Mapping[str, str]) -> str:
+    token = env.get("RAYWATCH_AGENT_TOKEN", "")
+    if not token and env.get("RAYWATCH_AGENT_TOKEN_FILE"):
+        try:
+            token = Path(env["RAYWATCH_AGENT_TOKEN_FILE"]).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"RAYWATCH_AGENT_TOKEN_FILE: {exc}") from None
+    if not token.startswith("rwa_"):
+        raise ConfigError("RAYWATCH_AGENT_TOKEN (or _FILE): the node token an admin issued "
+                          "(`manage.py agent_token NODE` or the Agents page), rwa_...")
+    return token
+
+
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r}: at least {minimum:g}")
+    return value

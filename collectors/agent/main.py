@@ -1,0 +1,260 @@
+"""The agent's three loops: collect (every RAYWATCH_POLL_GPU_S, into the spool), send
+(oldest batch first, backing off as raywatch says) and commands (a long-poll)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any, Protocol
+
+from collectors.agent import AGENT_VERSION, wire
+from collectors.agent.client import Reply, Unreachable, call
+from collectors.agent.commands import CommandGuard, Outcome, carry_out
+from collectors.agent.config import AgentConfig, ConfigError
+from collectors.agent.spool import Spool, SpoolBusy
+from collectors.hostinfo import host_name, node_ip_address
+from collectors.http import SourceError
+from collectors.nvml import NvmlSource, load_nvml_module
+from collectors.procstat import ProcessWatcher, with_ancestors
+from collectors.records import GpuPoll
+
+log = logging.getLogger("raywatch.agent")
+WAIT_S = 25  # the commands long-poll; the server holds it at most this long
+BACKOFF_CAP_S = 30.0
+TOKEN_REFUSED_WAIT_S = 60.0
+
+
+class GpuSource(Protocol):
+    def poll(self, now: datetime) -> GpuPoll: ...
+
+
+class Backoff:
+    """Exponential, with jitter, from 1 s to BACKOFF_CAP_S; Retry-After wins when given."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def next(self, retry_after: float | None = None) -> float:
+        self.failures += 1
+        if retry_after is not None:
+            return retry_after
+        return min(BACKOFF_CAP_S, 2 ** (self.failures - 1)) * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, spool: Spool) -> None:
+        self.config = config
+        self.spool = spool
+        self.stop = threading.Event()
+        self.node: str | None = None  # the token's node, as raywatch says (hello)
+        self.node_ip = config.node_ip or node_ip_address()
+        self.per_request = wire.MAX_BATCHES
+        self.gpu_error: str | None = None
+
+    # --- collect --------------------------------------------------------------------------
+    def collect_forever(self) -> None:
+        source = self._gpu_source()
+        watcher = ProcessWatcher()
+        due = time.monotonic()
+        while not self.stop.is_set():
+            self.spool.append(self.collect(source, watcher), wire.timestamp(_now()))
+            due = max(due + self.config.poll_s, time.monotonic())
+            self.stop.wait(due - time.monotonic())
+
+    def collect(self, source: GpuSource | None, watcher: ProcessWatcher) -> list[dict]:
+        at = _now()
+        records: list[dict[str, Any]] = []
+        gpu_pids: list[int] = []
+        if source is not None:
+            try:
+                poll = with_ancestors(source.poll(at))
+                records.append(wire.encode_gpu_poll(poll, at))
+                gpu_pids = [p.pid for g in poll.gpus for p in g.processes or ()]
+                self.gpu_error = None
+            except SourceError as exc:
+                if exc.message != self.gpu_error:
+                    log.warning("GPUs: %s", exc.message)
+                self.gpu_error = exc.message
+                records.append(wire.encode_gpu_poll(None, at, exc.message))
+        records.append(wire.encode_processes(watcher.read(gpu_pids), at))
+        return records
+
+    def _gpu_source(self) -> GpuSource | None:
+        if self.config.gpu_source == "off":
+            return None
+        node = self.config.node_name or host_name()
+        try:
+            module = load_nvml_module(self.config.nvml_module)
+        except SourceError as exc:  # nvidia-ml-py not installed: report that, keep going
+            return _Missing(exc.message)
+        return NvmlSource(module, node=node, simulated=self.config.gpu_source == "simulated")
+
+    # --- send -----------------------------------------------------------------------------
+    def send_forever(self) -> None:
+        backoff = Backoff()
+        while not self.stop.is_set():
+            self.stop.wait(self.send_once(backoff))
+
+    def send_once(self, backoff: Backoff) -> float:
+        """Send the oldest batches; how long to wait before the next try."""
+        batches = self.spool.oldest(self.per_request, wire.MAX_BODY_BYTES // 2)
+        if not batches:
+            return min(0.2, self.config.poll_s)
+        try:
+            reply = self._post_report(batches)
+        except Unreachable as exc:
+            wait = backoff.next()
+            log.warning("%s; %d batches spooled, next try in %.0f s", exc,
+                        self.spool.stats()["batches"], wait)
+            return wait
+        return self._after_report(reply, batches, backoff)
+
+    def _post_report(self, batches: list[dict]) -> Reply:
+        body = {"version": wire.VERSION, "batches": batches, "agent": {
+            "version": AGENT_VERSION, "node": self.config.node_name, "node_ip": self.node_ip,
+            "hostname": host_name(), "spool": self.spool.stats()}}
+        return call("POST", f"{self.config.api}report", self.config.token, body,
+                    self.config.timeout_s)
+
+    def _after_report(self, reply: Reply, batches: list[dict], backoff: Backoff) -> float:
+        if reply.status == 200:
+            backoff.reset()
+            body = reply.body or {}
+            self.spool.remove([*body.get("stored", []), *body.get("duplicate", [])])
+            if body.get("skipped"):
+                log.warning("raywatch skipped records it does not know: %s (upgrade it)",
+                            body["skipped"])
+            return 0.0
+        if reply.status == 413:
+            self.per_request = max(1, len(batches) // 2)
+            return 0.0
+        seq = (reply.body or {}).get("seq") if isinstance(reply.body, dict) else None
+        if reply.status in (400, 403) and seq is not None:  # never storable: drop it, say so
+            log.error("raywatch refused batch %s (%s): %s; dropped", seq, reply.status,
+                      reply.detail)
+            self.spool.remove([seq], rejected=True)
+            return 0.0
+        if reply.status in (400, 401, 403):  # the token or this agent's identity: keep all
+            log.error("raywatch refused this agent (%s): %s; spooling, retrying in %.0f s",
+                      reply.status, reply.detail, TOKEN_REFUSED_WAIT_S)
+            return TOKEN_REFUSED_WAIT_S
+        wait = backoff.next(reply.retry_after)
+        log.warning("raywatch answered %s (%s); next try in %.1f s", reply.status,
+                    reply.detail, wait)
+        return wait
+
+    # --- commands -------------------------------------------------------------------------
+    def commands_forever(self) -> None:
+        backoff = Backoff()
+        guard: CommandGuard | None = None
+        while not self.stop.is_set():
+            try:
+                guard = guard or self._guard()
+                wait = self.fetch_commands(guard, backoff)
+            except Unreachable as exc:
+                wait = backoff.next()
+                log.debug("commands: %s", exc)
+            self.stop.wait(wait)
+
+    def _guard(self) -> CommandGuard:
+        """Learn which node the token is for (hello) before taking any command."""
+        reply = call("GET", f"{self.config.api}hello", self.config.token,
+                     timeout=self.config.timeout_s)
+        if reply.status != 200:
+            raise Unreachable(f"hello answered {reply.status}: {reply.detail}")
+        self.node = str(reply.body["node"])
+        if self.config.node_name and self.config.node_name != self.node:
+            log.error("RAYWATCH_NODE_NAME=%s but the token is for node %s: stopping",
+                      self.config.node_name, self.node)
+            self.stop.set()
+        log.info("agent %s for node %s, reporting to %s", AGENT_VERSION, self.node,
+                 self.config.url)
+        return CommandGuard(self.node, wire.token_key(self.config.token),
+                            self.config.spool_dir / "commands-seen.json")
+
+    def fetch_commands(self, guard: CommandGuard, backoff: Backoff) -> float:
+        reply = call("GET", f"{self.config.api}commands?wait={WAIT_S}", self.config.token,
+                     timeout=WAIT_S + self.config.timeout_s)
+        if reply.status == 401:
+            return TOKEN_REFUSED_WAIT_S
+        if reply.status != 200:
+            return backoff.next(reply.retry_after)
+        backoff.reset()
+        for command in (reply.body or {}).get("commands", []):
+            self.handle(guard, command)
+        return 0.0
+
+    def handle(self, guard: CommandGuard, command: dict) -> Outcome:
+        refused = guard.check(command, _now())
+        outcome = Outcome("refused", refused) if refused else carry_out(command)
+        log.warning("command %s (%s %s): %s: %s", command.get("id"), command.get("kind"),
+                    command.get("payload"), outcome.outcome, outcome.detail)
+        self._post_result(command, outcome)
+        return outcome
+
+    def _post_result(self, command: dict, outcome: Outcome) -> None:
+        """A result matters (an action waits for it): retried while the command lives."""
+        body = {"version": wire.VERSION, "nonce": command.get("nonce"),
+                "outcome": outcome.outcome, "detail": outcome.detail,
+                "at": wire.timestamp(_now())}
+        url = f"{self.config.api}commands/{command.get('id')}/result"
+        for attempt in range(5):
+            try:
+                reply = call("POST", url, self.config.token, body, self.config.timeout_s)
+                if reply.status < 500 and reply.status != 429:
+                    return
+            except Unreachable:
+                pass
+            self.stop.wait(2**attempt)
+
+    # --- run ------------------------------------------------------------------------------
+    def run(self) -> None:
+        loops = [self.send_forever, self.commands_forever]
+        for loop in loops:
+            threading.Thread(target=loop, name=loop.__name__, daemon=True).start()
+        self.collect_forever()
+
+
+class _Missing:
+    """A GPU source that says why there is none (no nvidia-ml-py on this node)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def poll(self, now: datetime) -> GpuPoll:
+        raise SourceError(self.message)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("RAYWATCH_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = AgentConfig.from_env()
+        spool = Spool(config.spool_dir, config.spool_max_bytes)
+    except (ConfigError, SpoolBusy) as exc:
+        sys.exit(f"raywatch agent: {exc}")
+    agent = Agent(config, spool)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        agent.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("raywatch agent %s: spool %s (stream %s, %d batches waiting)", AGENT_VERSION,
+             config.spool_dir, spool.stream, spool.stats()["batches"])
+    agent.run()
+    spool.close()

@@ -1,0 +1,187 @@
+"""The agent protocol's JSON (docs/agent-protocol.md), both ways: what the agent sends
+and what the server reads back into typed records, strictly. Pure; no Django.
+
+A record is a dict with a `kind`. Version 1 knows `gpu_poll` and `processes`; other
+kinds (`trial_log` is reserved) are left to the server to skip and count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from collectors.records import GpuPoll, GpuProcessRecord, GpuSampleRecord, ProcessFact
+
+VERSION = 1
+GPU_POLL, PROCESSES, TRIAL_LOG = "gpu_poll", "processes", "trial_log"
+KINDS = (GPU_POLL, PROCESSES)  # what version 1 stores; TRIAL_LOG is reserved
+SIGNALS = ("SIGTERM", "SIGKILL")  # all a command may ask for
+MAX_BATCHES = 64  # per report request
+MAX_BODY_BYTES = 2 * 1024 * 1024  # per request; Django's default upload limit is 2.5 MiB
+# GpuSampleRecord fields that are the poll's, not the GPU's.
+_POLL_FIELDS = ("node", "at", "simulated")
+
+
+class WireError(ValueError):
+    """The JSON does not have the protocol's shape; the message says where."""
+
+
+# --- sending -----------------------------------------------------------------------------
+def timestamp(at: datetime) -> str:
+    return at.isoformat()
+
+
+def encode_gpu_poll(poll: GpuPoll | None, at: datetime, error: str | None = None
+                    ) -> dict[str, Any]:
+    """One NVML poll; a poll that failed is sent too, with its `error` and no GPUs, so the
+    server shows the source down with the reason."""
+    if poll is None:
+        return {"kind": GPU_POLL, "at": timestamp(at), "error": error, "gpus": [],
+                "problems": [], "driver_version": None, "simulated": False}
+    return {"kind": GPU_POLL, "at": timestamp(poll.at), "error": None,
+            "driver_version": poll.driver_version, "simulated": poll.simulated,
+            "problems": list(poll.problems), "gpus": [_gpu(g) for g in poll.gpus]}
+
+
+def _gpu(record: GpuSampleRecord) -> dict[str, Any]:
+    data = dataclasses.asdict(record)
+    for name in _POLL_FIELDS:
+        data.pop(name)
+    data["index"] = data.pop("gpu_index")
+    if record.throttle_reasons is not None:
+        data["throttle_reasons"] = list(record.throttle_reasons)
+    if record.processes is not None:
+        data["processes"] = [{**dataclasses.asdict(p), "ancestors": list(p.ancestors)}
+                             for p in record.processes]
+    return data
+
+
+def encode_processes(facts: tuple[ProcessFact, ...], at: datetime) -> dict[str, Any]:
+    """A full snapshot of the processes the agent watches: one absent has ended."""
+    return {"kind": PROCESSES, "at": timestamp(at),
+            "processes": [dataclasses.asdict(f) for f in facts]}
+
+
+# --- reading -----------------------------------------------------------------------------
+def decode_time(value: Any, where: str) -> datetime:
+    if not isinstance(value, str):
+        raise WireError(f"{where}: expected an ISO 8601 time, got {type(value).__name__}")
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise WireError(f"{where}: {value[:40]!r} is not an ISO 8601 time") from None
+    if at.tzinfo is None:
+        raise WireError(f"{where}: the time has no UTC offset")
+    return at
+
+
+def decode_gpu_poll(record: dict[str, Any], node: str) -> tuple[GpuPoll, str | None]:
+    """A gpu_poll record as the GpuPoll of `node` (the token's), and its error if it failed."""
+    at = decode_time(record.get("at"), "gpu_poll.at")
+    error = _typed(record, "error", str, "gpu_poll")
+    simulated = bool(_typed(record, "simulated", bool, "gpu_poll"))
+    gpus = _typed(record, "gpus", list, "gpu_poll") or []
+    problems = _typed(record, "problems", list, "gpu_poll") or []
+    if not all(isinstance(p, str) for p in problems):
+        raise WireError("gpu_poll.problems: expected a list of strings")
+    poll = GpuPoll(
+        node=node, at=at, simulated=simulated, problems=tuple(problems),
+        driver_version=_typed(record, "driver_version", str, "gpu_poll"),
+        gpus=tuple(_decode_gpu(g, node, at, simulated, f"gpu_poll.gpus[{i}]")
+                   for i, g in enumerate(gpus)))
+    return poll, error
+
+
+def _decode_gpu(data: Any, node: str, at: datetime, simulated: bool, where: str
+                ) -> GpuSampleRecord:
+    if not isinstance(data, dict):
+        raise WireError(f"{where}: expected an object")
+    fields = _scalars(GpuSampleRecord, {**data, "gpu_index": data.get("index")}, where,
+                      skip=(*_POLL_FIELDS, "throttle_reasons", "processes"))
+    reasons = _typed(data, "throttle_reasons", list, where)
+    processes = _typed(data, "processes", list, where)
+    return GpuSampleRecord(
+        node=node, at=at, simulated=simulated, **fields,
+        throttle_reasons=tuple(str(r) for r in reasons) if reasons is not None else None,
+        processes=(tuple(_decode_process(p, f"{where}.processes[{i}]")
+                         for i, p in enumerate(processes)) if processes is not None else None))
+
+
+def _decode_process(data: Any, where: str) -> GpuProcessRecord:
+    if not isinstance(data, dict):
+        raise WireError(f"{where}: expected an object")
+    ancestors = _typed(data, "ancestors", list, where) or []
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in ancestors):
+        raise WireError(f"{where}.ancestors: expected a list of pids")
+    return GpuProcessRecord(**_scalars(GpuProcessRecord, data, where, skip=("ancestors",)),
+                            ancestors=tuple(ancestors))
+
+
+def decode_processes(record: dict[str, Any]) -> tuple[datetime, tuple[ProcessFact, ...]]:
+    at = decode_time(record.get("at"), "processes.at")
+    listed = _typed(record, "processes", list, "processes") or []
+    facts = []
+    for i, data in enumerate(listed):
+        if not isinstance(data, dict):
+            raise WireError(f"processes.processes[{i}]: expected an object")
+        facts.append(ProcessFact(**_scalars(ProcessFact, data, f"processes.processes[{i}]")))
+    return at, tuple(facts)
+
+
+# Annotation text (the records use postponed annotations) -> how to check the value.
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
+def _scalars(cls: type, data: dict[str, Any], where: str, skip: tuple[str, ...] = ()
+             ) -> dict[str, Any]:
+    """The scalar fields of dataclass `cls` from `data`, each checked against its type;
+    a field that may be None may be missing, any other must be there."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        kind, _, rest = str(field.type).partition(" | ")
+        optional = rest == "None" or field.default is not dataclasses.MISSING
+        value = data.get(field.name, field.default if optional else None)
+        if value is None and (optional or rest == "None"):
+            out[field.name] = None if rest == "None" else field.default
+            continue
+        if not _CHECKS[kind](value):
+            raise WireError(f"{where}.{field.name}: expected {kind}, got {value!r:.40}")
+        out[field.name] = float(value) if kind == "float" else value
+    return out
+
+
+def _typed(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = data.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise WireError(f"{where}.{key}: expected {kind.__name__}")
+    return value
+
+
+# --- commands ------------------------------------------------------------------------------
+def token_key(token: str) -> str:
+    """What the server keeps in place of a token (SHA-256, hex); also the key that signs
+    the token's commands, so both ends know it and neither sends it."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def sign_command(key: str, command: dict[str, Any]) -> str:
+    body = {k: v for k, v in command.items() if k != "signature"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key.encode(), canonical, hashlib.sha256).hexdigest()
+
+
+def signature_ok(key: str, command: dict[str, Any]) -> bool:
+    given = command.get("signature")
+    return isinstance(given, str) and hmac.compare_digest(given, sign_command(key, command))
