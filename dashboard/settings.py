@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "dashboard.incidents",
     "dashboard.alerts",
     "dashboard.actions",
+    "dashboard.agents",
 ]
 
 MIDDLEWARE = [
@@ -305,6 +306,14 @@ FORCE_WAIT_S = env_number("RAYWATCH_FORCE_WAIT_S", 10.0, minimum=1)
 ACTION_RATE = env_int("RAYWATCH_ACTION_RATE", 10, minimum=1)
 ACTION_RATE_WINDOW_S = env_number("RAYWATCH_ACTION_RATE_WINDOW_S", 60.0, minimum=1)
 CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": NOTIFY_QUEUE}
+
+# --- node agents over HTTP (docs/agent-protocol.md) ----------------------------------------
+# An agent not heard from this long is not sent commands (an action uses another way).
+AGENT_STALE_S = env_number("RAYWATCH_AGENT_STALE_S", 30.0, minimum=1)
+# A command not fetched by its node's agent within this long is never handed out.
+AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1)
+# Reports ingested at once per web process; past it an agent is told 503 + Retry-After.
+AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 8, minimum=1)
 
 # --- source health ----------------------------------------------------------------
 # A source whose last good poll is older than this many poll intervals is "down".

@@ -6,6 +6,8 @@ from drf_spectacular.views import SpectacularAPIView
 
 from dashboard.actions import api as actions_api
 from dashboard.actions import views as actions_views
+from dashboard.agents import api as agents_api
+from dashboard.agents import views as agents_views
 from dashboard.alerts import api as alerts_api
 from dashboard.alerts import views as alerts_views
 from dashboard.cluster import api as cluster_api
@@ -65,5 +67,13 @@ urlpatterns = [
     path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
     path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("agents/", agents_views.agents_page, name="agents"),
+    path("agents/<int:pk>/revoke", agents_views.revoke, name="agent-revoke"),
+    # Node agents (docs/agent-protocol.md): node tokens only, not in the API schema.
+    path("api/agent/v1/hello", agents_api.hello, name="agent-hello"),
+    path("api/agent/v1/report", agents_api.report, name="agent-report"),
+    path("api/agent/v1/commands", agents_api.pending_commands, name="agent-commands"),
+    path("api/agent/v1/commands/<int:pk>/result", agents_api.command_result,
+         name="agent-command-result"),
     path("admin/", admin.site.urls),
 ]

@@ -25,6 +25,8 @@ ON_BOTH_BACKENDS = [
     "tests/test_quiet_history.py",
     "tests/test_api_pagination.py",
     "tests/test_audit_trail.py",
+    "tests/test_agent_tokens.py",  # an in-process ASGI server on the SQLite test database
+    "tests/test_agent_token_admin.py",
 ]
 
 

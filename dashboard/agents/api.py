@@ -1,0 +1,179 @@
+"""The agent endpoints, /api/agent/v1/ (docs/agent-protocol.md). Token-authenticated
+(`Authorization: Bearer rwa_…`), no cookies, so no CSRF; nothing else of the API
+accepts a node token. The commands long-poll is async: a waiting agent holds no thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import cache, wraps
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from collectors.agent import wire
+from dashboard.agents import commands, tokens
+from dashboard.agents.ingest import BatchRefused, ingest_report
+from dashboard.agents.models import NodeToken
+from dashboard.core.errors import ApiError
+
+log = logging.getLogger("raywatch.agents")
+WAIT_MAX_S = 25
+RECHECK_S = 2.0  # the long-poll looks at the database this often even without a wake-up
+BUSY_RETRY_S = 1
+DATABASE_RETRY_S = 5
+_in_flight: set[int] = set()  # tokens with a report being stored in this process
+_in_flight_lock = threading.Lock()
+
+
+@cache
+def _report_slots() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(settings.AGENT_REPORT_SLOTS)
+
+
+def answer(data: dict[str, Any], status: int = 200, retry_after: float | None = None
+           ) -> JsonResponse:
+    response = JsonResponse({"version": wire.VERSION, **data}, status=status)
+    response["Cache-Control"] = "no-store"
+    if retry_after is not None:
+        response["Retry-After"] = str(int(retry_after))
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="raywatch-agent"'
+    return response
+
+
+def refusal(exc: Exception) -> JsonResponse:
+    """The protocol's answer to what went wrong (400/401/403/404/409, 413, 503)."""
+    if isinstance(exc, BatchRefused):
+        return answer({"detail": exc.message, "seq": exc.seq}, exc.status)
+    if isinstance(exc, ApiError):
+        return answer({"detail": exc.message}, exc.status)
+    if isinstance(exc, RequestDataTooBig):
+        return answer({"detail": f"at most {wire.MAX_BODY_BYTES} bytes a request"}, 413)
+    log.warning("agent request failed on the database: %s", exc)
+    return answer({"detail": "raywatch's database is unavailable; retry later"}, 503,
+                  DATABASE_RETRY_S)
+
+
+def agent_endpoint(view: Callable[..., JsonResponse]) -> Callable[..., HttpResponse]:
+    @csrf_exempt
+    @wraps(view)
+    def wrapper(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        try:
+            token = authenticate(request)
+            return view(request, token, **kwargs)
+        except (ApiError, RequestDataTooBig, DatabaseError) as exc:
+            return refusal(exc)
+    return wrapper
+
+
+def authenticate(request: HttpRequest) -> NodeToken:
+    return tokens.authenticate(request.headers.get("Authorization"),
+                               request.META.get("REMOTE_ADDR", ""), timezone.now())
+
+
+def json_body(request: HttpRequest) -> Any:
+    try:
+        return json.loads(request.body)
+    except ValueError:
+        raise ApiError("the body is not JSON") from None
+
+
+@require_GET
+@agent_endpoint
+def hello(request: HttpRequest, token: NodeToken) -> JsonResponse:
+    return answer({"node": token.node, "node_ip": token.node_ip or None,
+                   "server_time": wire.timestamp(timezone.now()),
+                   "report_every_s": settings.POLL_GPU_S, "command_wait_max_s": WAIT_MAX_S})
+
+
+@require_POST
+@agent_endpoint
+def report(request: HttpRequest, token: NodeToken) -> JsonResponse:
+    with _in_flight_lock:
+        if token.pk in _in_flight:
+            return answer({"detail": "this token has a report in flight: one at a time"},
+                          429, BUSY_RETRY_S)
+        _in_flight.add(token.pk)
+    slots = _report_slots()
+    try:
+        if not slots.acquire(blocking=False):
+            return answer({"detail": "raywatch is storing many reports; retry shortly"}, 503,
+                          BUSY_RETRY_S)
+        try:
+            return answer(ingest_report(token, json_body(request), timezone.now()))
+        finally:
+            slots.release()
+    finally:
+        with _in_flight_lock:
+            _in_flight.discard(token.pk)
+
+
+@require_POST
+@agent_endpoint
+def command_result(request: HttpRequest, token: NodeToken, pk: int) -> JsonResponse:
+    command = commands.take_result(token, pk, json_body(request), timezone.now())
+    return answer({"id": command.pk, "state": command.state, "outcome": command.outcome})
+
+
+@csrf_exempt
+async def pending_commands(request: HttpRequest) -> HttpResponse:
+    """GET commands?wait=N: this node's commands, as soon as there is one, else [] after
+    N s (at most WAIT_MAX_S)."""
+    if request.method != "GET":
+        return answer({"detail": "GET only"}, 405)
+    try:
+        token = await sync_to_async(authenticate)(request)
+        wait = _wait_s(request.GET.get("wait"))
+        found = await _wait_for_commands(token, time.monotonic() + wait)
+    except (ApiError, DatabaseError) as exc:
+        return refusal(exc)
+    return answer({"server_time": wire.timestamp(timezone.now()), "commands": found})
+
+
+def _wait_s(raw: str | None) -> float:
+    try:
+        return min(max(float(raw if raw is not None else WAIT_MAX_S), 0.0), WAIT_MAX_S)
+    except ValueError:
+        raise ApiError("wait: seconds, 0 to 25") from None
+
+
+async def _wait_for_commands(token: NodeToken, deadline: float) -> list[dict[str, Any]]:
+    """Look now, then whenever the node's wake-up group says a command was created (or
+    every RECHECK_S: the channel layer may drop a message), until the deadline."""
+    layer = get_channel_layer()
+    group = commands.wake_group(token.node)
+    channel = await layer.new_channel() if layer else None
+    if layer and channel:
+        await layer.group_add(group, channel)
+    try:
+        while True:
+            found = await sync_to_async(commands.hand_out)(token, timezone.now())
+            left = deadline - time.monotonic()
+            if found or left <= 0:
+                return found
+            await _woken(layer, channel, min(RECHECK_S, left))
+    finally:
+        if layer and channel:
+            await layer.group_discard(group, channel)
+
+
+async def _woken(layer: Any, channel: str | None, timeout: float) -> None:
+    if layer is None or channel is None:
+        await asyncio.sleep(timeout)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(layer.receive(channel), timeout)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AgentsConfig(AppConfig):
+    name = "dashboard.agents"
+    label = "agents"

@@ -1,0 +1,79 @@
+"""Commands for node agents: created bound to an action, handed out once to an agent of
+their node before they expire (signed with that agent's token key), answered once."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from collectors.agent import wire
+from dashboard.actions.models import AuditEntry
+from dashboard.agents.models import AgentCommand, NodeToken
+from dashboard.core.errors import ApiError
+from dashboard.core.push import publish
+
+OUTCOMES = ("signalled", "gone", "refused")
+HAND_OUT_AT_MOST = 20
+
+
+def wake_group(node: str) -> str:
+    """The Channels group an agent's long-poll waits on (names allow few characters)."""
+    return f"agent-{hashlib.sha256(node.encode()).hexdigest()[:24]}"
+
+
+def create_signal(entry: AuditEntry | None, node: str, pid: int, signal_name: str,
+                  create_time: float, now: datetime) -> AgentCommand:
+    if signal_name not in wire.SIGNALS:
+        raise ValueError(f"an agent sends {', '.join(wire.SIGNALS)} only")
+    command = AgentCommand.objects.create(
+        node=node, kind=AgentCommand.SIGNAL, audit_entry=entry, nonce=secrets.token_hex(16),
+        payload={"pid": pid, "signal": signal_name, "create_time": create_time},
+        created_at=now, expires_at=now + timedelta(seconds=settings.AGENT_COMMAND_TTL_S))
+    publish(wake_group(node), "command", {"id": command.pk})  # after commit
+    return command
+
+
+def hand_out(token: NodeToken, now: datetime) -> list[dict[str, Any]]:
+    """The node's commands not yet handed out and not expired, claimed for this agent."""
+    waiting = AgentCommand.objects.filter(node=token.node, fetched_at=None, expires_at__gt=now)
+    claimed = []
+    for command in waiting[:HAND_OUT_AT_MOST]:
+        # A conditional update: two agents of one node (or two polls) never get one twice.
+        if AgentCommand.objects.filter(pk=command.pk, fetched_at=None).update(
+                fetched_at=now, fetched_by=token):
+            claimed.append(signed(command, token))
+    return claimed
+
+
+def signed(command: AgentCommand, token: NodeToken) -> dict[str, Any]:
+    body = {"id": command.pk, "kind": command.kind, "node": command.node,
+            "action_id": command.audit_entry_id, "nonce": command.nonce,
+            "issued_at": wire.timestamp(command.created_at),
+            "expires_at": wire.timestamp(command.expires_at), "payload": command.payload}
+    return {**body, "signature": wire.sign_command(token.token_hash, body)}
+
+
+def take_result(token: NodeToken, pk: int, body: Any, now: datetime) -> AgentCommand:
+    if not isinstance(body, dict) or body.get("version") != wire.VERSION:
+        raise ApiError(f"a result is a JSON object with version {wire.VERSION}")
+    outcome, detail = body.get("outcome"), body.get("detail")
+    if outcome not in OUTCOMES or not isinstance(detail, str):
+        raise ApiError(f"outcome: one of {', '.join(OUTCOMES)}; detail: text")
+    with transaction.atomic():
+        command = AgentCommand.objects.filter(pk=pk, node=token.node).first()
+        if command is None:  # another node's looks the same as none: nothing to learn
+            raise ApiError(f"no command {pk} for node {token.node}", 404)
+        if body.get("nonce") != command.nonce:
+            raise ApiError("the nonce does not match the command's", 400)
+        if command.fetched_at is None:
+            raise ApiError(f"command {pk} was not handed out", 409)
+        if not AgentCommand.objects.filter(pk=pk, done_at=None).update(
+                done_at=now, outcome=outcome, result=detail[:2000]):
+            raise ApiError(f"command {pk} already has its result", 409)
+    command.refresh_from_db()
+    return command

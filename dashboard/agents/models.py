@@ -1,0 +1,114 @@
+"""Node agents that talk to raywatch over HTTP (docs/agent-protocol.md): their tokens,
+the batches they sent, the commands raywatch gives them, the processes they watch."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class NodeToken(models.Model):
+    """What lets one node's agent report that node and take its commands. Only the
+    token's SHA-256 is kept: the token itself is shown once, when it is issued."""
+
+    node = models.CharField(max_length=200)  # the node's name, as its GPUs and pages show it
+    # The node's address: set when issued, or pinned by the first report (then fixed).
+    node_ip = models.CharField(max_length=64, blank=True, default="")
+    ray_node_id = models.CharField(max_length=64, blank=True, default="")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16)  # "rwa_" + 8 characters, to tell tokens apart
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    last_address = models.CharField(max_length=64, blank=True, default="")
+    agent_version = models.CharField(max_length=32, blank=True, default="")
+    # The newest process snapshot stored for the node (the agent's clock): older ones
+    # arriving late (after an outage) are not applied over it.
+    processes_at = models.DateTimeField(null=True, blank=True)
+    spool_dropped = models.BigIntegerField(default=0)  # batches the agent's full spool lost
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["node", "-created_at"]
+        indexes = [models.Index(fields=["node"], name="nodetoken_node"),
+                   models.Index(fields=["node_ip"], name="nodetoken_node_ip")]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… for {self.node}"
+
+
+class AgentStream(models.Model):
+    """One agent spool's batches as received: the highest seq stored, so a batch sent
+    again (its answer was lost) is acknowledged and not stored twice."""
+
+    token = models.ForeignKey(NodeToken, on_delete=models.CASCADE, related_name="streams")
+    stream = models.CharField(max_length=64)
+    last_seq = models.BigIntegerField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["token", "stream"],
+                                               name="one_row_per_agent_stream")]
+
+
+class AgentCommand(models.Model):
+    """Something raywatch asks of one node's agent, bound to the action (audit entry)
+    that wanted it. Handed out once, before it expires; its result is taken once."""
+
+    PENDING, FETCHED, DONE, EXPIRED = "pending", "fetched", "done", "expired"
+    SIGNAL = "signal"
+
+    node = models.CharField(max_length=200)
+    kind = models.CharField(max_length=32, default=SIGNAL)
+    payload = models.JSONField()  # signal: {"pid", "signal", "create_time"}
+    audit_entry = models.ForeignKey("actions.AuditEntry", null=True, blank=True,
+                                    on_delete=models.PROTECT, related_name="+")
+    nonce = models.CharField(max_length=32)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    fetched_at = models.DateTimeField(null=True, blank=True)
+    fetched_by = models.ForeignKey(NodeToken, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    done_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, blank=True, default="")  # signalled/gone/refused
+    result = models.TextField(blank=True, default="")  # what the agent said
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["node", "fetched_at", "expires_at"],
+                                name="agentcommand_waiting")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} for {self.node}"
+
+    @property
+    def state(self) -> str:
+        if self.done_at:
+            return self.DONE
+        if self.fetched_at:
+            return self.FETCHED
+        return self.EXPIRED if self.expires_at <= timezone.now() else self.PENDING
+
+
+class NodeProcess(models.Model):
+    """A process an agent watches on its node (a Ray worker or a GPU process), as of the
+    node's latest snapshot."""
+
+    node = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    create_time = models.FloatField()
+    ppid = models.IntegerField(null=True)
+    title = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=2, null=True)
+    cpu_percent = models.FloatField(null=True)
+    rss_bytes = models.BigIntegerField(null=True)
+    threads = models.IntegerField(null=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "pid"],
+                                               name="one_row_per_node_pid")]
+        ordering = ["node", "pid"]

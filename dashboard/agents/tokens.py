@@ -1,0 +1,70 @@
+"""Node tokens: issued (shown once), looked up by their hash, revoked. A token is
+"rwa_" + 256 random bits; raywatch keeps its SHA-256, which needs no salt at that
+entropy, and a short prefix to tell tokens apart on the Agents page."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from collectors.agent.wire import token_key
+from dashboard.agents.models import NodeToken
+from dashboard.core.errors import ApiError
+
+log = logging.getLogger("raywatch.agents")
+PREFIX = "rwa_"
+SEEN_EVERY_S = 5  # last_seen_at is written at most this often per token
+
+
+def issue(node: str, user: Any, now: datetime, node_ip: str = "") -> tuple[NodeToken, str]:
+    """A new token for `node`: the row and the token, which is never shown again."""
+    node = node.strip()
+    if not node or len(node) > 200:
+        raise ApiError("a node name is needed (at most 200 characters)")
+    token = PREFIX + secrets.token_urlsafe(32)
+    row = NodeToken.objects.create(
+        node=node, node_ip=node_ip.strip(), token_hash=token_key(token), prefix=token[:12],
+        created_by=user if user and user.is_authenticated else None, created_at=now)
+    log.warning("agent token %s… issued for node %s by %s", row.prefix, node, _who(user))
+    return row, token
+
+
+def revoke(row: NodeToken, user: Any, now: datetime) -> bool:
+    """Revoke a token; False if it already was."""
+    if not NodeToken.objects.filter(pk=row.pk, revoked_at=None).update(
+            revoked_at=now, revoked_by=_who(user)):
+        return False
+    log.warning("agent token %s… of node %s revoked by %s", row.prefix, row.node, _who(user))
+    return True
+
+
+def authenticate(header: str | None, address: str, now: datetime) -> NodeToken:
+    """The live token in an `Authorization: Bearer rwa_…` header; 401 otherwise."""
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.startswith(PREFIX):
+        raise ApiError("an agent authenticates with 'Authorization: Bearer <node token>'", 401)
+    row = NodeToken.objects.filter(token_hash=token_key(token.strip())).first()
+    if row is None:
+        raise ApiError("unknown agent token", 401)
+    if row.revoked_at is not None:
+        raise ApiError(f"this agent token was revoked at {row.revoked_at:%Y-%m-%d %H:%M} UTC",
+                       401)
+    if row.last_seen_at is None or now - row.last_seen_at > timedelta(seconds=SEEN_EVERY_S):
+        NodeToken.objects.filter(pk=row.pk).update(last_seen_at=now, last_address=address)
+        row.last_seen_at, row.last_address = now, address
+    return row
+
+
+def live_tokens(now: datetime | None = None) -> Any:
+    """Tokens not revoked whose agent was heard from within AGENT_STALE_S."""
+    fresh = (now or timezone.now()) - timedelta(seconds=settings.AGENT_STALE_S)
+    return NodeToken.objects.filter(revoked_at=None, last_seen_at__gte=fresh)
+
+
+def _who(user: Any) -> str:
+    return user.get_username() if user and user.is_authenticated else "manage.py"

@@ -1,0 +1,77 @@
+"""Helpers for the node agent tests: an agent process as `make agent` runs it (with the
+fake pynvml: no GPU here), and reports written by hand, as a hostile node would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from collectors.agent import wire
+from collectors.agent.client import Reply, call
+from tests.served import NOT_INHERITED, ROOT, fake_gpu_spec
+
+
+def agent_env(url: str, token: str, tmp_path: Path, node: str, node_ip: str, gpus: int = 2,
+              processes: list[tuple[int, int]] | None = None, **extra: str) -> dict[str, str]:
+    """The environment of `make agent` on node `node`: raywatch's URL and the node's token,
+    no database, no broker."""
+    spec = fake_gpu_spec(tmp_path / f"{node}-gpus.json", node, gpus)
+    if processes:
+        import json
+
+        data = json.loads(Path(spec).read_text())
+        data["gpus"][0]["processes"] = processes
+        Path(spec).write_text(json.dumps(data))
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    return {**env, "RAYWATCH_URL": url, "RAYWATCH_AGENT_TOKEN": token,
+            "RAYWATCH_NODE_IP": node_ip, "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
+            "FAKE_NVML_SPEC": spec, "RAYWATCH_AGENT_SPOOL": str(tmp_path / f"{node}-spool"),
+            "RAYWATCH_POLL_GPU_S": "1", **extra}
+
+
+@contextmanager
+def running_agent(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m collectors.agent`, stopped (SIGTERM) afterwards; its output in `log`."""
+    with log.open("ab") as out:
+        agent = subprocess.Popen([sys.executable, "-m", "collectors.agent"], cwd=ROOT, env=env,
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield agent
+    finally:
+        stop_agent(agent)
+
+
+def stop_agent(agent: subprocess.Popen[bytes]) -> None:
+    if agent.poll() is None:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(20)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait()
+
+
+def gpu_record(uuid: str, index: int = 0, **fields: Any) -> dict[str, Any]:
+    return {"index": index, "uuid": uuid, "name": "NVIDIA A100", "utilization_gpu": 50.0,
+            "processes": [], **fields}
+
+
+def report(url: str, token: str, seq: int, gpus: list[dict[str, Any]], stream: str = "s1",
+           agent: dict[str, Any] | None = None, **batch: Any) -> Reply:
+    """POST report with one batch of one GPU poll, written by hand."""
+    at = wire.timestamp(datetime.now(UTC))
+    poll = {"kind": wire.GPU_POLL, "at": at, "error": None, "gpus": gpus, "problems": []}
+    body = {"version": wire.VERSION, "agent": agent or {"version": "test"},
+            "batches": [{"stream": stream, "seq": seq, "at": at, "records": [poll], **batch}]}
+    return call("POST", f"{url}/api/agent/v1/report", token, body)
+
+
+def commands(url: str, token: str, wait: float = 0) -> Reply:
+    return call("GET", f"{url}/api/agent/v1/commands?wait={wait:g}", token, timeout=wait + 10)

@@ -1,0 +1,150 @@
+"""A node agent reports its own node and takes its own node's commands, over HTTP with
+a node token and nothing else (docs/agent-protocol.md): what a token can and cannot do,
+against a real ASGI server."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from collectors.agent import wire
+from collectors.agent.client import call
+from dashboard.agents import commands as agent_commands
+from dashboard.agents import tokens
+from dashboard.agents.models import AgentCommand
+from dashboard.gpus.models import Gpu, GpuSample
+from tests.agents import agent_env, commands, gpu_record, report, running_agent
+from tests.conftest import LiveServer, token_client, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def issue(node: str, node_ip: str = "") -> str:
+    return tokens.issue(node, None, timezone.now(), node_ip)[1]
+
+
+def test_an_agent_process_reports_its_gpus_and_they_show_in_the_api(  # type: ignore[no-untyped-def]
+        live_server_asgi: LiveServer, admin: User, tmp_path: Path) -> None:
+    token = issue("gpu-b")
+    env = agent_env(live_server_asgi.url, token, tmp_path, "gpu-b", "10.9.0.3")
+    api = token_client(admin)
+
+    def shown() -> dict[str, tuple[str, str]] | None:
+        gpus = {g["uuid"]: (g["node"], g["node_ip"]) for g in api.get("/api/gpus/").json()}
+        return gpus if len(gpus) == 2 else None
+
+    with running_agent(env, tmp_path / "agent.log"):
+        gpus = wait_for(shown, 60, 0.2, "the agent's GPUs in /api/gpus/",
+                        explain=lambda: (tmp_path / "agent.log").read_text()[-2000:])
+    assert gpus == {"GPU-gpu-b-0": ("gpu-b", "10.9.0.3"), "GPU-gpu-b-1": ("gpu-b", "10.9.0.3")}
+    # The node token opens the agent endpoints only, not the dashboard's API.
+    assert call("GET", f"{live_server_asgi.url}/api/gpus/", token).status in (401, 403)
+
+
+def test_a_token_cannot_report_another_nodes_gpus(live_server_asgi: LiveServer) -> None:
+    url = live_server_asgi.url
+    token_a, token_b = issue("gpu-a", "10.9.0.2"), issue("gpu-b", "10.9.0.3")
+    assert report(url, token_a, 1, [gpu_record("GPU-a-0")]).status == 200
+    samples = GpuSample.objects.count()
+
+    refused = [
+        report(url, token_b, 1, [gpu_record("GPU-a-0")]),  # A's GPU
+        report(url, token_b, 1, [gpu_record("GPU-new", node="gpu-a")]),  # names node A
+        report(url, token_b, 1, [gpu_record("GPU-new")], node="gpu-a"),  # the batch does
+        report(url, token_b, 1, [gpu_record("GPU-new")], agent={"node": "gpu-a"}),
+        report(url, token_b, 1, [gpu_record("GPU-new")], agent={"node_ip": "10.9.0.2"}),
+    ]
+    assert [r.status for r in refused] == [403] * 5, [r.body for r in refused]
+    assert refused[0].body["seq"] == 1  # the agent drops that batch and goes on
+    assert list(Gpu.objects.values_list("uuid", "node")) == [("GPU-a-0", "gpu-a")]
+    assert GpuSample.objects.count() == samples
+
+
+def test_a_batch_sent_again_is_acknowledged_not_stored_twice(
+        live_server_asgi: LiveServer) -> None:
+    url, token = live_server_asgi.url, issue("gpu-a")
+    first = report(url, token, 7, [gpu_record("GPU-a-0")])
+    again = report(url, token, 7, [gpu_record("GPU-a-0")])  # its answer was lost
+    assert (first.body["stored"], again.body["duplicate"]) == ([7], [7])
+    assert GpuSample.objects.count() == 1
+    # Another spool (a wiped one starts a new stream) is not mistaken for a replay.
+    assert report(url, token, 7, [gpu_record("GPU-a-0")], stream="s2").body["stored"] == [7]
+    assert GpuSample.objects.count() == 2
+
+
+def test_a_token_reads_and_answers_only_its_own_nodes_commands(
+        live_server_asgi: LiveServer) -> None:
+    url = live_server_asgi.url
+    token_a, token_b = issue("gpu-a"), issue("gpu-b")
+    now = timezone.now()
+    for_a = agent_commands.create_signal(None, "gpu-a", 4242, "SIGTERM", 1.0, now)
+    for_b = agent_commands.create_signal(None, "gpu-b", 4343, "SIGKILL", 2.0, now)
+
+    seen_by_b = commands(url, token_b).body["commands"]
+    assert [(c["id"], c["node"], c["payload"]["pid"]) for c in seen_by_b] == [
+        (for_b.pk, "gpu-b", 4343)]
+    answer = {"version": 1, "nonce": for_a.nonce, "outcome": "signalled", "detail": "x"}
+    assert call("POST", f"{url}/api/agent/v1/commands/{for_a.pk}/result", token_b,
+                answer).status == 404
+    # A's command is still A's to take, signed with A's token.
+    [command] = commands(url, token_a).body["commands"]
+    assert command["id"] == for_a.pk
+    assert wire.signature_ok(wire.token_key(token_a), command)
+    assert not wire.signature_ok(wire.token_key(token_b), command)
+
+
+def test_an_expired_or_handed_out_command_is_never_served_again(
+        live_server_asgi: LiveServer) -> None:
+    url, token = live_server_asgi.url, issue("gpu-a")
+    now = timezone.now()
+    expired = agent_commands.create_signal(None, "gpu-a", 4242, "SIGTERM", 1.0,
+                                           now - timedelta(minutes=5))
+    live = agent_commands.create_signal(None, "gpu-a", 4343, "SIGTERM", 2.0, now)
+    assert [c["id"] for c in commands(url, token).body["commands"]] == [live.pk]
+    assert commands(url, token).body["commands"] == []
+    result = f"{url}/api/agent/v1/commands/{live.pk}/result"
+    answer = {"version": 1, "nonce": live.nonce, "outcome": "gone", "detail": "ended"}
+    assert call("POST", result, token, answer).status == 200
+    assert call("POST", result, token, answer).status == 409  # once
+    never = call("POST", f"{url}/api/agent/v1/commands/{expired.pk}/result", token,
+                 {**answer, "nonce": expired.nonce})
+    assert never.status == 409
+    assert AgentCommand.objects.get(pk=expired.pk).state == AgentCommand.EXPIRED
+
+
+def test_a_waiting_agent_gets_a_command_as_soon_as_it_is_created(
+        live_server_asgi: LiveServer) -> None:
+    url, token = live_server_asgi.url, issue("gpu-a")
+    got: list = []
+    waiting = threading.Thread(target=lambda: got.append(commands(url, token, wait=20)))
+    waiting.start()
+    # The server holds the request; meanwhile it keeps serving others.
+    assert call("GET", f"{url}/api/agent/v1/hello", token).body["node"] == "gpu-a"
+    created = agent_commands.create_signal(None, "gpu-a", 4242, "SIGTERM", 1.0,
+                                           timezone.now())
+    waiting.join(30)
+    assert [c["id"] for c in got[0].body["commands"]] == [created.pk]
+
+
+def test_a_revoked_token_is_refused(live_server_asgi: LiveServer) -> None:
+    url = live_server_asgi.url
+    row, token = tokens.issue("gpu-a", None, timezone.now())
+    assert call("GET", f"{url}/api/agent/v1/hello", token).status == 200
+    tokens.revoke(row, None, timezone.now())
+    refused = [call("GET", f"{url}/api/agent/v1/hello", token),
+               report(url, token, 1, [gpu_record("GPU-a-0")]), commands(url, token)]
+    assert [r.status for r in refused] == [401, 401, 401]
+    assert "revoked" in refused[0].detail
+    assert not Gpu.objects.exists()
+    assert call("GET", f"{url}/api/agent/v1/hello", "rwa_" + "x" * 43).status == 401
+
+
+def test_a_report_over_the_size_limit_is_told_so(live_server_asgi: LiveServer) -> None:
+    url, token = live_server_asgi.url, issue("gpu-a")
+    huge = [gpu_record(f"GPU-{i}", i, name="x" * 3000) for i in range(1000)]
+    assert report(url, token, 1, huge).status == 413
