@@ -28,6 +28,7 @@ from collectors.http import SourceError
 from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.targets import create_time
+from dashboard.agents.remote import RemoteProcess, node_with_agent
 from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import gcs_address, ray_endpoint
 from dashboard.cluster.models import Job
@@ -95,6 +96,17 @@ def signal_through(queue: str | None, pid: int, sig: int) -> None:
     celery_app.send_task(SIGNAL_PROCESS, args=[pid, int(sig)], queue=queue, expires=30)
 
 
+def agent_serves(node_ip: str, node: str) -> bool:
+    """Whether the node runs an HTTP agent that reported lately (it can signal there)."""
+    return node_with_agent(node_ip, node) is not None
+
+
+def through_agent(entry: AuditEntry, t: dict[str, Any], node: str) -> RemoteProcess | None:
+    """The process's node runs an HTTP agent (docs/agent-protocol.md): it signals there."""
+    name = None if t["local"] else node_with_agent(t["node_ip"], node)
+    return RemoteProcess(entry, name, t["pid"]) if name else None
+
+
 def kill_local(pid: int, started: float | None, sig: int) -> None:
     if local_gone(pid, started)():
         return  # never signal a pid that now belongs to another process
@@ -105,10 +117,14 @@ def kill_local(pid: int, started: float | None, sig: int) -> None:
 def terminate_trial(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['hostname'] or t['node_ip']}"
+    remote = through_agent(entry, t, t["hostname"])
     if t["local"]:
         gone = local_gone(t["pid"], t["create_time"])
         kill_local(t["pid"], t["create_time"], signal.SIGTERM)
         advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
+    elif remote:
+        gone, how = remote.gone, remote.send(signal.SIGTERM)
+        advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
     else:
         address, token = gcs_address(), ray_endpoint().token
         if not (address and t["actor_id"]):
@@ -126,7 +142,10 @@ def terminate_trial(entry: AuditEntry) -> None:
     if took is None:
         step(entry, "forced", timezone.now(),
              f"still alive after {settings.TERMINATE_GRACE_S:g} s: forcing")
-        force_trial(t)
+        if remote:
+            remote.send(signal.SIGKILL)
+        else:
+            force_trial(t)
         took = wait_until(gone, settings.FORCE_WAIT_S)
         if took is None:
             advance(entry, AuditEntry.FAILED, timezone.now(),
@@ -143,7 +162,7 @@ def agent_queue(node_ip: str) -> str | None:
     if settings.EMBEDDED:
         return None
     fresh = timezone.now() - timedelta(seconds=max(10 * settings.POLL_GPU_S, 30))
-    agent = Agent.objects.filter(node_ip=node_ip, last_poll_at__gte=fresh).first()
+    agent = Agent.objects.filter(node_ip=node_ip, last_poll_at__gte=fresh).exclude(queue="").first()
     return agent.queue if agent else None
 
 
@@ -211,11 +230,15 @@ def stop_job(entry: AuditEntry) -> None:
 def kill_process(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['node']} (GPU {t['gpu_index']})"
+    remote = through_agent(entry, t, t["node"])
+    send: Callable[[int], object]
     if t["local"]:
         gone = local_gone(t["pid"], t["create_time"])
 
         def send(sig: int) -> None:
             kill_local(t["pid"], t["create_time"], sig)
+    elif remote:
+        gone, send = remote.gone, remote.send
     else:
         gone = lambda: not GpuProcess.objects.filter(  # noqa: E731  (the agent's next poll)
             gpu__uuid=t["gpu"], pid=t["pid"]).exists()

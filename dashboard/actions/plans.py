@@ -11,7 +11,7 @@ from django.db.models import Q
 from collectors import raykill
 from collectors.http import SourceError, get_json
 from dashboard.actions import targets
-from dashboard.actions.executor import agent_queue
+from dashboard.actions.executor import agent_queue, agent_serves
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
 from dashboard.actions.targets import TargetError
@@ -35,8 +35,8 @@ def trial_plan(trial_id: str, now: datetime) -> Plan:
 
 
 def trial_unreachable(target: dict[str, Any]) -> str | None:
-    if target["local"]:
-        return None  # signalled from this host
+    if target["local"] or agent_serves(target["node_ip"], target["hostname"]):
+        return None  # signalled from this host, or by the node's agent
     address = gcs_address()
     if not address:
         return ("the trial runs on another host and raywatch knows no GCS address to kill "
@@ -81,7 +81,8 @@ def process_plan(uuid: str, pid: int, now: datetime) -> Plan:
 
 
 def process_unreachable(target: dict[str, Any]) -> str | None:
-    if target["local"] or agent_queue(target["node_ip"]):
+    if (target["local"] or agent_queue(target["node_ip"])
+            or agent_serves(target["node_ip"], target["node"])):
         return None
     return f"the agent of node {target['node']} is not answering: it cannot be signalled"
 
