@@ -17,12 +17,16 @@ from urllib.parse import urlparse
 
 
 class SourceError(Exception):
-    """A source could not be read. `message` is shown to operators as is."""
+    """A source could not be read. `message` is shown to operators as is. `status` and
+    `body` (its first characters) are the HTTP answer's, when there was one."""
 
-    def __init__(self, message: str, *, auth: bool = False) -> None:
+    def __init__(self, message: str, *, auth: bool = False, status: int | None = None,
+                 body: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.auth = auth
+        self.status = status
+        self.body = body
 
 
 def get_json(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
@@ -37,31 +41,55 @@ def post_json(url: str, payload: Any, *, headers: dict[str, str] | None = None,
 
 def request_json(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0,
                  method: str = "GET", body: bytes | None = None) -> Any:
+    answer = request_bytes(url, headers={"Accept": "application/json", **(headers or {})},
+                           timeout=timeout, method=method, body=body)
+    try:
+        return json.loads(answer)
+    except ValueError:
+        raise SourceError(f"{_where(url)} answered with something that is not JSON") from None
+
+
+def get_text(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0,
+             max_bytes: int = 1 << 20) -> str:
+    """A text answer (a py-spy dump), at most `max_bytes` of it."""
+    return request_bytes(url, headers={"Accept": "text/plain", **(headers or {})},
+                         timeout=timeout, max_bytes=max_bytes).decode(errors="replace")
+
+
+def request_bytes(url: str, *, headers: dict[str, str] | None = None, timeout: float = 10.0,
+                  method: str = "GET", body: bytes | None = None,
+                  max_bytes: int | None = None) -> bytes:
     scheme = urlparse(url).scheme
     if scheme not in ("http", "https"):
         shown = re.sub(r"//[^/@]*@", "//", url)  # never a password written into it
         raise SourceError(f"refusing {scheme or 'a scheme-less'} URL {shown!r}: only http/https")
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **(headers or {})},
-                                     method=method, data=body)
+    request = urllib.request.Request(url, headers=headers or {}, method=method, data=body)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:
-            body = reply.read()
+            return reply.read(max_bytes) if max_bytes else reply.read()
     except urllib.error.HTTPError as exc:
+        said = _said(exc)
         if exc.code in (401, 403):
             raise SourceError(
-                f"{_where(url)} refused our credentials (HTTP {exc.code})", auth=True
+                f"{_where(url)} refused our credentials (HTTP {exc.code})", auth=True,
+                status=exc.code, body=said,
             ) from None
-        raise SourceError(f"{_where(url)} answered HTTP {exc.code} {exc.reason}") from None
+        raise SourceError(f"{_where(url)} answered HTTP {exc.code} {exc.reason}",
+                          status=exc.code, body=said) from None
     except urllib.error.URLError as exc:
         raise SourceError(f"cannot reach {_where(url)}: {_reason(exc.reason)}") from None
     except TimeoutError:
         raise SourceError(f"{_where(url)} did not answer within {timeout:g} s") from None
     except OSError as exc:
         raise SourceError(f"cannot reach {_where(url)}: {exc}") from None
+
+
+def _said(exc: urllib.error.HTTPError) -> str:
+    """The start of an error answer's body: what the server said, in its words."""
     try:
-        return json.loads(body)
-    except ValueError:
-        raise SourceError(f"{_where(url)} answered with something that is not JSON") from None
+        return exc.read(4096).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _where(url: str) -> str:

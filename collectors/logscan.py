@@ -91,8 +91,54 @@ class _Container:
 
 
 def default_log_dirs(home: Path, ray_tmp: Path = Path("/tmp/ray")) -> list[Path]:
-    """~/ray_results plus the newest local Ray session's live staging area."""
-    return [home / "ray_results", ray_tmp / "session_latest" / "artifacts"]
+    """~/ray_results plus the live staging area (artifacts) of the Ray sessions under the
+    Ray temp dir that a running Ray process names: a driver may run in a session that is
+    no longer the newest, and the sessions of earlier Ray starts stay on disk with Tune
+    states a killed driver left at RUNNING (their storage copy is in ~/ray_results).
+    When no Ray process is visible here (a container without the host's pids), every
+    session. session_latest is a link to one of them: left out, so no trial is seen twice."""
+    sessions = [p for p in _subdirs(ray_tmp, "session_") if p.name != "session_latest"]
+    live = live_sessions()
+    if live:
+        sessions = [p for p in sessions if _resolved(p) in live]
+    return [home / "ray_results", *sorted(p / "artifacts" for p in sessions)]
+
+
+_SESSION_ARGS = ("--session-dir=", "--session_dir=")
+_LIVE: list[tuple[float, frozenset[Path]]] = []  # (when read, session dirs)
+LIVE_TTL_S = 10.0
+
+
+def live_sessions(clock: Callable[[], float] = time.monotonic) -> frozenset[Path]:
+    """The session dirs that running Ray processes (raylet, dashboard agent, log monitor)
+    were started with, read at most every LIVE_TTL_S; empty when none is visible."""
+    now = clock()
+    if _LIVE and now - _LIVE[0][0] < LIVE_TTL_S:
+        return _LIVE[0][1]
+    import psutil
+
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        for arg in process.info["cmdline"] or ():
+            if arg.startswith(_SESSION_ARGS):
+                found.add(_resolved(Path(arg.split("=", 1)[1])))
+    _LIVE[:] = [(now, frozenset(found))]
+    return _LIVE[0][1]
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path
+
+
+def _subdirs(directory: Path, prefix: str) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(directory)
+                if e.name.startswith(prefix) and _is_dir(e)]
+    except OSError:
+        return []
 
 
 def discover(roots: Sequence[Path]) -> list[TrialDir]:
@@ -154,6 +200,12 @@ class LogScanner:
         for path in active:
             if (entry := self.trials.get(path)) is not None:
                 entry.hot_until = now + self.quiet_after_s  # ask again later
+
+    def trials_in(self, directory: Path) -> list[TrialDir]:
+        """The trial dirs known in one experiment (container) directory."""
+        container = self.containers.get(directory)
+        return [self.trials[c].trial_dir for c in sorted(container.children)
+                if c in self.trials] if container else []
 
     def retry(self, scan: Scan) -> None:
         """The caller could not store what `scan` handed over: hand it over again at the

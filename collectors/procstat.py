@@ -8,6 +8,7 @@ their own through their node agent.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -32,6 +33,16 @@ def process_cpu_percent(pid: int, sample_s: float = 0.2) -> float | None:
         return None
     time.sleep(sample_s)
     return round(sum(_cpu(member) for member in family), 1)
+
+
+def process_state(pid: int) -> tuple[str | None, int | None] | None:
+    """(ps's state letter, RSS bytes) of `pid` on this host; None when it is gone."""
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return STATE_LETTERS.get(process.status()), process.memory_info().rss
+    except (psutil.Error, OSError):
+        return None
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -60,15 +71,54 @@ def ancestors(pid: int, depth: int = 8) -> tuple[int, ...]:
     return tuple(chain)
 
 
+class Ancestry:
+    """Parent chains of GPU processes, read once per process and again after `ttl_s`:
+    a chain changes only when a parent ends. Walking it costs a few /proc reads per
+    parent (psutil checks each for pid reuse), every poll, for every GPU process: most
+    of an agent's CPU on a node of 50 trials. A pid whose start time changed (reused)
+    is read afresh."""
+
+    def __init__(self, ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._known: dict[int, tuple[float, float, tuple[int, ...]]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, pid: int) -> tuple[int, ...]:
+        try:
+            started = psutil.Process(pid).create_time()
+        except (psutil.Error, OSError):
+            return ()
+        now = self.clock()
+        with self._lock:
+            known = self._known.get(pid)
+        if known is not None and known[0] == started and now - known[1] < self.ttl_s:
+            return known[2]
+        chain = ancestors(pid)
+        with self._lock:
+            self._known[pid] = (started, now, chain)
+        return chain
+
+    def forget_except(self, pids: Iterable[int]) -> None:
+        keep = set(pids)
+        with self._lock:
+            self._known = {pid: v for pid, v in self._known.items() if pid in keep}
+
+
+_ANCESTRY = Ancestry()  # this process's: the GPU agent polls from one loop
+
+
 def with_ancestors(poll: GpuPoll) -> GpuPoll:
-    """Add each GPU process's parent chain, read here on its own node."""
-    if poll.simulated:
-        return poll
+    """Add each GPU process's parent chain, read here on its own node (the simulated
+    source's processes are real ones of this host too)."""
     gpus = tuple(
-        replace(g, processes=tuple(replace(p, ancestors=ancestors(p.pid)) for p in g.processes))
+        replace(g, processes=tuple(replace(p, ancestors=_ANCESTRY.of(p.pid))
+                                   for p in g.processes))
         if g.processes else g
         for g in poll.gpus
     )
+    _ANCESTRY.forget_except(p.pid for g in gpus for p in g.processes or ())
     return replace(poll, gpus=gpus)
 
 
@@ -145,8 +195,8 @@ def _fact(process: psutil.Process, measured: bool) -> ProcessFact | None:
     """The process's facts now, or None when it is gone (or its pid was reused). CPU
     percent is None until `measured`: a previous reading started its measurement."""
     try:
-        if not process.is_running():
-            return None
+        # No is_running() first: ppid() checks for a reused pid itself (NoSuchProcess),
+        # and each check reads /proc twice more.
         with process.oneshot():
             started, ppid, state = process.create_time(), process.ppid(), process.status()
             if state == psutil.STATUS_ZOMBIE:  # dead, its parent has not reaped it

@@ -7,46 +7,28 @@ a job. Django-free, like every collector.
 
 from __future__ import annotations
 
-from typing import Any
-
 from collectors.http import SourceError, post_json
+from collectors.raygrpc import call
 from collectors.raystate import RayEndpoint
 
 ACTOR_STATES = {0: "DEPENDENCIES_UNREADY", 1: "PENDING_CREATION", 2: "ALIVE", 3: "RESTARTING",
                 4: "DEAD"}
 
 
-def _stub(gcs_address: str) -> tuple[Any, Any, Any]:
-    import grpc
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-
-    channel = grpc.insecure_channel(gcs_address)
-    return channel, gcs_service_pb2, gcs_service_pb2_grpc.ActorInfoGcsServiceStub(channel)
-
-
-def _metadata(token: str | None) -> list[tuple[str, str]] | None:
-    return [("authorization", f"Bearer {token}")] if token else None
-
-
 def kill_actor(gcs_address: str, token: str | None, actor_id: str, force: bool,
                timeout_s: float = 5.0) -> None:
     """Ask the GCS to kill the actor: force=False lets its running task finish first
     (useless for a hung trial), force=True kills its worker process now."""
-    import grpc
+    from ray.core.generated import gcs_service_pb2 as pb2
+    from ray.core.generated.gcs_service_pb2_grpc import ActorInfoGcsServiceStub
 
-    channel, pb2, stub = _stub(gcs_address)
     try:
-        reply = stub.KillActorViaGcs(
-            pb2.KillActorViaGcsRequest(actor_id=bytes.fromhex(actor_id), force_kill=force,
-                                       no_restart=True),
-            metadata=_metadata(token), timeout=timeout_s)
-    except grpc.RpcError as exc:
-        raise SourceError(f"the Ray GCS at {gcs_address} refused the kill: "
-                          f"{exc.code().name}: {exc.details()}") from None
+        request = pb2.KillActorViaGcsRequest(actor_id=bytes.fromhex(actor_id),
+                                             force_kill=force, no_restart=True)
     except ValueError:
         raise SourceError(f"not an actor id: {actor_id!r}") from None
-    finally:
-        channel.close()
+    reply = call(gcs_address, ActorInfoGcsServiceStub, "KillActorViaGcs", request, token,
+                 timeout_s, f"the Ray GCS at {gcs_address} refused the kill")
     if reply.status.code != 0:
         raise SourceError(f"the Ray GCS could not kill actor {actor_id}: {reply.status.message}")
 
@@ -54,17 +36,12 @@ def kill_actor(gcs_address: str, token: str | None, actor_id: str, force: bool,
 def actor_state(gcs_address: str, token: str | None, actor_id: str,
                 timeout_s: float = 5.0) -> str:
     """DEAD, ALIVE, … as the GCS sees the actor now."""
-    import grpc
+    from ray.core.generated import gcs_service_pb2 as pb2
+    from ray.core.generated.gcs_service_pb2_grpc import ActorInfoGcsServiceStub
 
-    channel, pb2, stub = _stub(gcs_address)
-    try:
-        reply = stub.GetActorInfo(pb2.GetActorInfoRequest(actor_id=bytes.fromhex(actor_id)),
-                                  metadata=_metadata(token), timeout=timeout_s)
-    except grpc.RpcError as exc:
-        raise SourceError(f"cannot reach the Ray GCS at {gcs_address}: "
-                          f"{exc.code().name}: {exc.details()}") from None
-    finally:
-        channel.close()
+    reply = call(gcs_address, ActorInfoGcsServiceStub, "GetActorInfo",
+                 pb2.GetActorInfoRequest(actor_id=bytes.fromhex(actor_id)), token, timeout_s,
+                 f"cannot reach the Ray GCS at {gcs_address}")
     return ACTOR_STATES.get(reply.actor_table_data.state, "UNKNOWN")
 
 

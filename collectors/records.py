@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+from collectors.logscan import TrialDir
+from collectors.tunelogs import ResultLine
 
 
 @dataclass(frozen=True)
@@ -178,3 +182,40 @@ class ProcessFact:
     cpu_percent: float | None  # since the previous reading; None on the first
     rss_bytes: int | None
     threads: int | None
+
+
+@dataclass(frozen=True)
+class TrialUpdate:
+    """What was read of one trial directory, wherever it was read (raywatch's own host or
+    a node's agent): new result lines, parse problems, and side facts when they changed.
+    The ingest stores it under (experiment, trial_id), so copies of one trial seen in
+    several places (the driver's live copy, Tune's storage copy, a shared filesystem
+    seen by two nodes) are one trial."""
+
+    experiment: str
+    experiment_dir: str  # as its reader names it: "node:/path" for an agent's
+    trial_id: str  # Tune's trial id, or the run directory's name for TensorBoard runs
+    trainable: str
+    directory: str
+    tensorboard: bool  # steps from event files: a step's tags may come in pieces
+    live: bool = False  # read from the driver's live staging copy
+    results: tuple[ResultLine, ...] = ()
+    problem_count: int = 0
+    last_problem: str | None = None  # "result.json @ byte 812: line is not JSON"
+    params: dict[str, Any] | None = None  # params.json, sent once
+    error_text: str | None = None  # error.txt's first lines, when it changed
+    error_at: datetime | None = None  # error.txt's mtime
+    tune_status: str | None = None  # Tune's experiment state for this trial, when it changed
+    # The search's objective (collectors.tunesearch), when it changed: an experiment's
+    # fact, carried by its trials' updates. Either may be None (not known there).
+    search_metric: str | None = None
+    search_mode: str | None = None
+
+    @classmethod
+    def about(cls, trial_dir: TrialDir) -> TrialUpdate:
+        """Nothing read yet: the trial dir's names, as read on this host."""
+        experiment, trial_id = trial_dir.key
+        return cls(experiment=experiment, experiment_dir=str(trial_dir.experiment_dir),
+                   trial_id=trial_id, trainable=trial_dir.trainable[:255],
+                   directory=str(trial_dir.path), tensorboard=bool(trial_dir.event_files),
+                   live=trial_dir.live)

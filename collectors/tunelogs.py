@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,9 +21,18 @@ from typing import Any
 
 from collectors.logscan import TrialDir as TrialDir
 from collectors.logscan import discover as discover
+from collectors.tunesearch import (
+    TUNER_FILE,
+    SearchObjective,
+    combine,
+    read_tuner,
+    runner_metric,
+)
 
 HEAD_BYTES = 4096
+MAX_LINE_BYTES = 8 << 20  # a longer result.json line is skipped (a problem), not read
 MAX_KEY = 200
+MAX_INT = 2**31 - 1  # iterations and pids are stored in 32-bit columns
 MAX_METRICS = 500
 # Tune's bookkeeping keys: not metrics (time_this_iter_s and time_total_s are kept).
 BOOKKEEPING = {
@@ -81,7 +91,11 @@ class TuneTrialState:
 
 # --- result.json ------------------------------------------------------------------------
 def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str | None,
-                     max_bytes: int = 8 << 20) -> TailResult:
+                     max_bytes: int = MAX_LINE_BYTES, max_line: int | None = None
+                     ) -> TailResult:
+    """The complete lines added since `cursor`: about `max_bytes` of them (more when one
+    line is longer, up to `max_line`; a line longer than that is skipped)."""
+    max_line = max(max_line or max_bytes, max_bytes)
     cursor = cursor or FileCursor(str(path))
     try:
         handle = path.open("rb")
@@ -96,10 +110,10 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
         results: list[ResultLine] = []
         problems: list[ParseProblem] = []
         offset = cursor.offset
-        lines, skip_to = _complete_lines(handle, offset, max_bytes)
+        lines, skip_to = _complete_lines(handle, offset, max_bytes, max_line)
         if skip_to is not None:
             problems.append(ParseProblem(str(path), offset,
-                                         f"a line longer than {max_bytes} bytes was skipped"))
+                                         f"a line longer than {max_line} bytes was skipped"))
             offset = skip_to
         for start, raw in lines:
             offset = start + len(raw) + 1
@@ -132,19 +146,21 @@ def _head_hash(handle: Any, upto: int) -> str:
     return digest
 
 
-def _complete_lines(handle: Any, offset: int,
-                    max_bytes: int) -> tuple[list[tuple[int, bytes]], int | None]:
+def _complete_lines(handle: Any, offset: int, max_bytes: int,
+                    max_line: int) -> tuple[list[tuple[int, bytes]], int | None]:
     """Complete lines from `offset`; a partial last line is left for the next poll.
-    A line longer than max_bytes is skipped whole once its end is seen: the second
+    A line longer than max_line is skipped whole once its end is seen: the second
     value is where reading resumes after it."""
     data = handle.read(max_bytes)
+    if len(data) >= max_bytes and b"\n" not in data and max_line > max_bytes:
+        data += handle.read(max_line - len(data))  # one long line: read it whole
     lines: list[tuple[int, bytes]] = []
     pos = 0
     while (end := data.find(b"\n", pos)) >= 0:
         lines.append((offset + pos, data[pos:end]))
         pos = end + 1
     skip_to = None
-    if pos == 0 and len(data) >= max_bytes:
+    if pos == 0 and len(data) >= max_line:
         skip_to = _skip_long_line(handle, offset + len(data))
     return lines, skip_to
 
@@ -174,13 +190,15 @@ def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] |
     iteration = obj.get("training_iteration")
     if not isinstance(iteration, int) or isinstance(iteration, bool):
         return "line has no integer training_iteration"
+    if not -MAX_INT <= iteration <= MAX_INT:
+        return "line's training_iteration is out of range"
     trial_id = obj.get("trial_id") if isinstance(obj.get("trial_id"), str) else trial_id_hint
     if not trial_id:
         return "line has no trial_id"
     return {
         "trial_id": trial_id[:255], "iteration": iteration, "at": _time(obj.get("timestamp")),
         "time_this_iter_s": _number(obj.get("time_this_iter_s")),
-        "pid": obj["pid"] if isinstance(obj.get("pid"), int) else None,
+        "pid": _pid(obj.get("pid")),
         "node_ip": _text(obj.get("node_ip")), "hostname": _text(obj.get("hostname")),
         "metrics": flatten_metrics(obj),
     }
@@ -219,8 +237,16 @@ def _line(parsed: dict[str, Any], attempt: int, start: int) -> ResultLine:
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
     return number if math.isfinite(number) else None
+
+
+def _pid(value: Any) -> int | None:
+    valid = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_INT
+    return value if valid else None
 
 
 def _time(value: Any) -> datetime | None:
@@ -302,6 +328,9 @@ def _add_event(steps: dict[int, dict[str, Any]], record: bytes, event_pb2: Any,
         return
     if not event.HasField("summary"):
         return
+    if not -MAX_INT <= event.step <= MAX_INT:
+        problems.append(ParseProblem(path, start, "TensorBoard step out of range"))
+        return
     item = steps.setdefault(event.step, {"at": None, "metrics": {}, "offset": start})
     item["at"] = _time(event.wall_time)
     for value in event.summary.value:
@@ -351,21 +380,90 @@ def read_error(path: Path, max_lines: int = 20) -> str | None:
     return "\n".join(lines) or None
 
 
-def read_experiment_state(exp_dir: Path) -> dict[str, TuneTrialState]:
+def newest_state_file(exp_dir: Path) -> Path | None:
     try:
-        newest = max(exp_dir.glob("experiment_state-*.json"), key=lambda p: p.name)
-        data = json.loads(newest.read_bytes())
+        return max(exp_dir.glob("experiment_state-*.json"), key=lambda p: p.name)
     except (ValueError, OSError):
-        return {}
+        return None
+
+
+def read_experiment_state(exp_dir: Path) -> dict[str, TuneTrialState]:
+    return _read_state(exp_dir)[0]
+
+
+def _read_state(exp_dir: Path) -> tuple[dict[str, TuneTrialState], str | None]:
+    """Each trial's state, and the search's metric (runner_data._metric)."""
+    try:
+        newest = newest_state_file(exp_dir)
+        if newest is None:
+            return {}, None
+        data = json.loads(newest.read_bytes())
+    except (ValueError, OSError, RecursionError):
+        return {}, None
     states: dict[str, TuneTrialState] = {}
     for pair in data.get("trial_data", []) if isinstance(data, dict) else []:
         try:
             trial, meta = json.loads(pair[0]), json.loads(pair[1])
             states[str(trial["trial_id"])] = TuneTrialState(
-                status=str(trial.get("status") or ""),
+                status=str(trial.get("status") or "")[:16],
                 num_failures=meta.get("num_failures"),
                 last_result_time=meta.get("last_result_time"),
             )
         except (ValueError, TypeError, KeyError, IndexError):
             continue
-    return states
+    return states, runner_metric(data)
+
+
+class TuneStates:
+    """Tune's experiment state per experiment dir, read again only when its newest
+    experiment_state-*.json changed: Tune rewrites it whole at every snapshot, and it can
+    be megabytes for 1,000 trials. Also the search's objective (collectors.tunesearch),
+    tuner.pkl read again only when it changed. The one reader for raywatch's own
+    collector and the node agent's."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[Any, Any]] = {}  # dir -> (state file stat, state)
+        self._tuners: dict[str, tuple[Any, Any]] = {}  # dir -> (tuner.pkl stat, objective)
+
+    def get(self, exp_dir: Path) -> dict[str, TuneTrialState]:
+        return self._state(exp_dir)[0]
+
+    def objective(self, exp_dir: Path) -> SearchObjective | None:
+        """The search's metric and mode, as far as its files say."""
+        return combine(self._tuner(exp_dir), self._state(exp_dir)[1])
+
+    def _state(self, exp_dir: Path) -> tuple[dict[str, TuneTrialState], str | None]:
+        newest = newest_state_file(exp_dir)
+        try:
+            key = (newest.name, newest.stat().st_mtime_ns) if newest else None
+        except OSError:
+            key = None
+        if key is None:
+            return {}, None
+        return _cached(self._cache, exp_dir, key, _read_state)
+
+    def _tuner(self, exp_dir: Path) -> SearchObjective | None:
+        try:
+            stat = (exp_dir / TUNER_FILE).stat()
+        except OSError:
+            return None
+        return _cached(self._tuners, exp_dir, (stat.st_size, stat.st_mtime_ns), read_tuner)
+
+    def changed_at(self, exp_dir: Path) -> float | None:
+        """When the newest state file was last written (epoch seconds), or None."""
+        newest = newest_state_file(exp_dir)
+        try:
+            return newest.stat().st_mtime if newest else None
+        except OSError:
+            return None
+
+
+def _cached(cache: dict[str, tuple[Any, Any]], exp_dir: Path, key: Any,
+            read: Callable[[Path], Any]) -> Any:
+    """read(exp_dir), read again only when `key` (a file's stat) changed."""
+    kept = cache.get(str(exp_dir))
+    if kept and kept[0] == key:
+        return kept[1]
+    value = read(exp_dir)
+    cache[str(exp_dir)] = (key, value)
+    return value

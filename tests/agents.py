@@ -21,7 +21,8 @@ from tests.served import NOT_INHERITED, ROOT, fake_gpu_spec
 def agent_env(url: str, token: str, tmp_path: Path, node: str, node_ip: str, gpus: int = 2,
               processes: list[tuple[int, int]] | None = None, **extra: str) -> dict[str, str]:
     """The environment of `make agent` on node `node`: raywatch's URL and the node's token,
-    no database, no broker."""
+    no database, no broker; a home and Ray temp dir of its own (empty), so it reads no
+    trial logs of this host but those a test gives it (RAYWATCH_LOG_DIRS)."""
     spec = fake_gpu_spec(tmp_path / f"{node}-gpus.json", node, gpus)
     if processes:
         import json
@@ -33,7 +34,11 @@ def agent_env(url: str, token: str, tmp_path: Path, node: str, node_ip: str, gpu
     return {**env, "RAYWATCH_URL": url, "RAYWATCH_AGENT_TOKEN": token,
             "RAYWATCH_NODE_IP": node_ip, "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
             "FAKE_NVML_SPEC": spec, "RAYWATCH_AGENT_SPOOL": str(tmp_path / f"{node}-spool"),
-            "RAYWATCH_POLL_GPU_S": "1", **extra}
+            "RAYWATCH_POLL_GPU_S": "1", "HOME": str(tmp_path / f"{node}-home"),
+            # Tests shrink time (a stall after 6 s, not 120 s): process facts every poll,
+            # not every 5 s, or a CPU % would still cover the steps before a hang.
+            "RAYWATCH_AGENT_PROCESSES_S": "1",
+            "RAYWATCH_RAY_TMP_DIR": str(tmp_path / f"{node}-home" / "ray"), **extra}
 
 
 @contextmanager

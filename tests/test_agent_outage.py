@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -21,9 +20,11 @@ from collectors.localray import free_port
 from tests import served
 from tests.agents import agent_env, running_agent
 from tests.conftest import wait_for
-from tests.served import api_get, embedded_env, manage, start_serve, stop_serve
+from tests.served import api_get, api_post, embedded_env, manage, start_serve, stop_serve
 
-OUTAGE_S = 10  # the issue says 60 s; the spool does not care how long, the suite does
+# raywatch is down this long: a minute on Postgres (the issue's figure, and longer than the
+# agent's 30 s backoff cap), 10 s on the embedded default (the spool does not care).
+OUTAGE_S = {"postgres": 60, "embedded": 10}
 NODE, NODE_IP = "gpu-b", "10.9.0.3"
 SAMPLES = """
 import json
@@ -67,14 +68,6 @@ def ray_worker_process() -> Iterator[subprocess.Popen[bytes]]:
     process.wait()
 
 
-def post(url: str, token: str, body: dict) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Authorization": f"Token {token}",
-                                              "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return json.loads(reply.read())
-
-
 def spooled(spool: Path) -> int:
     return len(list(spool.glob("*.batch.json")))
 
@@ -99,8 +92,9 @@ def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: 
 
             stop_serve(server, log)
             down_at = time.time()
-            time.sleep(OUTAGE_S)
-            assert spooled(spool) >= OUTAGE_S - 2  # it kept polling into its spool
+            outage_s = OUTAGE_S["postgres" if "DATABASE_URL" in env else "embedded"]
+            time.sleep(outage_s)
+            assert spooled(spool) >= outage_s - 2  # it kept polling into its spool
             server = start_serve(env, port, log)
             up_at = time.time()
             wait_for(lambda: spooled(spool) <= 1 and _gpus(url, api_token), 120, 0.5,
@@ -108,7 +102,7 @@ def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: 
 
             manage(env, "shell", "-c", TRIAL.format(pid=ray_worker_process.pid, node=NODE,
                                                      ip=NODE_IP))
-            action = post(f"{url}/api/trials/t_00001/terminate", api_token,
+            action = api_post(f"{url}/api/trials/t_00001/terminate", api_token,
                           {"reason": "hung on node B"})
             wait_for(lambda: ray_worker_process.poll() is not None, 60, 0.2,
                      "the agent to end the trial's process")

@@ -148,3 +148,75 @@ def test_a_report_over_the_size_limit_is_told_so(live_server_asgi: LiveServer) -
     url, token = live_server_asgi.url, issue("gpu-a")
     huge = [gpu_record(f"GPU-{i}", i, name="x" * 3000) for i in range(1000)]
     assert report(url, token, 1, huge).status == 413
+
+
+def _raw_report(url: str, token: str, body: bytes, encoding: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{url}/api/agent/v1/report", data=body, method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                 "Content-Encoding": encoding})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_gzip_reports_are_stored_and_bombs_refused(live_server_asgi: LiveServer) -> None:
+    import gzip
+    import json
+
+    url, token = live_server_asgi.url, issue("gpu-a")
+    assert "gzip" in call("GET", f"{url}/api/agent/v1/hello", token).body["encodings"]
+    at = wire.timestamp(timezone.now())
+    body = json.dumps({"version": wire.VERSION, "agent": {"version": "test"}, "batches": [
+        {"stream": "s1", "seq": 1, "at": at, "records": [
+            {"kind": wire.GPU_POLL, "at": at, "error": None, "problems": [],
+             "gpus": [gpu_record("GPU-a-0")]}]}]}).encode()
+    assert _raw_report(url, token, gzip.compress(body), "gzip") == 200
+    assert list(Gpu.objects.values_list("uuid", flat=True)) == ["GPU-a-0"]
+    # 4 MiB of spaces inflate past the 2 MiB limit: refused as too large, nothing kept.
+    bomb = gzip.compress(b"{" + b" " * (4 << 20) + b"}")
+    assert len(bomb) < 10_000
+    assert _raw_report(url, token, bomb, "gzip") == 413
+    assert _raw_report(url, token, b"not gzip at all", "gzip") == 400
+    assert _raw_report(url, token, body, "br") == 415
+    assert GpuSample.objects.count() == 1
+
+
+def test_the_agent_gzips_its_reports_once_hello_offers_it(  # type: ignore[no-untyped-def]
+        live_server_asgi: LiveServer, tmp_path: Path, monkeypatch) -> None:
+    from collectors.agent import main as agent_main
+    from collectors.agent.config import AgentConfig
+    from collectors.agent.spool import Spool
+
+    env = agent_env(live_server_asgi.url, issue("gpu-b"), tmp_path, "gpu-b", "10.9.0.3")
+    sent: list[dict] = []
+
+    def recording_call(*args, **kwargs):  # type: ignore[no-untyped-def]
+        reply = call(*args, **kwargs)
+        sent.append({"url": args[1], "gzip_over": args[5] if len(args) > 5 else
+                     kwargs.get("gzip_over"), "status": reply.status})
+        return reply
+
+    monkeypatch.setattr(agent_main, "call", recording_call)
+    agent = agent_main.Agent(AgentConfig.from_env(env), Spool(tmp_path / "spool", 1 << 20))
+    agent.spool.append([{"kind": wire.GPU_POLL, "at": wire.timestamp(timezone.now()),
+                         "error": None, "problems": [], "gpus": [gpu_record("GPU-b-0")]}],
+                       wire.timestamp(timezone.now()))
+    agent.spool.append([{"kind": wire.GPU_POLL, "at": wire.timestamp(timezone.now()),
+                         "error": None, "problems": [], "gpus": [gpu_record("GPU-b-0")]}],
+                       wire.timestamp(timezone.now()))
+    agent.per_request = 1
+    from collectors.agent.main import Backoff
+
+    assert agent.send_once(Backoff()) == 0.0  # before hello: plain JSON
+    agent._guard()
+    assert agent.send_once(Backoff()) == 0.0  # after: gzip over 1 KiB
+    reports = [s for s in sent if s["url"].endswith("/report")]
+    assert [(r["gzip_over"], r["status"]) for r in reports] == [(None, 200), (1024, 200)]
+    assert GpuSample.objects.filter(gpu__uuid="GPU-b-0").count() == 2
+    assert agent.send_once(Backoff()) is None  # the spool is empty

@@ -13,7 +13,7 @@ def test_only_the_urls_and_the_executor_import_the_agents_app() -> None:
                  if not mod.startswith("dashboard.agents")}
     assert {mod: names for mod, names in importers.items() if names} == {
         "dashboard.urls": {"dashboard.agents", "dashboard.agents.api",
-                           "dashboard.agents.views"},
+                           "dashboard.agents.coverage_api", "dashboard.agents.views"},
         "dashboard.actions.executor": {"dashboard.agents.remote"},
     }
 

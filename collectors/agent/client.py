@@ -4,6 +4,7 @@ protocol's word, not an error). Only an unreachable raywatch raises."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import urllib.error
 import urllib.request
@@ -14,6 +15,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from collectors.agent import AGENT_VERSION
+
+GZIP_LEVEL = 6  # a report of 8 GPUs, 50 workers and 50 trial lines: about 10x smaller
 
 
 class Unreachable(Exception):
@@ -33,16 +36,22 @@ class Reply:
         return f"HTTP {self.status}"
 
 
-def call(method: str, url: str, token: str, payload: Any = None, timeout: float = 10.0
-         ) -> Reply:
+def call(method: str, url: str, token: str, payload: Any = None, timeout: float = 10.0,
+         gzip_over: int | None = None) -> Reply:
+    """`gzip_over`: gzip a body longer than this many bytes (only once raywatch's hello
+    offered gzip)."""
     if urlparse(url).scheme not in ("http", "https"):
         raise Unreachable(f"refusing {url!r}: only http/https")
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
                "User-Agent": f"raywatch-agent/{AGENT_VERSION}"}
     data = None
-    if payload is not None:
-        data = json.dumps(payload, separators=(",", ":")).encode()
+    if payload is not None:  # bytes: JSON the caller encoded already
+        data = payload if isinstance(payload, bytes) else json.dumps(
+            payload, separators=(",", ":")).encode()
         headers["Content-Type"] = "application/json"
+        if gzip_over is not None and len(data) > gzip_over:
+            data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+            headers["Content-Encoding"] = "gzip"
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:

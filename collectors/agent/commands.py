@@ -1,7 +1,8 @@
 """Commands from raywatch, checked before anything is done: for this node, signed with
 this token's key, not expired, never seen before (ids kept on disk, so a replay after
-a restart is refused too), a signal the protocol allows, and a process that is still
-the one raywatch meant (same pid AND same start time: a reused pid is left alone)."""
+a restart is refused too), a kind the protocol allows (a signal it allows, or a py-spy
+dump of a stack), and a process that is still the one raywatch meant (same pid AND same
+start time: a reused pid is left alone)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from typing import Any
 
 import psutil
 
+from collectors import pystack
 from collectors.agent import wire
 
 SIGNALLED, GONE, REFUSED = "signalled", "gone", "refused"
+TAKEN, FAILED = "taken", "failed"  # a stack: dumped, or py-spy could not (and why)
 # psutil's create_time is boot time + start ticks: two readings of one process agree
 # to the tick; a different process started in the same tick is all this lets through.
 SAME_START_S = 0.02
@@ -27,7 +30,7 @@ KEEP_SEEN_S = 3600.0  # an id is remembered this long after its command expired
 
 @dataclass(frozen=True)
 class Outcome:
-    outcome: str  # SIGNALLED, GONE or REFUSED
+    outcome: str  # SIGNALLED, GONE or REFUSED; a stack: TAKEN, FAILED, GONE or REFUSED
     detail: str
 
 
@@ -63,26 +66,41 @@ class CommandGuard:
         return None
 
 
-def carry_out(command: dict[str, Any]) -> Outcome:
-    """Send the signal a checked command asks for, to the process it names."""
-    if command.get("kind") != "signal":
-        return Outcome(REFUSED, f"unknown command kind {command.get('kind')!r}")
+def carry_out(command: dict[str, Any], py_spy: str | None = None) -> Outcome:
+    """Do what a checked command asks (a signal, or a stack dump) to the process it names,
+    if that process is still the one raywatch meant."""
+    kind = command.get("kind")
+    if kind not in wire.COMMAND_KINDS:
+        return Outcome(REFUSED, f"unknown command kind {kind!r}")
     payload = command.get("payload") or {}
-    pid, name, started = payload.get("pid"), payload.get("signal"), payload.get("create_time")
-    if name not in wire.SIGNALS:
-        return Outcome(REFUSED, f"signal {name!r} is not one an agent sends")
+    if kind == wire.SIGNAL and payload.get("signal") not in wire.SIGNALS:
+        return Outcome(REFUSED, f"signal {payload.get('signal')!r} is not one an agent sends")
+    pid = payload.get("pid")
+    refused = same_process(pid, payload.get("create_time"))
+    if refused is not None:
+        return refused
+    if kind == wire.STACK:
+        return take_stack(pid, py_spy)
+    return send_signal(pid, payload["signal"])
+
+
+def same_process(pid: Any, started: Any) -> Outcome | None:
+    """None when `pid` is still the process that started at `started`; else what to say."""
     if not isinstance(pid, int) or pid <= 1 or not isinstance(started, (int, float)):
         return Outcome(REFUSED, "the command names no pid and start time")
     try:
-        process = psutil.Process(pid)
-        now_started = process.create_time()
+        now_started = psutil.Process(pid).create_time()
     except psutil.NoSuchProcess:
         return Outcome(GONE, f"no process {pid} on this node: it has ended")
     except psutil.Error as exc:
         return Outcome(REFUSED, f"cannot read process {pid}: {exc}")
     if abs(now_started - started) > SAME_START_S:
         return Outcome(GONE, f"pid {pid} now belongs to another process (started "
-                             f"{now_started:.2f}, not {started:.2f}): not signalled")
+                             f"{now_started:.2f}, not {started:.2f}): left alone")
+    return None
+
+
+def send_signal(pid: int, name: str) -> Outcome:
     try:
         os.kill(pid, getattr(signal, name))
     except ProcessLookupError:
@@ -90,6 +108,13 @@ def carry_out(command: dict[str, Any]) -> Outcome:
     except PermissionError:
         return Outcome(REFUSED, f"the agent (uid {os.getuid()}) may not signal process {pid}")
     return Outcome(SIGNALLED, f"{name} sent to pid {pid} (start time verified)")
+
+
+def take_stack(pid: int, py_spy: str | None) -> Outcome:
+    dump = pystack.dump_stack(pid, py_spy)
+    if dump.text is None:
+        return Outcome(FAILED, dump.reason or "py-spy gave no stack")
+    return Outcome(TAKEN, dump.text)
 
 
 def _load(path: Path) -> dict[str, float]:

@@ -28,8 +28,14 @@ class AgentConfig:
     poll_s: float
     gpu_source: str
     nvml_module: str
-    log_dirs: tuple[Path, ...]  # reserved for trial logs (issue 13, a later piece)
+    log_dirs: tuple[Path, ...]  # Tune/TensorBoard roots besides the default ones
     timeout_s: float
+    py_spy: str | None = None  # py-spy for stacks; None: beside this Python, else on PATH
+    ray_tmp_dir: Path = Path("/tmp/ray")  # every Ray session's live driver_artifacts
+    poll_logs_s: float = 1.0
+    log_quiet_s: float = 60.0
+    log_rescan_s: float = 300.0
+    processes_s: float = 5.0  # between process snapshots (every GPU poll after a signal)
 
     @property
     def api(self) -> str:
@@ -55,10 +61,21 @@ class AgentConfig:
             poll_s=_number(env, "RAYWATCH_POLL_GPU_S", 1.0, 0.2),
             gpu_source=gpu_source,
             nvml_module=module,
-            log_dirs=tuple(Path(p).expanduser() for p in
-                           env.get("RAYWATCH_LOG_DIRS", "").split(":") if p),
+            log_dirs=log_dirs(env.get("RAYWATCH_LOG_DIRS", "")),
+            ray_tmp_dir=Path(env.get("RAYWATCH_RAY_TMP_DIR") or "/tmp/ray").expanduser(),
+            poll_logs_s=_number(env, "RAYWATCH_POLL_LOGS_S", 1.0, 0.2),
+            log_quiet_s=_number(env, "RAYWATCH_LOG_QUIET_S", 60.0, 0),
+            log_rescan_s=_number(env, "RAYWATCH_LOG_RESCAN_S", 300.0, 1),
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
+            py_spy=env.get("RAYWATCH_PY_SPY") or None,
+            processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),
         )
+
+
+def log_dirs(value: str) -> tuple[Path, ...]:
+    """RAYWATCH_LOG_DIRS: directories separated by os.pathsep (":") or commas."""
+    parts = value.replace(",", os.pathsep).split(os.pathsep)
+    return tuple(Path(p.strip()).expanduser() for p in parts if p.strip())
 
 
 def _url(value: str) -> str:

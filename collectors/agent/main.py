@@ -1,9 +1,12 @@
-"""The agent's three loops: collect (every RAYWATCH_POLL_GPU_S, into the spool), send
-(oldest batch first, backing off as raywatch says) and commands (a long-poll)."""
+"""The agent's loops: collect GPUs and processes (every RAYWATCH_POLL_GPU_S, into the
+spool), trial logs (every RAYWATCH_POLL_LOGS_S, into the same spool), send (oldest batch
+first, backing off as raywatch says) and commands (a long-poll)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import random
 import signal
@@ -11,6 +14,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
@@ -18,9 +22,12 @@ from collectors.agent import AGENT_VERSION, wire
 from collectors.agent.client import Reply, Unreachable, call
 from collectors.agent.commands import CommandGuard, Outcome, carry_out
 from collectors.agent.config import AgentConfig, ConfigError
+from collectors.agent.cursors import CursorStore
 from collectors.agent.spool import Spool, SpoolBusy
+from collectors.agent.trial_logs import TrialLogCollector
 from collectors.hostinfo import host_name, node_ip_address
 from collectors.http import SourceError
+from collectors.logscan import default_log_dirs
 from collectors.nvml import NvmlSource, load_nvml_module
 from collectors.procstat import ProcessWatcher, with_ancestors
 from collectors.records import GpuPoll
@@ -29,6 +36,10 @@ log = logging.getLogger("raywatch.agent")
 WAIT_S = 25  # the commands long-poll; the server holds it at most this long
 BACKOFF_CAP_S = 30.0
 TOKEN_REFUSED_WAIT_S = 60.0
+FAST_FOR_S = 30.0  # process snapshots at every poll this long after a signal
+GZIP_OVER_BYTES = 1024  # smaller reports go as they are
+IDLE_CHECK_S = 5.0  # an empty spool's sender also looks this often (stop, missed wake-up)
+STACKS_AT_ONCE = 2  # py-spy dumps run beside the command loop: a signal never waits on one
 
 
 class GpuSource(Protocol):
@@ -60,6 +71,11 @@ class Agent:
         self.node_ip = config.node_ip or node_ip_address()
         self.per_request = wire.MAX_BATCHES
         self.gpu_error: str | None = None
+        self.stack_slots = threading.BoundedSemaphore(STACKS_AT_ONCE)
+        self.trial_log_error: str | None = None
+        self.gzip = False  # reports go gzipped once raywatch's hello offers it
+        self.processes_at = -math.inf  # when the last process snapshot was taken
+        self.fast_until = -math.inf  # process snapshots at every poll until then
 
     # --- collect --------------------------------------------------------------------------
     def collect_forever(self) -> None:
@@ -70,6 +86,15 @@ class Agent:
             self.spool.append(self.collect(source, watcher), wire.timestamp(_now()))
             due = max(due + self.config.poll_s, time.monotonic())
             self.stop.wait(due - time.monotonic())
+
+    def processes_due(self) -> bool:
+        """A process snapshot every RAYWATCH_AGENT_PROCESSES_S (5 s), or at every poll
+        for FAST_FOR_S after a signal: raywatch then sees its process leave at once."""
+        now = time.monotonic()
+        if now < self.fast_until or now - self.processes_at >= self.config.processes_s:
+            self.processes_at = now
+            return True
+        return False
 
     def collect(self, source: GpuSource | None, watcher: ProcessWatcher) -> list[dict]:
         at = _now()
@@ -86,7 +111,8 @@ class Agent:
                     log.warning("GPUs: %s", exc.message)
                 self.gpu_error = exc.message
                 records.append(wire.encode_gpu_poll(None, at, exc.message))
-        records.append(wire.encode_processes(watcher.read(gpu_pids), at))
+        if self.processes_due():
+            records.append(wire.encode_processes(watcher.read(gpu_pids), at))
         return records
 
     def _gpu_source(self) -> GpuSource | None:
@@ -99,19 +125,55 @@ class Agent:
             return _Missing(exc.message)
         return NvmlSource(module, node=node, simulated=self.config.gpu_source == "simulated")
 
+    # --- trial logs -----------------------------------------------------------------------
+    def trial_logs_forever(self) -> None:
+        collector: TrialLogCollector | None = None
+        due = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                try:
+                    collector = collector or self.trial_log_collector()
+                    collector.poll()
+                    self.trial_log_error = None
+                except Exception as exc:  # the loop goes on; the next poll retries
+                    message = f"{type(exc).__name__}: {exc}"
+                    if message != self.trial_log_error:
+                        log.warning("trial logs: %s", message)
+                    self.trial_log_error = message
+                due = max(due + self.config.poll_logs_s, time.monotonic())
+                self.stop.wait(due - time.monotonic())
+        finally:
+            if collector is not None:
+                collector.store.close()
+
+    def trial_log_collector(self) -> TrialLogCollector:
+        store = CursorStore(self.config.spool_dir / "trial-logs.sqlite3")
+        return TrialLogCollector(self.log_roots, self.spool, store, self.config.log_quiet_s,
+                                 self.config.log_rescan_s)
+
+    def log_roots(self) -> list[Path]:
+        roots = default_log_dirs(Path.home(), self.config.ray_tmp_dir)
+        return [*roots, *(d for d in self.config.log_dirs if d not in roots)]
+
     # --- send -----------------------------------------------------------------------------
     def send_forever(self) -> None:
         backoff = Backoff()
         while not self.stop.is_set():
-            self.stop.wait(self.send_once(backoff))
+            self.spool.appended.clear()  # cleared before looking: no append is missed
+            wait = self.send_once(backoff)
+            if wait is None:  # nothing spooled: sleep until something is
+                self.spool.appended.wait(IDLE_CHECK_S)
+            else:
+                self.stop.wait(wait)
 
-    def send_once(self, backoff: Backoff) -> float:
-        """Send the oldest batches; how long to wait before the next try."""
-        batches = self.spool.oldest(self.per_request, wire.MAX_BODY_BYTES // 2)
+    def send_once(self, backoff: Backoff) -> float | None:
+        """Send the oldest batches; how long to wait before the next try (None: the
+        spool is empty)."""
+        batches = self.spool.oldest_raw(self.per_request, wire.MAX_BODY_BYTES // 2)
         if not batches:
-            return min(0.2, self.config.poll_s)
+            return None
         try:
-            reply = self._post_report(batches)
+            reply = self._post_report([raw for _, raw in batches])
         except Unreachable as exc:
             wait = backoff.next()
             log.warning("%s; %d batches spooled, next try in %.0f s", exc,
@@ -119,14 +181,18 @@ class Agent:
             return wait
         return self._after_report(reply, batches, backoff)
 
-    def _post_report(self, batches: list[dict]) -> Reply:
-        body = {"version": wire.VERSION, "batches": batches, "agent": {
-            "version": AGENT_VERSION, "node": self.config.node_name, "node_ip": self.node_ip,
-            "hostname": host_name(), "spool": self.spool.stats()}}
+    def _post_report(self, batches: list[bytes]) -> Reply:
+        """The body is assembled from the batches as spooled (valid JSON each)."""
+        agent = {"version": AGENT_VERSION, "node": self.config.node_name,
+                 "node_ip": self.node_ip, "hostname": host_name(), "spool": self.spool.stats()}
+        body = b"".join([b'{"version":', str(wire.VERSION).encode(), b',"batches":[',
+                         b",".join(batches), b'],"agent":',
+                         json.dumps(agent, separators=(",", ":")).encode(), b"}"])
         return call("POST", f"{self.config.api}report", self.config.token, body,
-                    self.config.timeout_s)
+                    self.config.timeout_s, GZIP_OVER_BYTES if self.gzip else None)
 
-    def _after_report(self, reply: Reply, batches: list[dict], backoff: Backoff) -> float:
+    def _after_report(self, reply: Reply, batches: list[tuple[int, bytes]],
+                      backoff: Backoff) -> float:
         if reply.status == 200:
             backoff.reset()
             body = reply.body or {}
@@ -173,6 +239,7 @@ class Agent:
         if reply.status != 200:
             raise Unreachable(f"hello answered {reply.status}: {reply.detail}")
         self.node = str(reply.body["node"])
+        self.gzip = "gzip" in (reply.body.get("encodings") or ())
         if self.config.node_name and self.config.node_name != self.node:
             log.error("RAYWATCH_NODE_NAME=%s but the token is for node %s: stopping",
                       self.config.node_name, self.node)
@@ -191,16 +258,40 @@ class Agent:
             return backoff.next(reply.retry_after)
         backoff.reset()
         for command in (reply.body or {}).get("commands", []):
-            self.handle(guard, command)
+            if command.get("kind") == wire.STACK:
+                self.handle_beside(guard, command)
+            else:
+                self.handle(guard, command)
         return 0.0
 
     def handle(self, guard: CommandGuard, command: dict) -> Outcome:
         refused = guard.check(command, _now())
-        outcome = Outcome("refused", refused) if refused else carry_out(command)
+        outcome = (Outcome("refused", refused) if refused
+                   else carry_out(command, self.config.py_spy))
+        if command.get("kind") == wire.SIGNAL and outcome.outcome != "refused":
+            self.fast_until = time.monotonic() + FAST_FOR_S
+        shown = outcome.detail if outcome.outcome != "taken" else \
+            f"{len(outcome.detail)} characters"
         log.warning("command %s (%s %s): %s: %s", command.get("id"), command.get("kind"),
-                    command.get("payload"), outcome.outcome, outcome.detail)
+                    command.get("payload"), outcome.outcome, shown)
         self._post_result(command, outcome)
         return outcome
+
+    def handle_beside(self, guard: CommandGuard, command: dict) -> None:
+        """A stack takes py-spy up to its timeout: in a thread of its own, a few at once."""
+        if not self.stack_slots.acquire(blocking=False):
+            refused = guard.check(command, _now()) or (
+                f"the agent is taking {STACKS_AT_ONCE} stacks already; ask again shortly")
+            self._post_result(command, Outcome("refused", refused))
+            return
+
+        def run() -> None:
+            try:
+                self.handle(guard, command)
+            finally:
+                self.stack_slots.release()
+
+        threading.Thread(target=run, name=f"stack-{command.get('id')}", daemon=True).start()
 
     def _post_result(self, command: dict, outcome: Outcome) -> None:
         """A result matters (an action waits for it): retried while the command lives."""
@@ -222,7 +313,12 @@ class Agent:
         loops = [self.send_forever, self.commands_forever]
         for loop in loops:
             threading.Thread(target=loop, name=loop.__name__, daemon=True).start()
+        # Not a daemon: a poll in progress ends with its records spooled and its cursors
+        # saved, so a stopped agent resends nothing.
+        trial_logs = threading.Thread(target=self.trial_logs_forever, name="trial_logs")
+        trial_logs.start()
         self.collect_forever()
+        trial_logs.join()
 
 
 class _Missing:

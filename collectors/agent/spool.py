@@ -30,6 +30,7 @@ class Spool:
         self.root = root
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self.appended = threading.Event()  # set by every append: the sender waits on it
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._hold = (root / "lock").open("w")
         try:
@@ -47,22 +48,36 @@ class Spool:
 
     def append(self, records: list[dict[str, Any]], at: str) -> int:
         """Write one batch; returns its seq. Drops the oldest batches past the cap."""
+        return self.append_encoded([json.dumps(r, separators=(",", ":")) for r in records], at)
+
+    def append_encoded(self, records: list[str], at: str) -> int:
+        """append(), for records already encoded as JSON (a caller that measured them)."""
         with self._lock:
             seq = self.next_seq
-            body = json.dumps({"stream": self.stream, "seq": seq, "at": at, "records": records},
-                              separators=(",", ":")).encode()
+            head = json.dumps({"stream": self.stream, "seq": seq, "at": at},
+                              separators=(",", ":"))
+            body = f'{head[:-1]},"records":[{",".join(records)}]}}'.encode()
+            # The seq is taken for good before its batch exists: a crash in between must
+            # not hand it to a later batch (raywatch would call that one a duplicate).
+            self.next_seq += 1
+            self._save_state()
             _write_atomically(self._path(seq), body)
             self._sizes[seq] = len(body)
-            self.next_seq += 1
-            self._trim()
-            self._save_state()
-            return seq
+            if self._trim():
+                self._save_state()
+        self.appended.set()
+        return seq
 
     def oldest(self, limit: int, max_bytes: int) -> list[dict[str, Any]]:
         """Up to `limit` batches, oldest first, together under `max_bytes` (at least one)."""
+        return [json.loads(raw) for _, raw in self.oldest_raw(limit, max_bytes)]
+
+    def oldest_raw(self, limit: int, max_bytes: int) -> list[tuple[int, bytes]]:
+        """oldest() as (seq, the batch's JSON as stored): what a report body is made of,
+        without decoding and encoding every record again."""
         with self._lock:
             seqs = sorted(self._sizes)[:limit]
-        batches: list[dict[str, Any]] = []
+        batches: list[tuple[int, bytes]] = []
         total = 0
         for seq in seqs:
             try:
@@ -72,7 +87,7 @@ class Spool:
             if batches and total + len(raw) > max_bytes:
                 break
             total += len(raw)
-            batches.append(json.loads(raw))
+            batches.append((seq, raw))
         return batches
 
     def remove(self, seqs: list[int], rejected: bool = False) -> None:
@@ -93,13 +108,16 @@ class Spool:
         with contextlib.suppress(OSError):
             self._hold.close()
 
-    def _trim(self) -> None:
+    def _trim(self) -> bool:
+        """Drop the oldest batches past max_bytes; True when some were dropped."""
         total = sum(self._sizes.values())
+        dropped = self.dropped
         while total > self.max_bytes and len(self._sizes) > 1:
             seq = min(self._sizes)
             total -= self._sizes.pop(seq)
             self._path(seq).unlink(missing_ok=True)
             self.dropped += 1
+        return self.dropped != dropped
 
     def _path(self, seq: int) -> Path:
         return self.root / f"{seq:012d}{SUFFIX}"

@@ -1,8 +1,9 @@
 """The agent protocol's JSON (docs/agent-protocol.md), both ways: what the agent sends
 and what the server reads back into typed records, strictly. Pure; no Django.
 
-A record is a dict with a `kind`. Version 1 knows `gpu_poll` and `processes`; other
-kinds (`trial_log` is reserved) are left to the server to skip and count.
+A record is a dict with a `kind`. Version 1 knows `gpu_poll`, `processes` and
+`trial_log` (its own module, trialwire.py); other kinds are left to the server to skip
+and count.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from collectors import pystack
 from collectors.records import GpuPoll, GpuProcessRecord, GpuSampleRecord, ProcessFact
 
 VERSION = 1
 GPU_POLL, PROCESSES, TRIAL_LOG = "gpu_poll", "processes", "trial_log"
-KINDS = (GPU_POLL, PROCESSES)  # what version 1 stores; TRIAL_LOG is reserved
-SIGNALS = ("SIGTERM", "SIGKILL")  # all a command may ask for
+KINDS = (GPU_POLL, PROCESSES, TRIAL_LOG)  # what version 1 stores
+SIGNAL, STACK = "signal", "stack"
+COMMAND_KINDS = (SIGNAL, STACK)  # what a command may ask: a signal, or a py-spy dump
+SIGNALS = ("SIGTERM", "SIGKILL")  # all a signal command may send
+MAX_DETAIL_CHARS = 2000  # a command's result detail; a stack's may be as long as this:
+MAX_STACK_CHARS = pystack.MAX_CHARS + 100  # (the dump, and the line that says it was cut)
 MAX_BATCHES = 64  # per report request
 MAX_BODY_BYTES = 2 * 1024 * 1024  # per request; Django's default upload limit is 2.5 MiB
 # GpuSampleRecord fields that are the poll's, not the GPU's.

@@ -5,11 +5,11 @@ accepts a node token. The commands long-poll is async: a waiting agent holds no 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from functools import cache, wraps
 from typing import Any
@@ -86,8 +86,22 @@ def authenticate(request: HttpRequest) -> NodeToken:
 
 
 def json_body(request: HttpRequest) -> Any:
+    """The request's JSON; a gzip body (Content-Encoding: gzip, which hello offers) is
+    inflated up to MAX_BODY_BYTES, past which it is 413 like a plain body."""
+    raw = request.body
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            raw = inflate.decompress(raw, wire.MAX_BODY_BYTES + 1)
+        except zlib.error:
+            raise ApiError("the body is not valid gzip") from None
+        if len(raw) > wire.MAX_BODY_BYTES or inflate.unconsumed_tail:
+            raise RequestDataTooBig("inflated body too large")
+    elif encoding != "identity":
+        raise ApiError(f"Content-Encoding {encoding!r}: only gzip", 415)
     try:
-        return json.loads(request.body)
+        return json.loads(raw)
     except ValueError:
         raise ApiError("the body is not JSON") from None
 
@@ -97,7 +111,8 @@ def json_body(request: HttpRequest) -> Any:
 def hello(request: HttpRequest, token: NodeToken) -> JsonResponse:
     return answer({"node": token.node, "node_ip": token.node_ip or None,
                    "server_time": wire.timestamp(timezone.now()),
-                   "report_every_s": settings.POLL_GPU_S, "command_wait_max_s": WAIT_MAX_S})
+                   "report_every_s": settings.POLL_GPU_S, "command_wait_max_s": WAIT_MAX_S,
+                   "encodings": ["gzip"]})
 
 
 @require_POST
@@ -175,5 +190,14 @@ async def _woken(layer: Any, channel: str | None, timeout: float) -> None:
     if layer is None or channel is None:
         await asyncio.sleep(timeout)
         return
-    with contextlib.suppress(TimeoutError):
+    try:
         await asyncio.wait_for(layer.receive(channel), timeout)
+    except TimeoutError:
+        pass
+    except Exception as exc:
+        # A wake-up is only a shortcut: the loop looks in the database every RECHECK_S
+        # anyway, so a channel layer error (seen: redis "Timeout reading") costs the agent
+        # nothing but that delay, and must not end its long-poll with a 500.
+        log.warning("agent commands: the channel layer failed (%s); checking the database "
+                    "every %.0f s", exc, RECHECK_S)
+        await asyncio.sleep(timeout)

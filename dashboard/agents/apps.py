@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class AgentsConfig(AppConfig):
     name = "dashboard.agents"
     label = "agents"
+
+    def ready(self) -> None:
+        from dashboard.agents.trialprobes import agent_activity, agent_stack
+        from dashboard.trials.probes import register_activity, register_stack
+
+        # A node's own agent sees its processes best: asked before Ray and raywatch's host.
+        register_activity(10, "the node's raywatch agent", agent_activity)
+        register_stack(10, "the node's raywatch agent", agent_stack)

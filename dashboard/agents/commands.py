@@ -17,7 +17,7 @@ from dashboard.agents.models import AgentCommand, NodeToken
 from dashboard.core.errors import ApiError
 from dashboard.core.push import publish
 
-OUTCOMES = ("signalled", "gone", "refused")
+OUTCOMES = ("signalled", "gone", "refused", "taken", "failed")
 HAND_OUT_AT_MOST = 20
 
 
@@ -30,9 +30,19 @@ def create_signal(entry: AuditEntry | None, node: str, pid: int, signal_name: st
                   create_time: float, now: datetime) -> AgentCommand:
     if signal_name not in wire.SIGNALS:
         raise ValueError(f"an agent sends {', '.join(wire.SIGNALS)} only")
+    return _create(node, AgentCommand.SIGNAL, entry, now,
+                   {"pid": pid, "signal": signal_name, "create_time": create_time})
+
+
+def create_stack(node: str, pid: int, create_time: float, now: datetime) -> AgentCommand:
+    """Ask the node's agent for a py-spy dump of `pid` (the process that started then)."""
+    return _create(node, AgentCommand.STACK, None, now, {"pid": pid, "create_time": create_time})
+
+
+def _create(node: str, kind: str, entry: AuditEntry | None, now: datetime,
+            payload: dict[str, Any]) -> AgentCommand:
     command = AgentCommand.objects.create(
-        node=node, kind=AgentCommand.SIGNAL, audit_entry=entry, nonce=secrets.token_hex(16),
-        payload={"pid": pid, "signal": signal_name, "create_time": create_time},
+        node=node, kind=kind, audit_entry=entry, nonce=secrets.token_hex(16), payload=payload,
         created_at=now, expires_at=now + timedelta(seconds=settings.AGENT_COMMAND_TTL_S))
     publish(wake_group(node), "command", {"id": command.pk})  # after commit
     return command
@@ -72,8 +82,10 @@ def take_result(token: NodeToken, pk: int, body: Any, now: datetime) -> AgentCom
             raise ApiError("the nonce does not match the command's", 400)
         if command.fetched_at is None:
             raise ApiError(f"command {pk} was not handed out", 409)
+        longest = (wire.MAX_STACK_CHARS if command.kind == AgentCommand.STACK
+                   else wire.MAX_DETAIL_CHARS)
         if not AgentCommand.objects.filter(pk=pk, done_at=None).update(
-                done_at=now, outcome=outcome, result=detail[:2000]):
+                done_at=now, outcome=outcome, result=detail[:longest]):
             raise ApiError(f"command {pk} already has its result", 409)
     command.refresh_from_db()
     return command

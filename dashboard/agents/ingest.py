@@ -1,8 +1,11 @@
 """Store one agent report (docs/agent-protocol.md): check it all, then store each new
-batch once, in one transaction. A token reports its own node only."""
+batch once, in one transaction. A token reports its own node only. Trial logs go
+through the trials app's store (the path raywatch's own log reader takes) and are
+pushed to the pages once stored."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,12 +15,17 @@ from django.conf import settings
 from django.db import transaction
 
 from collectors.agent import wire
-from collectors.records import GpuPoll, ProcessFact
+from collectors.agent.trialwire import decode_trial_log
+from collectors.records import GpuPoll, ProcessFact, TrialUpdate
 from dashboard.agents.models import AgentStream, NodeProcess, NodeToken
 from dashboard.core.errors import ApiError
 from dashboard.core.health import record as record_health
 from dashboard.gpus.ingest import ingest_gpu_poll
 from dashboard.gpus.models import Agent, Gpu
+from dashboard.trials.push import push_updates
+from dashboard.trials.store import IngestStats, store_updates
+
+log = logging.getLogger("raywatch.agents")
 
 
 class BatchRefused(ApiError):
@@ -35,6 +43,7 @@ class Batch:
     seq: int
     polls: list[tuple[GpuPoll, str | None]] = field(default_factory=list)
     snapshots: list[tuple[datetime, tuple[ProcessFact, ...]]] = field(default_factory=list)
+    trial_logs: list[TrialUpdate] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
 
 
@@ -58,7 +67,9 @@ def ingest_report(token: NodeToken, body: Any, now: datetime) -> dict[str, Any]:
         new = [b for b in batches if b.seq in stored]
         _store_polls(token, agent, [p for b in new for p in b.polls], now)
         _store_processes(token, [s for b in new for s in b.snapshots])
+        trials = store_updates([u for b in new for u in b.trial_logs], now)
         _save_seqs(token, last, now)
+    _push(trials)
     return {"version": wire.VERSION, "node": token.node, "stored": stored,
             "duplicate": duplicate, "skipped": dict(skipped)}
 
@@ -119,6 +130,8 @@ def _decode_record(node: str, item: Any, batch: Batch) -> None:
         batch.polls.append(wire.decode_gpu_poll(item, node))
     elif kind == wire.PROCESSES:
         batch.snapshots.append(wire.decode_processes(item))
+    elif kind == wire.TRIAL_LOG:
+        batch.trial_logs.append(decode_trial_log(item, node))
     elif isinstance(kind, str) and kind:
         batch.skipped[kind[:40]] += 1  # a newer agent's kind: acknowledged, counted
     else:
@@ -200,3 +213,13 @@ def _store_processes(token: NodeToken, snapshots: list[tuple[datetime, tuple]]) 
                        "rss_bytes", "threads"])
     NodeToken.objects.filter(pk=token.pk).update(processes_at=at)
     token.processes_at = at
+
+
+def _push(stats: IngestStats) -> None:
+    """Stored already: a push that fails loses a live update, not the results."""
+    if not stats.changed_trials:
+        return
+    try:
+        push_updates(stats)
+    except Exception as exc:  # the page catches up at its next load or poll push
+        log.warning("trial push after an agent report failed: %s", exc)

@@ -59,11 +59,11 @@ class AgentCommand(models.Model):
     that wanted it. Handed out once, before it expires; its result is taken once."""
 
     PENDING, FETCHED, DONE, EXPIRED = "pending", "fetched", "done", "expired"
-    SIGNAL = "signal"
+    SIGNAL, STACK = "signal", "stack"
 
     node = models.CharField(max_length=200)
     kind = models.CharField(max_length=32, default=SIGNAL)
-    payload = models.JSONField()  # signal: {"pid", "signal", "create_time"}
+    payload = models.JSONField()  # signal: {"pid", "signal", "create_time"}; stack: no signal
     audit_entry = models.ForeignKey("actions.AuditEntry", null=True, blank=True,
                                     on_delete=models.PROTECT, related_name="+")
     nonce = models.CharField(max_length=32)
@@ -73,8 +73,9 @@ class AgentCommand(models.Model):
     fetched_by = models.ForeignKey(NodeToken, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     done_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=16, blank=True, default="")  # signalled/gone/refused
-    result = models.TextField(blank=True, default="")  # what the agent said
+    # signalled/gone/refused; a stack: taken/failed/gone/refused
+    outcome = models.CharField(max_length=16, blank=True, default="")
+    result = models.TextField(blank=True, default="")  # what the agent said (a stack: the dump)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -1,0 +1,350 @@
+"""The agent's trial-log collector: the Tune (and TensorBoard) directories on this node,
+read as raywatch's own collector reads them (collectors.logscan, collectors.tunelogs),
+sent as `trial_log` records through the spool.
+
+- Roots: ~/ray_results, every Ray session's live staging area under the Ray temp dir
+  (collectors.logscan.default_log_dirs), and RAYWATCH_LOG_DIRS.
+- Cursors live in the spool dir (cursors.py) and advance only once the records that
+  carry the lines are in the spool, so a restart neither loses nor resends lines (a
+  crash between the two resends one poll's lines; raywatch stores a result once).
+- A first read of a long history goes out in batches of about BATCH_BYTES, at most
+  POLL_BYTES a poll, and waits while the spool is filling (raywatch is behind or down):
+  the files keep what is not read yet, the spool is for what is.
+- Settling: a trial dir quiet for a while stops being watched once it is finished by
+  Tune's experiment state or its error.txt (no database here); the LogScanner's slow
+  rescan still visits it. A poll costs what changed, not the history on disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from collectors.agent import wire
+from collectors.agent.cursors import CursorStore, FileState, TrialSent
+from collectors.agent.spool import Spool
+from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
+from collectors.logscan import LogScanner, TrialDir
+from collectors.records import TrialUpdate
+from collectors.tunelogs import (
+    MAX_LINE_BYTES,
+    ParseProblem,
+    TailResult,
+    TuneStates,
+    TuneTrialState,
+    read_error,
+    read_params,
+    tail_result_json,
+    tail_tb_events,
+)
+from collectors.tunesearch import SearchObjective
+
+log = logging.getLogger("raywatch.agent.trial_logs")
+CHUNK_BYTES = 256 << 10  # one read of one file
+BATCH_BYTES = 256 << 10  # a spooled batch of trial_log records, about
+MAX_RECORD_BYTES = wire.MAX_BODY_BYTES * 3 // 4  # split a record's results past this
+MAX_PARAMS_BYTES = 256 << 10
+POLL_BYTES = 8 << 20  # read a poll at most: a long history takes several polls
+SPOOL_SHARE = 4  # read nothing more while the spool is over a quarter full
+STALE_QUIET = 10  # quiet this many times quiet_after_s, finished or not: settled
+FINISHED = ("TERMINATED", "ERROR")
+NO_TENSORBOARD = ("TensorBoard event files here, but the tensorboard package is not "
+                  "installed for the agent (pip install tensorboard): not read")
+
+
+@dataclass
+class PollStats:
+    records: int = 0
+    batches: int = 0
+    bytes_read: int = 0
+    checked: int = 0  # trial dirs statted by the scan
+    known: int = 0
+    backlog: int = 0  # trial dirs with more to read at the next poll
+
+
+class TrialLogCollector:
+    def __init__(self, roots: Callable[[], list[Path]], spool: Spool, store: CursorStore,
+                 quiet_after_s: float = 60.0, rescan_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.roots = roots
+        self.spool = spool
+        self.store = store
+        self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock)
+        self.wall = wall
+        self.files, self.sent = store.load()
+        self.backlog: dict[Path, TrialDir] = {}
+        self.states = TuneStates()
+        self.poll_states: dict[Path, dict[str, TuneTrialState]] = {}  # this poll's reads
+        self.poll_searches: dict[Path, SearchObjective | None] = {}
+        self.tensorboard = importlib.util.find_spec("tensorboard") is not None
+
+    # --- one poll --------------------------------------------------------------------------
+    def poll(self) -> PollStats:
+        self.poll_states, self.poll_searches = {}, {}
+        self.scanner.roots = self.roots()
+        self._settle()
+        scan = self.scanner.scan()
+        work = {**self.backlog, **{d.path: d for d in scan.trial_dirs}}
+        self.backlog = {}
+        out = _Pending(self)
+        try:
+            for trial_dir in work.values():
+                if out.exhausted():
+                    self.backlog[trial_dir.path] = trial_dir
+                else:
+                    self._read(trial_dir, out)
+            self._statuses(scan.state_dirs, set(work), out)
+            out.flush()
+        except BaseException:
+            self.backlog.update(work)  # what was spooled is skipped by its cursors
+            self.scanner.retry(scan)
+            raise
+        return PollStats(out.records_total, out.batches, out.read_bytes, scan.checked,
+                         scan.known, len(self.backlog))
+
+    def spool_full(self) -> bool:
+        return self.spool.stats()["bytes"] > self.spool.max_bytes // SPOOL_SHARE
+
+    # --- one trial dir ---------------------------------------------------------------------
+    def _read(self, trial_dir: TrialDir, out: _Pending) -> None:
+        base = TrialUpdate.about(trial_dir)
+        for name in trial_dir.result_files:
+            self._tail(trial_dir, base, Path(name), out)
+        if trial_dir.event_files and not self.tensorboard:
+            self._say_once(trial_dir, base, out, "tensorboard", NO_TENSORBOARD)
+        elif trial_dir.event_files:
+            for name in trial_dir.event_files:
+                self._tail(trial_dir, base, Path(name), out)
+        self._side_facts(trial_dir, base, out)
+
+    def _tail(self, trial_dir: TrialDir, base: TrialUpdate, path: Path, out: _Pending) -> None:
+        """Read on from the file's cursor, a chunk at a time, to its end or the budget."""
+        while True:
+            try:
+                stat = path.stat()
+            except OSError:
+                return  # gone: nothing to read, nothing lost
+            state = out.file(str(path))
+            if state is not None and (state.size, state.mtime_ns) == (stat.st_size,
+                                                                        stat.st_mtime_ns):
+                return
+            if out.exhausted():
+                self.backlog[trial_dir.path] = trial_dir
+                return
+            cursor = state.cursor if state else None
+            before = 0 if cursor is None else cursor.offset
+            result = _tail_file(path, cursor, base)
+            after = result.cursor.offset
+            out.read_bytes += max(0, after - (0 if result.reset else before))
+            # At the end, or only a partial last line left: the file's stat says so.
+            done = after >= stat.st_size or (after == before and not result.reset)
+            size, mtime = (stat.st_size, stat.st_mtime_ns) if done else (-1, -1)
+            problems = [_problem(p) for p in result.problems]
+            out.add(replace(base, results=tuple(result.results), problem_count=len(problems)),
+                    problems, files={str(path): FileState(result.cursor, size, mtime)})
+            if done:
+                return
+
+    def _side_facts(self, trial_dir: TrialDir, base: TrialUpdate, out: _Pending) -> None:
+        """params.json once, error.txt when it changed, Tune's status and the search's
+        objective when they changed."""
+        key = str(trial_dir.path)
+        sent = new = out.trial(key)
+        facts: dict[str, Any] = {}
+        problems: list[dict[str, Any]] = []
+        if trial_dir.params_file and sent.params != "sent":
+            params, problem = read_params(Path(trial_dir.params_file))
+            if params is not None and len(json.dumps(params)) <= MAX_PARAMS_BYTES:
+                facts["params"], new = params, replace(new, params="sent")
+            elif (params is not None or problem) and sent.params != "problem":
+                message = problem.message if problem else (
+                    f"params.json is over {MAX_PARAMS_BYTES} bytes: not sent")
+                problems.append({"file": "params.json", "byte_offset": 0, "message": message})
+                new = replace(new, params="problem")
+        if trial_dir.error_file:
+            error = _error_file(Path(trial_dir.error_file))
+            if error is not None and error[0] != sent.error:
+                new = replace(new, error=error[0])
+                if error[1]:
+                    facts["error_text"], facts["error_at"] = error[1], error[2]
+        new = self._state_facts(trial_dir, new, facts)
+        if new != sent:
+            out.add(replace(base, problem_count=len(problems), **facts), problems,
+                    sent={key: new})
+
+    def _say_once(self, trial_dir: TrialDir, base: TrialUpdate, out: _Pending, what: str,
+                  message: str) -> None:
+        key = str(trial_dir.path)
+        sent = out.trial(key)
+        if getattr(sent, what) != "problem":
+            out.add(replace(base, problem_count=1),
+                    [{"file": trial_dir.name, "byte_offset": 0, "message": message}],
+                    sent={key: replace(sent, **{what: "problem"})})
+
+    def _status(self, trial_dir: TrialDir) -> str | None:
+        directory = trial_dir.experiment_dir
+        if directory not in self.poll_states:  # once per experiment a poll, not per trial
+            self.poll_states[directory] = self.states.get(directory)
+        tune = self.poll_states[directory].get(trial_dir.trial_id or "")
+        return tune.status if tune else None
+
+    def _search(self, trial_dir: TrialDir) -> SearchObjective | None:
+        directory = trial_dir.experiment_dir
+        if directory not in self.poll_searches:  # once per experiment a poll
+            self.poll_searches[directory] = self.states.objective(directory)
+        return self.poll_searches[directory]
+
+    def _statuses(self, state_dirs: list[tuple[str, Path]], done: set[Path],
+                  out: _Pending) -> None:
+        """Tune's experiment state changed: a trial may have ended without a new line (or
+        the search's objective become known)."""
+        for _, directory in state_dirs:
+            for trial_dir in self.scanner.trials_in(directory):
+                if trial_dir.path in done:
+                    continue
+                key = str(trial_dir.path)
+                facts: dict[str, Any] = {}
+                sent = out.trial(key)
+                new = self._state_facts(trial_dir, sent, facts)
+                if new != sent:
+                    out.add(replace(TrialUpdate.about(trial_dir), **facts), [],
+                            sent={key: new})
+
+    def _state_facts(self, trial_dir: TrialDir, sent: TrialSent,
+                     facts: dict[str, Any]) -> TrialSent:
+        """What the experiment's state says that was not sent yet: Tune's status of the
+        trial and the search's objective, added to `facts`; what is then sent."""
+        status = self._status(trial_dir)
+        if status and status != sent.status:
+            facts["tune_status"], sent = status, replace(sent, status=status)
+        search = self._search(trial_dir)
+        if search and search.key() != sent.search:
+            facts["search_metric"], facts["search_mode"] = search.metric, search.mode
+            sent = replace(sent, search=search.key())
+        return sent
+
+    # --- settling quiet trial dirs -----------------------------------------------------------
+    def _settle(self) -> None:
+        candidates = self.scanner.candidates()
+        finished = {d.path for d in candidates if self._finished(d)}
+        self.scanner.settle(finished, [d.path for d in candidates if d.path not in finished])
+
+    def _finished(self, trial_dir: TrialDir) -> bool:
+        """Finished by Tune's state, or by error.txt where Tune says nothing; a trial dir
+        whose experiment state (or, without one, whose files) went unchanged for
+        STALE_QUIET quiet periods belongs to a driver that is gone."""
+        if trial_dir.path in self.backlog:
+            return False
+        stale_s = self.scanner.quiet_after_s * STALE_QUIET
+        status = self._status(trial_dir)
+        if status in FINISHED:
+            return True
+        if status:
+            changed = self.states.changed_at(trial_dir.experiment_dir)
+            return changed is not None and self.wall() - changed > stale_s
+        return bool(trial_dir.error_file) or self.wall() - _newest_mtime(trial_dir) > stale_s
+
+
+class _Pending:
+    """Records on their way to the spool, and the cursors that advance once they are in
+    it: a batch is spooled first, then its cursors are saved."""
+
+    def __init__(self, collector: TrialLogCollector) -> None:
+        self.collector = collector
+        self.records: list[str] = []  # encoded: measured once, written as they are
+        self.size = 0
+        self.files: dict[str, FileState] = {}
+        self.sent: dict[str, TrialSent] = {}
+        self.read_bytes = self.records_total = self.batches = 0
+        self.full = collector.spool_full()
+
+    def file(self, key: str) -> FileState | None:
+        return self.files.get(key) or self.collector.files.get(key)
+
+    def trial(self, key: str) -> TrialSent:
+        return self.sent.get(key) or self.collector.sent.get(key) or TrialSent()
+
+    def exhausted(self) -> bool:
+        return self.full or self.read_bytes >= POLL_BYTES
+
+    def add(self, update: TrialUpdate, problems: list[dict[str, Any]],
+            files: dict[str, FileState] | None = None,
+            sent: dict[str, TrialSent] | None = None) -> None:
+        if update.results or problems or _has_facts(update):
+            for record in _encode(update, problems, datetime.now(UTC)):
+                if self.records and self.size + len(record) > BATCH_BYTES:
+                    self.flush()
+                self.records.append(record)
+                self.size += len(record)
+        # After the flush above: these cursors cover records not yet in the spool.
+        self.files.update(files or {})
+        self.sent.update(sent or {})
+
+    def flush(self) -> None:
+        if self.records:
+            self.collector.spool.append_encoded(self.records,
+                                                wire.timestamp(datetime.now(UTC)))
+            self.batches += 1
+            self.records_total += len(self.records)
+        self.collector.store.save(self.files, self.sent)
+        self.collector.files.update(self.files)
+        self.collector.sent.update(self.sent)
+        self.records, self.size, self.files, self.sent = [], 0, {}, {}
+        self.full = self.collector.spool_full()
+
+
+def _tail_file(path: Path, cursor: Any, base: TrialUpdate) -> TailResult:
+    if path.name == "result.json":
+        return tail_result_json(path, cursor, base.trial_id, CHUNK_BYTES, MAX_LINE_BYTES)
+    return tail_tb_events(path, cursor, base.trial_id, CHUNK_BYTES)
+
+
+def _encode(update: TrialUpdate, problems: list[dict[str, Any]], at: datetime) -> list[str]:
+    """One record as JSON, or several when its results are too many for one request."""
+    record = json.dumps(encode_trial_log(update, at, problems), separators=(",", ":"))
+    if len(record) <= MAX_RECORD_BYTES or len(update.results) < 2:
+        return [record]
+    half = len(update.results) // 2
+    return [*_encode(replace(update, results=update.results[:half], problem_count=0,
+                             params=None, error_text=None, tune_status=None,
+                             search_metric=None, search_mode=None), [], at),
+            *_encode(replace(update, results=update.results[half:]), problems, at)]
+
+
+def _has_facts(update: TrialUpdate) -> bool:
+    return bool(update.params is not None or update.error_text or update.tune_status
+                or update.search_metric or update.search_mode)
+
+
+def _problem(problem: ParseProblem) -> dict[str, Any]:
+    return {"file": Path(problem.path).name, "byte_offset": problem.byte_offset,
+            "message": problem.message[:MAX_TEXT]}
+
+
+def _error_file(path: Path) -> tuple[tuple[int, int], str | None, datetime] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    text = read_error(path)
+    return ((stat.st_size, stat.st_mtime_ns), text.replace("\x00", "") if text else None,
+            datetime.fromtimestamp(stat.st_mtime, UTC))
+
+
+def _newest_mtime(trial_dir: TrialDir) -> float:
+    newest = 0.0
+    for name in (*trial_dir.result_files, *trial_dir.event_files, str(trial_dir.path)):
+        try:
+            newest = max(newest, os.stat(name).st_mtime)
+        except OSError:
+            continue
+    return newest

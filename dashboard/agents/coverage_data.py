@@ -1,0 +1,69 @@
+"""The facts coverage.py works on, read from the database: Ray's nodes, the node tokens
+that are not revoked with what their agents last sent, and the Celery GPU pollers."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Max
+
+from collectors.procstat import this_host
+from dashboard.agents.coverage import AgentFacts, Local, RayNode, coverage
+from dashboard.agents.models import NodeProcess, NodeToken
+from dashboard.cluster.models import Node
+from dashboard.core.health import effective_state
+from dashboard.core.models import SourceHealth
+from dashboard.gpus.models import Agent, Gpu
+
+
+def coverage_payload(now: datetime) -> dict[str, Any]:
+    stale_s = float(settings.AGENT_STALE_S)
+    payload = coverage(ray_nodes(), agent_facts(now), local_facts(now, stale_s), now, stale_s)
+    # The page refreshes this often: a silent agent shows stale within the window.
+    payload["refresh_s"] = max(1.0, min(5.0, stale_s / 4))
+    return payload
+
+
+def ray_nodes() -> list[RayNode]:
+    return [RayNode(n.node_id, n.hostname, n.node_ip, n.state, n.is_head)
+            for n in Node.objects.only("node_id", "hostname", "node_ip", "state", "is_head")]
+
+
+def agent_facts(now: datetime) -> list[AgentFacts]:
+    tokens = list(NodeToken.objects.filter(revoked_at=None)
+                  .annotate(reported_at=Max("streams__updated_at")).order_by("node", "pk"))
+    nodes = [t.node for t in tokens]
+    gpus = _count_by_node(Gpu.objects.filter(node__in=nodes))
+    processes = _count_by_node(NodeProcess.objects.filter(node__in=nodes))
+    nvml = {row.scope: effective_state(row, now) for row in
+            SourceHealth.objects.filter(source="nvml", scope__in=nodes)}
+    return [AgentFacts(
+        node=t.node, node_ip=t.node_ip, issued_at=t.created_at,
+        heard_at=_latest(t.last_seen_at, t.reported_at), reported_at=t.reported_at,
+        version=t.agent_version, spool_dropped=t.spool_dropped, gpus=gpus.get(t.node, 0),
+        processes=processes.get(t.node, 0),
+        nvml_error=_nvml_error(nvml.get(t.node))) for t in tokens]
+
+
+def local_facts(now: datetime, stale_s: float) -> Local:
+    recent = now - timedelta(seconds=max(stale_s, settings.POLL_GPU_S * 5))
+    pollers = Agent.objects.exclude(queue="").filter(last_poll_at__gte=recent)
+    return Local(host=this_host(),
+                 gpu_pollers=tuple(pollers.values_list("node", "node_ip")))
+
+
+def _count_by_node(rows: Any) -> dict[str, int]:
+    return dict(rows.values("node").annotate(n=Count("pk")).values_list("node", "n"))
+
+
+def _latest(*times: datetime | None) -> datetime | None:
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def _nvml_error(health: tuple[str, str] | None) -> str | None:
+    if health is None or health[0] == SourceHealth.HEALTHY:
+        return None
+    return health[1] or health[0]
