@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "dashboard.alerts",
     "dashboard.actions",
     "dashboard.agents",
+    "dashboard.triage",
 ]
 
 MIDDLEWARE = [
@@ -126,8 +127,10 @@ if DATABASE_URL:
         _db["OPTIONS"] = {**SQLITE_OPTIONS, **_db.get("OPTIONS", {})}
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # Tests get a file too (not Django's shared in-memory database, whose table locks
+    # ignore the busy timeout): WAL and the busy timeout, as `make run` has them.
     _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "raywatch.sqlite3",
-           "OPTIONS": SQLITE_OPTIONS}
+           "OPTIONS": SQLITE_OPTIONS, "TEST": {"NAME": str(DATA_DIR / "raywatch-test.sqlite3")}}
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -253,7 +256,11 @@ if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
     )
 
 # --- trial logs and detectors (README: "Detectors") -----------------------------------
-# Colon-separated roots; empty means ~/ray_results plus the local Ray session's live
+# Whether raywatch reads trial log dirs on its own host. On: the embedded default, where
+# Ray, Tune and raywatch share a host. Off (docker-compose): node agents read each node's
+# dirs and send them (README "Agents"); detection runs either way.
+CENTRAL_LOGS = env_bool("RAYWATCH_CENTRAL_LOGS", True)
+# Colon-separated roots; empty means ~/ray_results plus every local Ray session's live
 # driver_artifacts staging directories (fresher than the storage copy).
 LOG_DIRS = env_list("RAYWATCH_LOG_DIRS", [], sep=":")
 # A finished trial's directory unchanged this long is no longer checked every poll; a slow
@@ -307,6 +314,14 @@ ACTION_RATE = env_int("RAYWATCH_ACTION_RATE", 10, minimum=1)
 ACTION_RATE_WINDOW_S = env_number("RAYWATCH_ACTION_RATE_WINDOW_S", 60.0, minimum=1)
 CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": NOTIFY_QUEUE}
 
+# --- where a stalled trial hangs: its Python stack (README: "Detectors") ---------------------
+# py-spy for processes on raywatch's own host; unset: the one beside Python, else on PATH.
+PY_SPY = env_str("RAYWATCH_PY_SPY")
+STACK_TIMEOUT_S = env_number("RAYWATCH_STACK_TIMEOUT_S", 10.0, minimum=1)
+# A stack asked for and not answered within this long is shown as failed, and may be asked again.
+STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
+CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY_QUEUE}
+
 # --- node agents over HTTP (docs/agent-protocol.md) ----------------------------------------
 # An agent not heard from this long is not sent commands (an action uses another way).
 AGENT_STALE_S = env_number("RAYWATCH_AGENT_STALE_S", 30.0, minimum=1)
@@ -321,7 +336,7 @@ HEALTH_DOWN_AFTER_FAILURES = env_int("RAYWATCH_HEALTH_DOWN_AFTER", 3, minimum=1)
 
 # --- auth -------------------------------------------------------------------------
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "cluster"
+LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("RAYWATCH_SECURE_COOKIES", False)
@@ -388,11 +403,23 @@ STATICFILES_FINDERS = [
     "dashboard.core.staticfinders.PlotlyFinder",
 ]
 WHITENOISE_USE_FINDERS = True
+# Hashed names and gzip copies from `collectstatic` (make run runs it): served compressed,
+# cached for good. Without it, the plain files from the sources (dashboard/core/staticstorage.py).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "dashboard.core.staticstorage.StaticStorage"},
+}
+# Only the hashed copies are kept (and compressed) in STATIC_ROOT: the plain names are
+# served from the sources.
+WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 # WhiteNoise serves files through a sync iterator; under ASGI Django warns on each one.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# How pages show times: utc ("2026-11-23 15:41:55 UTC · 3 min ago"), or local (the
+# viewer's browser's time zone, named). Stored and sent times are UTC either way.
+TIME_DISPLAY = env_choice("RAYWATCH_TIME_DISPLAY", ("utc", "local"), "utc")
 USE_I18N = False
 USE_TZ = True
 

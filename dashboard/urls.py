@@ -1,12 +1,12 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from dashboard.actions import api as actions_api
 from dashboard.actions import views as actions_views
 from dashboard.agents import api as agents_api
+from dashboard.agents import coverage_api
 from dashboard.agents import views as agents_views
 from dashboard.alerts import api as alerts_api
 from dashboard.alerts import views as alerts_views
@@ -17,11 +17,12 @@ from dashboard.core import views as core_views
 from dashboard.core.login import RateLimitedLoginView
 from dashboard.gpus import api as gpus_api
 from dashboard.gpus import views as gpus_views
+from dashboard.triage import views as triage_views
 from dashboard.trials import api as trials_api
 from dashboard.trials import views as trials_views
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="cluster", permanent=False)),
+    path("", triage_views.home_page, name="home"),
     path("login/", RateLimitedLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", core_views.healthz, name="healthz"),
@@ -52,10 +53,18 @@ urlpatterns = [
     path("api/trials/", trials_api.TrialList.as_view(), name="api-trials"),
     path("api/trials/<str:trial_id>/results/", trials_api.TrialResults.as_view(),
          name="api-trial-results"),
+    path("api/trials/<str:trial_id>/stack", trials_api.TrialStackView.as_view(),
+         name="api-trial-stack"),
+    path("api/trials/<str:trial_id>/output", trials_api.TrialOutputView.as_view(),
+         name="api-trial-output"),
+    path("api/experiments/<int:pk>/curves/", trials_api.ExperimentCurves.as_view(),
+         name="api-experiment-curves"),
     path("api/alerts/", alerts_api.AlertList.as_view(), name="api-alerts"),
     path("api/alerts/<int:pk>/", alerts_api.AlertDetail.as_view(), name="api-alert"),
     path("api/alerts/<int:pk>/ack", alerts_api.AlertAck.as_view(), name="api-alert-ack"),
     path("api/silences/", alerts_api.SilenceList.as_view(), name="api-silences"),
+    path("api/silences/preview", alerts_api.SilencePreview.as_view(),
+         name="api-silence-preview"),
     path("api/trials/<str:trial_id>/terminate", actions_api.TerminateTrial.as_view(),
          name="api-trial-terminate"),
     path("api/jobs/<str:job_id>/stop", actions_api.StopJob.as_view(), name="api-job-stop"),
@@ -65,8 +74,10 @@ urlpatterns = [
          name="api-action"),
     path("api/audit/", actions_api.AuditList.as_view(), name="api-audit"),
     path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
+    path("api/triage/", triage_views.TriageView.as_view(), name="api-triage"),
     path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/agents/coverage/", coverage_api.AgentCoverage.as_view(), name="api-agent-coverage"),
     path("agents/", agents_views.agents_page, name="agents"),
     path("agents/<int:pk>/revoke", agents_views.revoke, name="agent-revoke"),
     # Node agents (docs/agent-protocol.md): node tokens only, not in the API schema.

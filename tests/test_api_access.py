@@ -8,7 +8,8 @@ from rest_framework.authtoken.models import Token
 
 from tests.conftest import PASSWORD
 
-ENDPOINTS = ["/api/nodes/", "/api/cluster/", "/api/sources/", "/api/schema/"]
+ENDPOINTS = ["/api/nodes/", "/api/cluster/", "/api/sources/", "/api/schema/",
+             "/api/agents/coverage/"]
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)
@@ -39,7 +40,7 @@ def test_schema_documents_the_endpoints(viewer) -> None:  # type: ignore[no-unty
     client = Client()
     client.login(username=viewer.username, password=PASSWORD)
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").content.decode()
-    for path in ("/api/nodes/", "/api/cluster/", "/api/sources/"):
+    for path in ("/api/nodes/", "/api/cluster/", "/api/sources/", "/api/agents/coverage/"):
         assert path in schema
 
 

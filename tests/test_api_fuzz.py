@@ -30,7 +30,7 @@ from tests.conftest import LiveServer
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 MAX_EXAMPLES = 30
-MAX_TIME_S = 60
+MAX_TIME_S = 30
 
 
 @pytest.fixture

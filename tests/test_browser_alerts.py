@@ -115,7 +115,7 @@ def test_operator_silences_an_incident_from_its_row(  # type: ignore[no-untyped-
     expect_open_count(page, 1)
     page.locator(f'#alerts tr[data-incident="{incident.pk}"] a.silence').click()
     page.wait_for_url(re.compile(r"/alerts/silences/\?"))
-    expect(page.locator("#silence-form input[name=kind]")).to_have_value("trial_stalled")
+    expect(page.locator("#silence-form select[name=kind]")).to_have_value("trial_stalled")
     expect(page.locator("#silence-form input[name=subject]")).to_have_value(incident.subject)
     page.fill("#silence-form textarea[name=comment]", "restarting the mnist search")
     page.click("#silence-form button[type=submit]")

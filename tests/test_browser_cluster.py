@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from dashboard.celery import app as celery_app
 from dashboard.core.scheduler import EmbeddedScheduler
-from tests.conftest import LiveServer, login, stop_node
+from tests.conftest import LiveServer, login, stop_ray_start
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray]
 
@@ -46,7 +46,7 @@ def test_cluster_page_follows_the_cluster_live(  # type: ignore[no-untyped-def]
     expect(page.locator('[data-total="cpu"]')).to_contain_text("/ 3")
     worker_id = alive_rows(page).filter(has_not_text="head").get_attribute("data-node-id")
 
-    stop_node(worker)
+    stop_ray_start(worker)
     dead = page.locator(f'#nodes tbody tr[data-node-id="{worker_id}"] td.state')
     expect(dead).to_have_text("DEAD", timeout=60_000)
     expect(alive_rows(page)).to_have_count(1)

@@ -226,8 +226,8 @@ def test_a_week_of_history_zooms_out_and_back_in(  # type: ignore[no-untyped-def
     # Drag-zoom to twenty minutes three days ago: the server sends every reading there.
     zoom_from = start + timedelta(days=3, hours=2)
     page.evaluate("""([a, b]) => {
-        const local = (ms) => window.raywatch.history.localTime(ms);
-        Plotly.relayout('util-chart', {'xaxis.range[0]': local(a), 'xaxis.range[1]': local(b)});
+        const shown = (ms) => window.raywatch.history.axisTime(ms);
+        Plotly.relayout('util-chart', {'xaxis.range[0]': shown(a), 'xaxis.range[1]': shown(b)});
     }""", [zoom_from.timestamp() * 1000, (zoom_from + timedelta(minutes=20)).timestamp() * 1000])
     expect(page.locator("#util-chart")).to_have_attribute("data-source", "raw")
     expect(page.locator("#util-chart")).to_have_attribute("data-live", "false")

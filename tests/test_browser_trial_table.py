@@ -15,18 +15,23 @@ NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def test_thousand_trials_sort_and_filter(page, live_server_asgi: LiveServer, viewer) -> None:  # type: ignore[no-untyped-def]
-    experiment = Experiment.objects.create(name="big-asha")
+    experiment = Experiment.objects.create(name="big-asha", metric="score", mode="max")
     statuses = ["RUNNING", "TERMINATED", "TERMINATED", "ERROR"]
     Trial.objects.bulk_create([
         Trial(experiment=experiment, trial_id=f"bb{i:03d}_{i:05d}", status=statuses[i % 4],
-              iteration=(i * 37) % 1000, best_value=float(i), node_ip=f"10.0.{i % 8}.1",
-              last_result_at=NOW - timedelta(seconds=i), last_metrics={"score": float(i)})
+              iteration=(i * 37) % 1000, node_ip=f"10.0.{i % 8}.1",
+              last_result_at=NOW - timedelta(seconds=i), last_metrics={"score": float(i)},
+              metric_range={"score": [float(-i), float(i)]},
+              config={"arch": "cnn" if i % 2 else "mlp", "lr": i / 1000, "seed": 7})
         for i in range(1000)
     ])
     login(page, live_server_asgi, viewer, f"/experiments/{experiment.pk}/")
     rows = page.locator("#trials tbody tr")
     expect(rows).to_have_count(1000)
     expect(page.locator("#count")).to_have_text("1000 of 1000 trials")
+    # Hyperparameters that differ come first; one the same everywhere comes after.
+    heads = page.locator("#trials th.hp")
+    expect(heads).to_have_text(["arch", "lr", "seed"])
 
     page.select_option("#status-filter", "ERROR")
     expect(rows).to_have_count(250)
@@ -34,10 +39,23 @@ def test_thousand_trials_sort_and_filter(page, live_server_asgi: LiveServer, vie
     expect(rows).to_have_count(125)  # ERROR trials are i % 4 == 3, all on 10.0.3.1 or 10.0.7.1
     page.fill("#filter", "")
     page.select_option("#status-filter", "")
+    page.fill("#filter", "arch=mlp")  # a config value
+    expect(rows).to_have_count(500)
+    page.fill("#filter", "lr=0.123")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-trial-id", "bb123_00123")
+    page.fill("#filter", "")
 
     page.click('th[data-sort="iteration"]')
     page.click('th[data-sort="iteration"]')  # descending
     first = rows.first.locator("td").nth(2)
     expect(first).to_have_text("999")
-    page.click('th[data-sort="best_value"]')
-    expect(rows.first).to_have_attribute("data-trial-id", "bb000_00000")
+    # "Best" sorts best first by the search's mode: the highest score for max...
+    page.click('th[data-sort="best"]')
+    expect(rows.first).to_have_attribute("data-trial-id", "bb999_00999")
+    expect(rows.first.locator("td.best")).to_have_text("999")
+    # ... and each trial's lowest for min, still best first.
+    page.select_option("#mode-select", "min")
+    expect(page.locator('th[data-sort="best"]')).to_have_text("Best score ↓ min")
+    expect(page.locator("#objective-source")).to_contain_text("picked here")
+    expect(rows.first.locator("td.best")).to_have_text("-999")

@@ -51,8 +51,11 @@ def running_trial(pid: int, last_result_ago_s: float, iteration: int = 3) -> Tri
         last_result_at=timezone.now() - timedelta(seconds=last_result_ago_s))
 
 
-def idle_for(seconds: float) -> None:
-    Gpu.objects.update(idle_since=timezone.now() - timedelta(seconds=seconds))
+def idle_for(seconds: float, held_for: float | None = None) -> None:
+    """The GPUs idle for `seconds`, their processes on them for `held_for` (as long)."""
+    now = timezone.now()
+    Gpu.objects.update(idle_since=now - timedelta(seconds=seconds))
+    GpuProcess.objects.update(first_seen_at=now - timedelta(seconds=held_for or seconds))
 
 
 def test_idle_gpus_during_a_step_raise_an_incident_on_the_trial(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
@@ -91,6 +94,28 @@ def test_idle_gpu_with_results_arriving_is_not_a_hung_step(fake_gpus, settings) 
     idle_for(3600)
     evaluate_resources(timezone.now())
     assert firing("gpu_idle_during_step") == []
+
+
+def test_gpu_idle_before_the_trial_took_it_is_not_idle_during_its_step(  # type: ignore[no-untyped-def]
+    fake_gpus, settings
+) -> None:
+    """A free GPU idles for an hour; a trial that started 30 s ago has not reported yet.
+    Its step has not idled for IDLE_GPU_S: only once it has is the GPU idle during it."""
+    settings.IDLE_GPU_S = 60
+    node()
+    actor(5000)
+    trial = running_trial(5000, last_result_ago_s=0)
+    Trial.objects.filter(pk=trial.pk).update(last_result_at=None, iteration=None)
+    fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
+    mark_ray_current()
+    poll_gpus()
+    idle_for(3600, held_for=30)
+    evaluate_resources(timezone.now())
+    assert firing("gpu_idle_during_step") == []
+    idle_for(3600, held_for=90)
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_idle_during_step")
+    assert "for 90 s while step 1 is in progress" in incident.summary
 
 
 def test_process_of_no_ray_worker_is_an_orphan(fake_gpus, settings, viewer) -> None:  # type: ignore[no-untyped-def]

@@ -47,7 +47,7 @@ def fail_times(client: Client, username: str, times: int) -> None:
 
 
 def logged_in(reply) -> bool:  # type: ignore[no-untyped-def]
-    return reply.status_code == 302 and reply["Location"] == "/cluster/"
+    return reply.status_code == 302 and reply["Location"] == "/"
 
 
 def test_sixth_try_is_refused_even_with_the_right_password(viewer) -> None:  # type: ignore[no-untyped-def]

@@ -154,7 +154,7 @@ def test_lines_a_failed_store_could_not_keep_are_read_at_the_next_poll(history: 
     with result.open("a") as out:
         out.write(result_line(trial_id(0, 900), 3))
     busy = OperationalError("database is locked")
-    with mock.patch("dashboard.trials.ingest.write_results", autospec=True, side_effect=busy):
+    with mock.patch("dashboard.trials.store.write_results", autospec=True, side_effect=busy):
         poll_trial_logs()
     assert not Trial.objects.filter(trial_id=trial_id(0, 900)).exclude(iteration=None).exists()
     poll_trial_logs()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from collectors.raystate import (
     read_token,
 )
 from collectors.records import DemandRecord, JobRecord, NodeRecord, PlacementGroupRecord
-from tests.conftest import wait_for
+from tests.conftest import stop_ray_start, wait_for, worker_ports
 
 pytestmark = pytest.mark.ray
 
@@ -210,7 +209,7 @@ def test_submitted_job_runs_on_its_driver_then_stops(
         return found if found and found.status == status and found.driver_pid else None
 
     try:
-        running = poll(endpoint, lambda r: job("RUNNING", r), "the job's driver to run")
+        running = poll(endpoint, lambda r: job("RUNNING", r), "the job's driver to run", 120)
         assert running.type == "SUBMISSION" and running.key == submission_id
         assert running.job_id and running.driver_pid > 0
         assert running.driver_node_id == ray_cluster.node_id and running.driver_node_ip
@@ -259,7 +258,6 @@ def small_store_cluster() -> Iterator[tuple[str, RayEndpoint]]:
     ray_bin = str(Path(sys.executable).parent / "ray")
     temp_dir = Path(tempfile.mkdtemp(prefix="rw-spill-", dir="/tmp"))  # short: socket paths
     gcs_port, dashboard_port = free_port(), free_port()
-    low = 20000 + (os.getpid() % 100) * 50  # below the ephemeral range free_port draws from
     ports = ["ray-client-server-port", "metrics-export-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "node-manager-port",
              "object-manager-port"]
@@ -267,8 +265,7 @@ def small_store_cluster() -> Iterator[tuple[str, RayEndpoint]]:
            f"--object-store-memory={80 * MiB}", f"--port={gcs_port}", f"--temp-dir={temp_dir}",
            "--include-dashboard=true", "--dashboard-host=127.0.0.1",
            f"--dashboard-port={dashboard_port}",
-           f"--min-worker-port={low}", f"--max-worker-port={low + 40}",
-           *[f"--{name}={free_port()}" for name in ports]]
+           *worker_ports(0), *[f"--{name}={free_port()}" for name in ports]]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_AUTH_MODE="token", AUTOSCALER_METRIC_PORT=str(free_port()),
                DASHBOARD_METRIC_PORT=str(free_port()),
@@ -294,14 +291,7 @@ def small_store_cluster() -> Iterator[tuple[str, RayEndpoint]]:
 
         yield f"{ray.util.get_node_ip_address()}:{gcs_port}", endpoint
     finally:
-        # SIGTERM to `ray start` alone: it stops its own processes in order. Sent to
-        # the whole group, the GCS dies first and ray start waits 30 s to drain.
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_ray_start(process, 60)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

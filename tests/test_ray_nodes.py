@@ -9,7 +9,7 @@ from rest_framework.authtoken.models import Token
 from dashboard.cluster.models import Node
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core.models import SourceHealth
-from tests.conftest import stop_node, wait_for
+from tests.conftest import stop_ray_start, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -66,7 +66,7 @@ def test_worker_node_joins_and_dies(ray_settings, add_worker_node, viewer) -> No
     totals = api.get("/api/cluster/").json()["totals"]
     assert totals["nodes_alive"] == 2 and totals["cpu"]["total"] == 3.0
 
-    stop_node(worker)
+    stop_ray_start(worker)
     poll_until(lambda: Node.objects.get(node_id=joined.node_id).state == "DEAD",
                "the worker node to be marked dead")
     gone = next(n for n in api.get("/api/nodes/").json() if n["node_id"] == joined.node_id)

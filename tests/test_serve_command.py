@@ -4,9 +4,12 @@ the dashboard in one process; Ctrl-C stops everything it started, nothing else."
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -43,6 +46,9 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
     server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(server.stdout or ()), daemon=True)
+    reader.start()
     try:
         nodes = wait_for(
             lambda: nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token), 120, 1,
@@ -52,9 +58,12 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
         assert nodes[0]["resources"]["CPU"]["total"] == 1.0
         session_dir = json.loads((tmp_path / "local-ray.json").read_text())["session_dir"]
         assert ray_processes_of(session_dir), "the local cluster's processes should be running"
+        assert_printed_ray_init_works(printed)
     finally:
         server.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        output, _ = server.communicate(timeout=90)
+        server.wait(timeout=90)
+        reader.join(10)
+    output = "".join(printed)
     assert server.returncode == 0, output
     assert "Traceback" not in output
     assert not (tmp_path / "local-ray.json").exists()
@@ -97,6 +106,22 @@ def test_wrong_ray_address_warns_at_start_and_keeps_serving(tmp_path: Path) -> N
     assert "Ray: cannot reach http://127.0.0.1" in output
     assert "keeps retrying" in output
     assert "Traceback" not in output
+
+
+def assert_printed_ray_init_works(printed: list[str]) -> None:
+    """What `make run` tells a user to do, done as printed, in a fresh process: the
+    environment line, then the ray.init line (without the first, Ray refuses the
+    connection with InvalidAuthToken)."""
+    text = "".join(printed)
+    assert "`make demo`" in text  # a newcomer with nothing to watch learns of the demo
+    [env_line] = [line.strip() for line in printed if line.strip().startswith("export ")]
+    [call] = re.findall(r"ray\.init\(address='[^']+'\)", text)
+    name, value = env_line.removeprefix("export ").split("=", 1)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"} | {name: value}
+    script = f"import ray\n{call}\nprint('CPUs', ray.cluster_resources()['CPU'])\n"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "CPUs 1.0" in done.stdout, done.stderr[-3000:]
 
 
 def _answers(url: str) -> bool:

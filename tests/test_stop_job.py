@@ -42,12 +42,14 @@ def test_an_operator_stops_a_running_job(settings, ray_settings, operator, viewe
         poll_ray_state()
         return Job.objects.filter(submission_id=submission_id, status="RUNNING").exists()
     wait_for(running, 90, 1, "the job to run")
-    # The jobs page offers operators the Stop button, viewers not.
-    button = f'data-stop-job="{submission_id}"'
+    # The jobs page lists the job; it offers operators the Stop button (the page draws it
+    # when the table says they may act, and only they get the confirm dialog), viewers not.
     for user, shown in ((operator, True), (viewer, False)):
         page = Client()
         page.login(username=user.username, password=PASSWORD)
-        assert (button in page.get("/jobs/").content.decode()) is shown
+        html = page.get("/jobs/").content.decode()
+        assert f'"submission_id": "{submission_id}"' in html
+        assert ('data-can-act="1"' in html and 'id="action-dialog"' in html) is shown
     api = token_client(operator)
     reply = api.post(f"/api/jobs/{submission_id}/stop",
                      {"reason": "diverged at step 900", "expected": {"status": "RUNNING"}},

@@ -24,6 +24,7 @@ def search(db: None) -> Trial:
         experiment=experiment, trial_id="ab12c_00001", status="RUNNING", iteration=3, pid=4321,
         node_ip="10.0.0.9", last_result_at=NOW, config={"lr": 0.1, EVIL: EVIL},
         last_metrics={EVIL: 1.0, "score": 3.0},
+        metric_range={EVIL: [1.0, 1.0], "score": [1.0, 3.0]},
     )
     for i in (1, 2, 3):
         StepResult.objects.create(trial=trial, iteration=i, at=NOW + timedelta(seconds=i),

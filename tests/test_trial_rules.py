@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from dashboard.incidents.trial_rules import (
@@ -87,6 +88,16 @@ def test_an_old_failure_opens_nothing_but_an_open_one_stays_open() -> None:
     assert trial_errored(trial(status="ERROR", error_text=text, error_at=fresh), TH, T0)
     assert trial_errored(trial(status="ERROR", error_text=text, error_at=old,
                                errored_firing=True), TH, T0)
+
+
+def test_a_trial_gone_long_ago_opens_nothing_but_an_open_one_stays_open() -> None:
+    # A node's Ray temp dir keeps old sessions whose Tune state still says RUNNING.
+    now = T0 + timedelta(days=3)
+    old = trial(process_alive=False, process_gone_since=T0, last_result_at=T0)
+    assert trial_process_gone(old, TH, now) is None
+    assert trial_process_gone(replace(old, gone_firing=True), TH, now)
+    recent = replace(old, last_result_at=now - timedelta(minutes=10))
+    assert trial_process_gone(recent, TH, now)
 
 
 def test_regression_names_the_phase_that_blew_up() -> None:

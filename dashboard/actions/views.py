@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from django.db.models import F
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.dateparse import parse_date
 
 from dashboard.actions.models import AuditEntry
-from dashboard.cluster.models import Job
+from dashboard.cluster.workload import jobs_payload
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 
@@ -38,6 +37,5 @@ def audit_page(request: HttpRequest) -> HttpResponse:
 def jobs_page(request: HttpRequest) -> HttpResponse:
     """Ray jobs (training runs submitted with `ray job submit`), newest first; operators
     stop a running one through the confirm dialog."""
-    jobs = Job.objects.order_by(F("start_time").desc(nulls_last=True))[:200]
     return render(request, "actions/jobs.html", {
-        "jobs": jobs, "can_act": has_role(request.user, OPERATOR)})
+        "jobs": jobs_payload(), "can_act": has_role(request.user, OPERATOR)})

@@ -15,7 +15,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dashboard.alerts.models import Silence, silenced_by
-from dashboard.alerts.service import acknowledge, create_silence
+from dashboard.alerts.reach import nobody_told, reach_context
+from dashboard.alerts.service import acknowledge, create_silence, matcher_problems, would_mute
 from dashboard.alerts.timeline import timeline
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import IsOperator, IsViewer
@@ -30,19 +31,27 @@ class IncidentSerializer(serializers.ModelSerializer):
     acknowledged_by = serializers.CharField(source="acknowledged_by.username", allow_null=True,
                                             default=None)
     silenced_by = serializers.SerializerMethodField()
+    nobody_told = serializers.SerializerMethodField(
+        help_text="why no notification channel carried this incident, when none did and none "
+                  "will (no channel, all disabled, none takes its kind and severity); else null")
 
     class Meta:
         model = Incident
         fields = ["id", "kind", "state", "severity", "subject", "trial_id", "trial_pk",
                   "experiment", "node_ip", "group_key", "summary", "details", "opened_at",
                   "updated_at", "resolved_at", "acknowledged_at", "acknowledged_by", "ack_note",
-                  "silenced_by"]
+                  "silenced_by", "nobody_told"]
 
     def get_silenced_by(self, incident: Incident) -> int | None:
         if incident.state != Incident.FIRING:
             return None
         silence = silenced_by(incident, self.context.get("silences", []))
         return silence.pk if silence else None
+
+    def get_nobody_told(self, incident: Incident) -> str | None:
+        if "carried" not in self.context:
+            return None
+        return nobody_told(incident, self.context)
 
 
 class TimelineEntry(serializers.Serializer):
@@ -93,9 +102,10 @@ class AlertList(APIView):
         responses={200: IncidentSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        context = {"silences": Silence.active_at(timezone.now())}
+        silences = Silence.active_at(timezone.now())
         return paginated(request, filtered(request.query_params),
-                         lambda page: IncidentSerializer(page, many=True, context=context).data)
+                         lambda page: IncidentSerializer(
+                             page, many=True, context=reach_context(page, silences)).data)
 
 
 class AlertDetail(APIView):
@@ -105,7 +115,7 @@ class AlertDetail(APIView):
     @extend_schema(responses={200: IncidentDetailSerializer, 404: None})
     def get(self, request: Request, pk: int) -> Response:
         incident = get_object_or_404(Incident.objects.select_related("trial"), pk=pk)
-        context = {"silences": Silence.active_at(timezone.now())}
+        context = reach_context([incident], Silence.active_at(timezone.now()))
         return Response(IncidentDetailSerializer(incident, context=context).data)
 
 
@@ -171,3 +181,27 @@ class SilenceList(APIView):
                                  data.get("starts_at") or now, data["ends_at"], data["comment"],
                                  now)
         return Response(SilenceSerializer(silence).data, status=status.HTTP_201_CREATED)
+
+
+class SilencePreviewReply(serializers.Serializer):
+    problems = serializers.ListField(child=serializers.CharField())
+    count = serializers.IntegerField()
+    incidents = IncidentSerializer(many=True)
+
+
+class SilencePreview(APIView):
+    """Which firing incidents a silence with these matchers would mute, before it is
+    made (the silences page shows it as the form is filled in). Nothing is saved."""
+
+    PREVIEW_LIMIT = 50
+
+    @extend_schema(parameters=[OpenApiParameter(m, str) for m in Silence.MATCHERS],
+                   responses={200: SilencePreviewReply})
+    def get(self, request: Request) -> Response:
+        matchers = {m: request.query_params.get(m, "").strip() for m in Silence.MATCHERS}
+        problems = matcher_problems(matchers)
+        muted = [] if problems else would_mute(matchers)
+        context = {"silences": Silence.active_at(timezone.now())}
+        return Response({"problems": problems, "count": len(muted), "incidents":
+                         IncidentSerializer(muted[:self.PREVIEW_LIMIT], many=True,
+                                            context=context).data})

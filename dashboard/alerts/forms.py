@@ -9,32 +9,48 @@ from django.utils import timezone
 
 from dashboard.alerts.models import Channel
 from dashboard.alerts.urlguard import InvalidUrl, check_url, mask_url
+from dashboard.incidents.kinds import FAMILIES, KINDS
+from dashboard.incidents.models import SEVERITIES, Incident
+
+
+def kind_choices(*extra: str) -> list[tuple[str, str]]:
+    """The kinds detectors open, the globs that take a family of them, and kinds seen in
+    the database or already chosen (`extra`) that neither lists."""
+    seen = set(Incident.objects.values_list("kind", flat=True).distinct())
+    known = set(KINDS) | set(FAMILIES)
+    others = sorted((seen | {e for e in extra if e}) - known)
+    return ([(glob, f"{glob} (every {glob[:-2]} kind)") for glob in FAMILIES]
+            + [(k, k) for k in (*KINDS, *others)])
 
 
 class ChannelForm(forms.ModelForm):
     """The URL and secret are write-only: left empty on edit, the stored ones stay."""
 
-    url = forms.CharField(required=False, widget=forms.TextInput(attrs={"autocomplete": "off"}),
-                          help_text="the webhook URL; it is a credential and is never shown "
-                                    "again in full")
-    secret = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
+    url = forms.CharField(label="Webhook URL", required=False,
+                          widget=forms.TextInput(attrs={"autocomplete": "off", "size": 60}),
+                          help_text="a credential: never shown again in full")
+    secret = forms.CharField(label="Signing secret", required=False,
+                             widget=forms.PasswordInput(render_value=False),
                              help_text="generic webhook only: signs each request (HMAC-SHA256)")
-    kinds = forms.CharField(required=False, help_text="incident kinds, comma-separated, globs "
-                                                      "allowed (trial_*); empty: all kinds")
+    kinds = forms.MultipleChoiceField(label="Incident kinds", required=False,
+                                      widget=forms.CheckboxSelectMultiple,
+                                      help_text="none ticked: every kind")
 
     class Meta:
         model = Channel
         fields = ["name", "kind", "url", "secret", "kinds", "min_severity", "send_resolved",
                   "disabled"]
+        labels = {"kind": "Service", "min_severity": "Minimum severity",
+                  "send_resolved": "Send resolved notices",
+                  "disabled": "Disabled (sends nothing)"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["kinds"].choices = kind_choices(*self.instance.kinds)
+        self.fields["kind"].choices = [("", "choose a service"), *Channel.KINDS]
         if self.instance.pk:
             self.initial["url"] = ""
-            self.initial["kinds"] = ", ".join(self.instance.kinds)
             self.fields["url"].help_text = f"now {mask_url(self.instance.url)}; empty keeps it"
-        else:
-            self.initial["kinds"] = ""
 
     def clean_url(self) -> str:
         url = self.cleaned_data.get("url", "").strip()
@@ -51,9 +67,6 @@ class ChannelForm(forms.ModelForm):
         secret = self.cleaned_data.get("secret", "")
         return secret or (self.instance.secret if self.instance.pk else "")
 
-    def clean_kinds(self) -> list[str]:
-        return [k.strip() for k in self.cleaned_data.get("kinds", "").split(",") if k.strip()]
-
     def save(self, commit: bool = True) -> Channel:
         channel = super().save(commit=False)
         if not channel.disabled:
@@ -64,14 +77,26 @@ class ChannelForm(forms.ModelForm):
 
 
 class SilenceForm(forms.Form):
-    kind = forms.CharField(required=False, max_length=200)
-    severity = forms.CharField(required=False, max_length=200)
-    subject = forms.CharField(required=False, max_length=500)
+    """Matchers as the silence stores them; kind and severity offered as the choices
+    that exist (the API takes any glob)."""
+
+    kind = forms.ChoiceField(required=False)
+    severity = forms.ChoiceField(required=False,
+                                 choices=[("", "any severity"), *[(s, s) for s in SEVERITIES]])
+    subject = forms.CharField(required=False, max_length=500,
+                              help_text="exact, or a glob: trial:asha/*")
     experiment = forms.CharField(required=False, max_length=300)
-    node = forms.CharField(required=False, max_length=200, help_text="node IP, or a glob")
-    hours = forms.FloatField(min_value=0.05, max_value=24 * 90, initial=2,
-                             help_text="how long it lasts, from now")
-    comment = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=2000)
+    node = forms.CharField(label="Node IP", required=False, max_length=200,
+                           help_text="exact, or a glob: 10.0.0.*")
+    hours = forms.FloatField(label="Lasts (hours)", min_value=0.05, max_value=24 * 90, initial=2,
+                             help_text="from now")
+    comment = forms.CharField(label="Why", widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                              max_length=2000)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        wanted = self.data.get("kind") if self.is_bound else self.initial.get("kind")
+        self.fields["kind"].choices = [("", "any kind"), *kind_choices(wanted or "")]
 
     def window(self) -> tuple[Any, Any]:
         now = timezone.now()

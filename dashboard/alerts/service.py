@@ -51,7 +51,7 @@ def create_silence(user: Any, matchers: dict[str, str], starts_at: datetime,
     with transaction.atomic():
         silence = Silence.objects.create(created_by=user, comment=comment.strip(),
                                          starts_at=starts_at, ends_at=ends_at, **matchers)
-        muted = [i for i in Incident.objects.filter(state=Incident.FIRING) if silence.matches(i)]
+        muted = would_mute(matchers)
         if silence.active(now):
             for incident in muted:
                 record(incident, IncidentEvent.SILENCED, now,
@@ -63,6 +63,17 @@ def create_silence(user: Any, matchers: dict[str, str], starts_at: datetime,
 
 def silence_problems(matchers: dict[str, str], starts_at: datetime, ends_at: datetime,
                      comment: str, now: datetime) -> list[str]:
+    problems = matcher_problems(matchers)
+    if ends_at <= starts_at:
+        problems.append("the silence must end after it starts")
+    elif ends_at <= now:
+        problems.append("the silence would already be over")
+    if not comment.strip():
+        problems.append("say why (a comment is required)")
+    return problems
+
+
+def matcher_problems(matchers: dict[str, str]) -> list[str]:
     problems = []
     if not any(matchers.values()):
         problems.append("give at least one matcher (kind, severity, subject, experiment or "
@@ -75,13 +86,16 @@ def silence_problems(matchers: dict[str, str], starts_at: datetime, ends_at: dat
             problems.append(f"{name}: unbalanced [ ] in the pattern")
         else:
             fnmatch.translate(pattern)
-    if ends_at <= starts_at:
-        problems.append("the silence must end after it starts")
-    elif ends_at <= now:
-        problems.append("the silence would already be over")
-    if not comment.strip():
-        problems.append("say why (a comment is required)")
     return problems
+
+
+def would_mute(matchers: dict[str, str]) -> list[Incident]:
+    """The firing incidents a silence with these matchers would mute, matched as the
+    silence itself will match them (Silence.matches), before it is made."""
+    candidate = Silence(**{m: (matchers.get(m) or "").strip() for m in Silence.MATCHERS})
+    firing = Incident.objects.filter(state=Incident.FIRING).select_related("trial",
+                                                                         "acknowledged_by")
+    return [i for i in firing.order_by("-opened_at", "-id") if candidate.matches(i)]
 
 
 def end_silence(silence: Silence, now: datetime) -> bool:

@@ -3,8 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 from dashboard.cluster.state import cluster_payload
+from dashboard.cluster.workload import jobs_payload
 from dashboard.core.consumers import LiveConsumer
-from dashboard.core.push import CLUSTER_GROUP
+from dashboard.core.push import CLUSTER_GROUP, JOBS_GROUP
 
 
 class ClusterConsumer(LiveConsumer):
@@ -12,3 +13,10 @@ class ClusterConsumer(LiveConsumer):
 
     def page_snapshot(self) -> dict[str, Any]:
         return {"cluster": cluster_payload()}
+
+
+class JobsConsumer(LiveConsumer):
+    topics = (JOBS_GROUP,)
+
+    def page_snapshot(self) -> dict[str, Any]:
+        return {"jobs": jobs_payload()}

@@ -4,11 +4,13 @@ groups, and the demand Ray cannot place yet (explained by dashboard.cluster.dema
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models, transaction
+from django.db.models import F
 
 from collectors.records import (
     ActorRecord,
@@ -20,7 +22,7 @@ from collectors.records import (
 from dashboard.cluster.demand import Holder, NodeCapacity, judge
 from dashboard.cluster.models import Actor, Demand, Job, Node, PlacementGroup, Worker
 from dashboard.cluster.state import demands_payload
-from dashboard.core.push import DEMANDS_GROUP, publish
+from dashboard.core.push import DEMANDS_GROUP, JOBS_GROUP, publish
 from dashboard.trials.models import Trial
 
 DEAD_ACTOR_KEEP = timedelta(hours=24)
@@ -28,9 +30,11 @@ DEAD_ACTOR_KEEP = timedelta(hours=24)
 
 def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, Any]],
            now: datetime, *, stamp: tuple[str, ...] = ("updated_at",),
-           created: tuple[str, ...] = ("first_seen_at",)) -> set[str]:
+           created: tuple[str, ...] = ("first_seen_at",),
+           touched: set[str] | None = None) -> set[str]:
     """Make `model`'s rows match `incoming` (key -> field values): create, update what
-    changed. Returns the keys of stored rows that Ray no longer lists."""
+    changed (their keys added to `touched`). Returns the keys of stored rows that Ray no
+    longer lists."""
     existing = {getattr(row, key): row for row in model.objects.all()}
     changed = []
     for name, values in incoming.items():
@@ -42,6 +46,9 @@ def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, An
         for field in stamp:
             setattr(row, field, now)
         changed.append(row)
+    if touched is not None:
+        touched.update(getattr(row, key) for row in changed)
+        touched.update(name for name in incoming if name not in existing)
     if changed:  # bulk_update refuses an empty field list, which no incoming rows give
         fields = sorted({f for v in incoming.values() for f in v} | set(stamp))
         model.objects.bulk_update(changed, fields, batch_size=500)
@@ -93,8 +100,34 @@ def ingest_jobs(records: Iterable[JobRecord], now: datetime) -> None:
                 "start_time": r.start_time, "end_time": r.end_time}
         for r in records if r.key
     }
+    touched: set[str] = set()
     with transaction.atomic():
-        mirror(Job, "key", incoming, now, created=())  # finished jobs stay: history
+        mirror(Job, "key", incoming, now, created=(), touched=touched)  # finished jobs stay
+        if touched:
+            publish(JOBS_GROUP, "jobs", jobs_payload())
+
+
+# raywatch's own driver: `make run`'s local cluster is kept up by a process that called
+# ray.init() (collectors/localray.py), which Ray lists as a RUNNING job.
+INTERNAL_ENTRYPOINT = re.compile(r"collectors[./]localray\b")
+JOBS_SHOWN = 200
+
+
+def jobs_payload() -> dict[str, Any]:
+    """Ray's jobs, newest first, without raywatch's own (counted): the Jobs page."""
+    rows, hidden = [], 0
+    for job in Job.objects.order_by(F("start_time").desc(nulls_last=True), "-id")[:JOBS_SHOWN]:
+        if INTERNAL_ENTRYPOINT.search(job.entrypoint or ""):
+            hidden += 1
+            continue
+        rows.append({
+            "key": job.key, "id": job.submission_id or job.job_id, "type": job.type,
+            "status": job.status, "entrypoint": job.entrypoint, "message": job.message,
+            "submission_id": job.submission_id, "driver_pid": job.driver_pid,
+            "driver_node_ip": job.driver_node_ip,
+            "start_time": job.start_time.isoformat() if job.start_time else None,
+            "end_time": job.end_time.isoformat() if job.end_time else None})
+    return {"jobs": rows, "internal_hidden": hidden}
 
 
 def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime) -> None:

@@ -23,6 +23,14 @@ def _pool() -> ThreadPoolExecutor:
                               thread_name_prefix="raywatch-background")
 
 
+def finish() -> None:
+    """Let the tasks running in the in-process pool (an action recording its last steps)
+    finish, and drop those not started: at exit, before Python stops its threads."""
+    if _pool.cache_info().currsize:
+        _pool().shutdown(wait=True, cancel_futures=True)
+        _pool.cache_clear()
+
+
 def _in_thread(fn: Callable[..., Any], name: str, *args: Any) -> None:
     close_old_connections()
     try:

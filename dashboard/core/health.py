@@ -33,25 +33,52 @@ class Poll:
     warnings: list[str] = field(default_factory=list)
 
 
+class FailureLog:
+    """Logs a source's failure once, then again only when its reason changes (a GPU-less
+    host's NVML source fails every second for the same reason: the status strip shows
+    it all along); logs the recovery once. Per process: each poller logs for itself."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, str] = {}
+
+    def failed(self, name: str, reason: str, exc: Exception | None = None) -> None:
+        if self.reasons.get(name) == reason:
+            return
+        self.reasons[name] = reason
+        log.warning("%s poll failed: %s (logged again only when the reason changes)", name,
+                    reason, exc_info=exc)
+
+    def succeeded(self, name: str) -> None:
+        if self.reasons.pop(name, None) is not None:
+            log.info("%s poll works again", name)
+
+
+failures = FailureLog()
+
+
 @contextmanager
 def source_poll(source: str, interval_s: float, scope: str = "") -> Iterator[Poll]:
     """Run one poll of a source; record success, a partial result or the error.
 
-    Errors are recorded and logged, not raised: the scheduler keeps polling.
+    Errors are recorded and logged (once per reason), not raised: the scheduler keeps
+    polling.
     """
     poll = Poll()
     started = time.monotonic()
     error: str | None = None
+    unexpected: Exception | None = None
     try:
         yield poll
     except SourceError as exc:
         error = exc.message
     except Exception as exc:
-        log.exception("%s poll failed", source)
-        error = f"{type(exc).__name__}: {exc}"
+        error, unexpected = f"{type(exc).__name__}: {exc}", exc
     duration_ms = (time.monotonic() - started) * 1000
+    name = f"{source}@{scope}" if scope else source
     if error:
-        log.warning("%s poll failed: %s", source, error)
+        failures.failed(name, error, unexpected)
+    else:
+        failures.succeeded(name)
     try:
         record(source, scope, interval_s, duration_ms, error, poll.warnings)
     except Exception as exc:

@@ -25,6 +25,7 @@ CLUSTER_GROUP = "cluster"
 DEMANDS_GROUP = "demands"
 GPUS_GROUP = "gpus"
 EXPERIMENTS_GROUP = "experiments"
+JOBS_GROUP = "jobs"
 
 
 def experiment_group(pk: int) -> str:

@@ -93,32 +93,38 @@ def _owners(gpus: dict[int, Gpu], procs: list[GpuProcess], now: datetime
 
 def work_views(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[GpuProcess],
                owner_of: dict[int, Owner]) -> tuple[list[WorkView], dict[str, dict[str, Any]]]:
-    """Running trials and jobs with the GPUs their processes hold."""
-    trial_gpus: dict[str, set[int]] = defaultdict(set)
-    job_gpus: dict[str, set[int]] = defaultdict(set)
+    """Running trials and jobs with the GPUs their processes hold, and since when."""
+    trial_gpus: dict[str, dict[int, datetime]] = defaultdict(dict)
+    job_gpus: dict[str, dict[int, datetime]] = defaultdict(dict)
     for proc in procs:
         owner = owner_of[proc.pk]
         if owner.kind == TRIAL and owner.trial_id:
-            trial_gpus[owner.trial_id].add(proc.gpu_id)
+            held = trial_gpus[owner.trial_id]
         elif owner.kind == JOB or (owner.job_id and owner.kind in ("actor", "worker")):
-            job_gpus[owner.job_id or ""].add(proc.gpu_id)
+            held = job_gpus[owner.job_id or ""]
+        else:
+            continue
+        held[proc.gpu_id] = min(held.get(proc.gpu_id, proc.first_seen_at), proc.first_seen_at)
     works: list[WorkView] = []
     context: dict[str, dict[str, Any]] = {}
     trials = Trial.objects.select_related("experiment").filter(
         trial_id__in=list(trial_gpus), status=Trial.RUNNING)
     for trial in trials:
         subject = f"trial:{trial.experiment.name}/{trial.trial_id}"
+        held = trial_gpus[trial.trial_id]
         works.append(WorkView(
             subject=subject, label=f"trial {trial.trial_id} ({trial.experiment.name})",
-            gpus=[views[pk] for pk in sorted(trial_gpus[trial.trial_id])],
+            gpus=[views[pk] for pk in sorted(held)], held_since=max(held.values()),
             last_result_at=trial.last_result_at, step=(trial.iteration or 0) + 1))
         context[subject] = {"trial": trial, "experiment": trial.experiment.name,
                             "node_ip": trial.node_ip}
     jobs = Job.objects.filter(status="RUNNING").exclude(job_id="")
     for job in jobs.filter(job_id__in=[j for j in job_gpus if j]):
         subject = f"job:{job.key}"
+        held = job_gpus[job.job_id]
         works.append(WorkView(subject=subject, label=f"job {job.key}",
-                              gpus=[views[pk] for pk in sorted(job_gpus[job.job_id])]))
+                              gpus=[views[pk] for pk in sorted(held)],
+                              held_since=max(held.values())))
         context[subject] = {"node_ip": job.driver_node_ip}
     return works, context
 

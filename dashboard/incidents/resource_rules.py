@@ -66,6 +66,9 @@ class WorkView:
     subject: str
     label: str
     gpus: Sequence[GpuView]
+    # Since when it holds all of them: a GPU idle before the work took it (free until
+    # then) was not idle during the work's step.
+    held_since: datetime | None = None
     last_result_at: datetime | None = None  # trials only
     step: int | None = None  # the step in progress (trials only)
 
@@ -126,6 +129,8 @@ def gpu_idle_during_step(work: WorkView, th: ResourceThresholds, now: datetime
     if not work.gpus or any(g.idle_since is None for g in work.gpus):
         return None
     idle_from = max(g.idle_since for g in work.gpus if g.idle_since)
+    if work.held_since is not None:
+        idle_from = max(idle_from, work.held_since)
     idle_s = (now - idle_from).total_seconds()
     if idle_s < th.idle_gpu_s:
         return None

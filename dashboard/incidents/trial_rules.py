@@ -24,6 +24,9 @@ TRIAL_KINDS = ("trial_stalled", "trial_process_gone", "trial_errored", "step_tim
 STEP_TOTAL = "step total"
 STEP_INTERVAL = "step interval"  # time between results: what a step in progress is held to
 MIN_HISTORY = 3  # steps needed before a trial's usual timings mean anything
+# Busy: this share of a core (or of a GPU). A sleeping Ray worker's own threads (gRPC,
+# metrics) take a few percent: Ray's reporter read 6 % for a trial hung in time.sleep.
+BUSY_PERCENT = 10.0
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,16 @@ class TrialSnapshot:
     error_text: str = ""
     cpu_percent: float | None = None
     gpu_percent: float | None = None
+    process_state: str | None = None  # ps's letter (R, S, D, Z ...), where it was read
+    rss_bytes: int | None = None
+    activity_source: str = ""  # who read the process: "the agent of gpu-b"
+    activity_unknown: str = ""  # when no source could: why
     node_ip: str = ""
     pid: int | None = None
     slow_baseline: Baseline | None = None  # from the firing step_time_regression, if any
     error_at: datetime | None = None  # when error.txt was written
     errored_firing: bool = False  # its trial_errored incident is open
+    gone_firing: bool = False  # its trial_process_gone incident is open
 
     @property
     def subject(self) -> str:
@@ -120,16 +128,25 @@ def median_interval_s(steps: Sequence[StepTiming]) -> float | None:
     return median(totals) if totals else None
 
 
+def busy(trial: TrialSnapshot) -> bool | None:
+    """Busy (BUSY_PERCENT of a core or of a GPU) or idle; None when nothing was measured."""
+    if trial.cpu_percent is None and trial.gpu_percent is None:
+        return None
+    return (trial.cpu_percent or 0) >= BUSY_PERCENT or (trial.gpu_percent or 0) >= BUSY_PERCENT
+
+
 def _activity(trial: TrialSnapshot) -> str:
     parts = []
     if trial.cpu_percent is not None:
         parts.append(f"CPU {trial.cpu_percent:.0f}%")
     if trial.gpu_percent is not None:
         parts.append(f"GPU {trial.gpu_percent:.0f}%")
-    if not parts:
-        return "activity unknown"
-    busy = (trial.cpu_percent or 0) >= 5 or (trial.gpu_percent or 0) >= 5
-    return ("busy: " if busy else "idle: ") + ", ".join(parts)
+    if trial.process_state:
+        parts.append(f"state {trial.process_state}")
+    working = busy(trial)
+    head = "activity unknown" if working is None else "busy" if working else "idle"
+    text = f"{head}: {', '.join(parts)}" if parts else head
+    return f"{text}, per {trial.activity_source}" if trial.activity_source else text
 
 
 def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
@@ -146,8 +163,11 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         summary=(f"Trial {trial.trial_id} has reported no result for {silent:.0f} s "
                  f"(limit {limit:.0f} s) while its process is alive ({activity})"),
         details={"silent_s": round(silent, 1), "limit_s": round(limit, 1),
-                 "median_interval_s": interval, "activity": activity,
-                 "cpu_percent": trial.cpu_percent, "gpu_percent": trial.gpu_percent},
+                 "median_interval_s": interval, "activity": activity, "busy": busy(trial),
+                 "cpu_percent": trial.cpu_percent, "gpu_percent": trial.gpu_percent,
+                 "process_state": trial.process_state, "rss_bytes": trial.rss_bytes,
+                 "activity_source": trial.activity_source,
+                 "activity_unknown": trial.activity_unknown},
     )
 
 
@@ -158,6 +178,12 @@ def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> F
         return None
     gone_for = (now - trial.process_gone_since).total_seconds()
     if gone_for < th.gone_grace_s:
+        return None
+    # A node's Ray temp dir keeps the sessions of earlier Ray starts, and Tune's state of a
+    # killed driver still says RUNNING: a trial last heard from long ago whose process is
+    # gone is history, not news. An open incident stays open until it clears.
+    if (not trial.gone_firing and trial.last_result_at is not None
+            and (now - trial.last_result_at).total_seconds() > th.errored_recent_s):
         return None
     return Finding(
         kind="trial_process_gone", subject=trial.subject, severity="critical",

@@ -1,15 +1,27 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from collectors.raylogs import MAX_LINES
+from collectors.tunelogs import MAX_KEY
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
-from dashboard.trials.models import Trial
+from dashboard.core.roles import IsOperator, IsViewer
+from dashboard.trials.curves import CurveRequest, experiment_curves
+from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.objective import objective_of
+from dashboard.trials.output import trial_output
 from dashboard.trials.serializers import StepResultSerializer, TrialSerializer, trial_rows
+from dashboard.trials.stacks import latest_stack, request_stack, stack_payload
 from dashboard.trials.views_data import results_payload
 
 STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR", "UNKNOWN")
@@ -58,7 +70,126 @@ class TrialResults(APIView):
         responses={200: StepResultSerializer(many=True), 400: None, 404: None},
     )
     def get(self, request: Request, trial_id: str) -> Response:
-        raw = request.query_params.get("limit", "20000")
-        if not raw.isdigit() or not 0 < int(raw) <= 100_000:
-            raise ValidationError({"limit": "a whole number from 1 to 100000"})
-        return Response(results_payload(find_trial(trial_id), int(raw)))
+        limit = whole_number(request, "limit", 20_000, 1, 100_000)
+        return Response(results_payload(find_trial(trial_id), limit))
+
+
+class StackSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["pending", "taken", "failed"])
+    source = serializers.CharField(help_text="who took it (py-spy by the agent of gpu-b, ...)")
+    text = serializers.CharField(help_text="py-spy's dump; empty unless taken")
+    reason = serializers.CharField(help_text="why it could not be taken; when taken, what "
+                                             "better sources said first")
+    pid = serializers.IntegerField(allow_null=True)
+    where = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    requested_by = serializers.CharField()
+    taken_at = serializers.DateTimeField(allow_null=True)
+
+
+class StackReply(serializers.Serializer):
+    stack = StackSerializer(allow_null=True)
+    created = serializers.BooleanField(required=False, help_text="false: a stack of this "
+                                       "trial was already being taken; this is that one")
+
+
+class TrialStackView(APIView):
+    """Where a trial's process is: its Python stack (py-spy), taken by the node's agent,
+    else Ray's /worker/traceback, else on raywatch's own host. GET: the newest one.
+    POST (operators): take one now, in the background (202); follow it with GET or the
+    trial page."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsOperator()] if self.request.method == "POST" else [IsViewer()]
+
+    @extend_schema(responses={200: StackReply, 404: None})
+    def get(self, request: Request, trial_id: str) -> Response:
+        return Response({"stack": stack_payload(latest_stack(find_trial(trial_id)))})
+
+    @extend_schema(request=None, responses={202: StackReply, 403: None, 404: None, 409: None})
+    def post(self, request: Request, trial_id: str) -> Response:
+        trial = find_trial(trial_id)
+        if trial.pid is None:
+            return Response({"detail": f"trial {trial_id} has no process yet"},
+                            status=status.HTTP_409_CONFLICT)
+        stack, created = request_stack(trial, timezone.now(), request.user,
+                                       str(request.META.get("REMOTE_ADDR", "")))
+        return Response({"stack": stack_payload(stack), "created": created},
+                        status=status.HTTP_202_ACCEPTED)
+
+
+class OutputSerializer(serializers.Serializer):
+    stdout = serializers.CharField(allow_null=True, help_text="the last lines of the trial's "
+                                   "Ray worker's .out file (what it printed)")
+    stderr = serializers.CharField(allow_null=True, help_text="likewise its .err file")
+    reason = serializers.CharField(allow_null=True, help_text="why there is no output, or "
+                                   "only part of it")
+    source = serializers.CharField(help_text="where it was read")
+    actor_id = serializers.CharField(allow_null=True)
+    actor_url = serializers.CharField(allow_null=True, help_text="the actor in Ray's dashboard")
+
+
+class TrialOutputView(APIView):
+    """The tail of a trial's recent output (its Ray worker's stdout and stderr) through
+    Ray's log API, read now; `reason` says why when Ray cannot give it."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("lines", {"type": "integer", "minimum": 1,
+                                               "maximum": MAX_LINES},
+                                     description="lines of each (100)")],
+        responses={200: OutputSerializer, 400: None, 404: None},
+    )
+    def get(self, request: Request, trial_id: str) -> Response:
+        lines = whole_number(request, "lines", 100, 1, MAX_LINES)
+        return Response(trial_output(find_trial(trial_id), lines).as_dict())
+
+
+class CurveSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    trial_id = serializers.CharField()
+    status = serializers.CharField()
+    attempt = serializers.IntegerField()
+    x = serializers.ListField(child=serializers.IntegerField(), help_text="iterations")
+    y = serializers.ListField(child=serializers.FloatField(), help_text="the metric")
+
+
+class CurvesSerializer(serializers.Serializer):
+    metric = serializers.CharField()
+    mode = serializers.ChoiceField(choices=["min", "max"])
+    trials = serializers.IntegerField(help_text="trials in the experiment")
+    shown = serializers.IntegerField(help_text="curves given: the best trials first")
+    curves = CurveSerializer(many=True)
+
+
+class ExperimentCurves(APIView):
+    """One metric of the experiment's trials by iteration (each trial's current attempt),
+    the best `trials` of them by the metric and mode; long curves are thinned."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("metric", str, required=True),
+            OpenApiParameter("mode", str, enum=["min", "max"],
+                             description="which trials are best (the search's mode)"),
+            OpenApiParameter("trials", {"type": "integer", "minimum": 1, "maximum": 1000},
+                             description="at most this many curves (100)"),
+        ],
+        responses={200: CurvesSerializer, 400: None, 404: None},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        experiment = get_object_or_404(Experiment, pk=pk)
+        metric = request.query_params.get("metric", "")
+        if not metric or len(metric) > MAX_KEY:
+            raise ValidationError({"metric": f"a metric name of 1 to {MAX_KEY} characters"})
+        mode = request.query_params.get("mode") or objective_of(experiment).mode
+        if mode not in ("min", "max"):
+            raise ValidationError({"mode": "min or max"})
+        want = CurveRequest(metric, mode, whole_number(request, "trials", 100, 1, 1000))
+        return Response(experiment_curves(experiment, want))
+
+
+def whole_number(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name, str(default))
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ValidationError({name: f"a whole number from {low} to {high}"})
+    return int(raw)

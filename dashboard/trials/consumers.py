@@ -5,9 +5,11 @@ from typing import Any
 from dashboard.core.consumers import LiveConsumer
 from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, trial_group
 from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.stacks import latest_stack, stack_payload
 from dashboard.trials.views_data import (
-    experiment_trials_payload,
+    experiment_payload,
     experiments_payload,
+    incidents_payload,
     results_payload,
     trial_payload,
 )
@@ -26,7 +28,10 @@ class ExperimentConsumer(LiveConsumer):
 
     def page_snapshot(self) -> dict[str, Any]:
         experiment = Experiment.objects.filter(pk=int(self.url_kwarg("pk"))).first()
-        return {"trials": experiment_trials_payload(experiment) if experiment else []}
+        if experiment is None:
+            return {"trials": []}
+        payload = experiment_payload(experiment)
+        return {"objective": payload["objective"], "trials": payload["trials"]}
 
 
 class TrialConsumer(LiveConsumer):
@@ -39,4 +44,6 @@ class TrialConsumer(LiveConsumer):
         if trial is None:
             return {}
         # "results" replaces what the page holds: nothing is missed across a reconnect.
-        return {"trial": trial_payload(trial), "results": results_payload(trial)}
+        return {"trial": trial_payload(trial), "results": results_payload(trial),
+                "stack": stack_payload(latest_stack(trial)),
+                "incidents": incidents_payload([trial.pk])[trial.pk]}

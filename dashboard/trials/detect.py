@@ -4,6 +4,9 @@ rules (dashboard.incidents.trial_rules) and sync their incidents.
 A trial's process is alive when Ray lists a live actor with the trial's pid on
 the trial's node (result.json's pid equals the actor's pid: docs/ray-facts.md).
 When the Ray source is failing, liveness is unknown and nothing is concluded.
+
+A stalled trial is looked at (probes.py): busy or idle, read by the best source, and
+its Python stack, asked for once per stall and taken in the background (stacks.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from collectors.procstat import process_cpu_percent, this_host
 from dashboard.cluster.models import Actor, Node
 from dashboard.cluster.state import ray_is_current
 from dashboard.incidents.findings import Finding
@@ -34,7 +36,9 @@ from dashboard.incidents.trial_rules import (
     phase_timings,
     trial_stalled,
 )
-from dashboard.trials.models import StepResult, Trial
+from dashboard.trials.models import StepResult, Trial, TrialStack
+from dashboard.trials.probes import Activity, activity_of
+from dashboard.trials.stacks import request_stack, stack_payload, stacks_of_stalls
 
 
 def thresholds() -> Thresholds:
@@ -69,22 +73,45 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     th = thresholds()
     steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], th.slow_window)
     baselines = slow_baselines(trials)
-    errored = errored_firing(trials)
+    firing = history_firing(trials)
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
+    stalled: list[Trial] = []
     for trial in trials:
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
-                           errored_firing=trial.pk in errored)
+                           errored_firing="trial_errored" in firing.get(trial.pk, ()),
+                           gone_firing="trial_process_gone" in firing.get(trial.pk, ()))
         if trial_stalled(snapshot, th, now):
-            snapshot = replace(snapshot, cpu_percent=local_cpu(trial))
+            snapshot = with_activity(snapshot, activity_of(trial, now))
+            stalled.append(trial)
         findings.extend(evaluate_trial(snapshot, th, now))
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
+    stacks = stacks_of_stalls(stalled)
+    findings = [with_stack(f, context[f.subject]["trial"], stacks, now) for f in findings]
     covered = None if since is None else (Q(trial__isnull=True) | Q(trial__in=trials))
     result = sync_findings(TRIAL_KINDS, findings, now, context, among=covered)
+    for trial in stalled:
+        if trial.pk not in stacks:  # its incident just opened: where does it hang?
+            request_stack(trial, now)
     result["status_changes"] = len(changed)
     _last_start[:] = [started]
     return result
+
+
+def with_activity(snapshot: TrialSnapshot, activity: Activity) -> TrialSnapshot:
+    return replace(snapshot, cpu_percent=activity.cpu_percent, process_state=activity.state,
+                   rss_bytes=activity.rss_bytes, activity_source=activity.source,
+                   activity_unknown=activity.unknown)
+
+
+def with_stack(finding: Finding, trial: Trial, stacks: dict[int, TrialStack],
+               now: datetime) -> Finding:
+    """A stall's finding carries the stack of this stall, as far as it was taken."""
+    if finding.kind != "trial_stalled" or trial.pk not in stacks:
+        return finding
+    return replace(finding, details={**finding.details,
+                                     "stack": stack_payload(stacks[trial.pk], now)})
 
 
 def changed_since(started: datetime) -> datetime | None:
@@ -102,13 +129,6 @@ def to_evaluate(since: datetime | None) -> Q:
     # Every trial that can have a finding, or an incident to resolve.
     return (unfinished | Q(incidents__state=Incident.FIRING)
             | Q(status="ERROR", error_text__gt=""))
-
-
-def local_cpu(trial: Trial) -> float | None:
-    """Busy or idle? Readable here for processes on this host (single-host clusters)."""
-    if trial.pid is None or trial.hostname != this_host():
-        return None
-    return process_cpu_percent(trial.pid)
 
 
 def live_processes(now: datetime) -> set[tuple[str, int]] | None:
@@ -171,13 +191,19 @@ def slow_baselines(trials: list[Trial]) -> dict[int, Baseline]:
     return {pk: baseline for pk, baseline in found.items() if baseline is not None}
 
 
-def errored_firing(trials: list[Trial]) -> set[int]:
-    """The errored trials whose trial_errored incident is open."""
-    wanted = {t.pk for t in trials if t.status == Trial.ERROR}
+def history_firing(trials: list[Trial]) -> dict[int, set[str]]:
+    """The open trial_errored / trial_process_gone incidents of the errored or gone trials
+    (the rules leave an old failure or an old disappearance alone unless its incident is
+    already open): trial pk -> kinds, in one query."""
+    wanted = {t.pk for t in trials if t.status == Trial.ERROR or t.process_alive is False}
     if not wanted:
-        return set()
-    return set(Incident.objects.filter(state=Incident.FIRING, kind="trial_errored",
-                                       trial__in=wanted).values_list("trial_id", flat=True))
+        return {}
+    found: dict[int, set[str]] = defaultdict(set)
+    for pk, kind in Incident.objects.filter(
+            state=Incident.FIRING, kind__in=("trial_errored", "trial_process_gone"),
+            trial__in=wanted).values_list("trial_id", "kind"):
+        found[pk].add(kind)
+    return found
 
 
 def snapshot_of(trial: Trial, steps: list[StepResult],

@@ -44,7 +44,8 @@ class Trial(models.Model):
     last_result_at = models.DateTimeField(null=True)  # the result's own timestamp
     last_ingested_at = models.DateTimeField(null=True)  # when raywatch read it
     last_metrics = models.JSONField(default=dict)
-    best_value = models.FloatField(null=True)
+    # Each metric's [lowest, highest] over all results: the best by any metric and mode.
+    metric_range = models.JSONField(default=dict)
     last_step_s = models.FloatField(null=True)
     error_text = models.TextField(blank=True, default="")
     error_attempt = models.PositiveIntegerField(default=0)  # the attempt error.txt was about
@@ -103,3 +104,32 @@ class LogCursor(models.Model):
     size = models.BigIntegerField(default=0)
     mtime_ns = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class TrialStack(models.Model):
+    """A Python stack of a trial's process, asked for when its trial_stalled incident
+    opened or by an operator from the trial page, then taken in the background by the
+    best source that can (dashboard.trials.probes); or why none could."""
+
+    PENDING, TAKEN, FAILED = "pending", "taken", "failed"
+
+    trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="stacks")
+    pid = models.IntegerField(null=True)
+    node_ip = models.CharField(max_length=64, blank=True, default="")
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    requested_at = models.DateTimeField()
+    # Who asked (kept when the account goes); empty: the stall detector.
+    requested_by = models.CharField(max_length=150, blank=True, default="")
+    address = models.CharField(max_length=64, blank=True, default="")
+    state = models.CharField(max_length=16, default=PENDING)
+    source = models.CharField(max_length=300, blank=True, default="")
+    text = models.TextField(blank=True, default="")
+    reason = models.TextField(blank=True, default="")  # why not; or what better sources said
+    taken_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        indexes = [models.Index(fields=["trial", "-requested_at"], name="stack_trial_recent")]
+
+    def __str__(self) -> str:
+        return f"stack of {self.trial_id} at {self.requested_at:%H:%M:%S} ({self.state})"

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
+from dashboard.trials.objective import Objective, best, objective_of, objectives_by_experiment
 
 # A trial's health is its worst firing incident, in this order.
 HEALTH_ORDER = ("trial_process_gone", "trial_stalled", "trial_errored", "step_time_regression")
@@ -13,37 +14,53 @@ HEALTH_NAMES = {"trial_process_gone": "process gone", "trial_stalled": "stalled"
                 "trial_errored": "errored", "step_time_regression": "slow"}
 
 
-def health_by_trial(trial_pks: list[int]) -> dict[int, str]:
+def health_by_trial(trial_pks: list[int]) -> dict[int, list[str]]:
+    """Each trial's firing trial incidents by name, worst first (absent: healthy)."""
     kinds: dict[int, set[str]] = {}
     for trial_id, kind in Incident.objects.filter(
         state=Incident.FIRING, trial_id__in=trial_pks
     ).values_list("trial_id", "kind"):
         kinds.setdefault(trial_id, set()).add(kind)
-    return {
-        pk: next((HEALTH_NAMES[k] for k in HEALTH_ORDER if k in found), "ok")
-        for pk, found in kinds.items()
-    }
+    return {pk: [HEALTH_NAMES[k] for k in HEALTH_ORDER if k in found]
+            for pk, found in kinds.items()}
 
 
 class TrialSerializer(serializers.ModelSerializer):
     experiment = serializers.CharField(source="experiment.name")
     experiment_id = serializers.IntegerField()
     last_result_at = serializers.DateTimeField(allow_null=True)
-    health = serializers.SerializerMethodField()
+    health = serializers.SerializerMethodField(
+        help_text="the worst firing incident: process gone, stalled, errored, slow; or ok")
+    health_all = serializers.SerializerMethodField(
+        help_text="every firing incident of the trial, worst first (e.g. stalled, slow)")
+    best_value = serializers.SerializerMethodField(
+        help_text="the trial's best result of the search's metric, by its mode")
+    metric_range = serializers.DictField(
+        child=serializers.ListField(child=serializers.FloatField(), min_length=2,
+                                    max_length=2),
+        help_text="each metric's [lowest, highest] over all the trial's results")
 
     class Meta:
         model = Trial
         fields = [
             "id", "trial_id", "experiment", "experiment_id", "status", "status_reason",
             "tune_status", "iteration", "attempt", "last_result_at", "pid", "node_ip",
-            "hostname", "health", "best_value", "last_metrics", "last_step_s",
-            "process_alive", "parse_errors", "last_parse_error", "error_text", "trainable",
-            "config",
+            "hostname", "health", "health_all", "best_value", "metric_range", "last_metrics",
+            "last_step_s", "process_alive", "parse_errors", "last_parse_error", "error_text",
+            "trainable", "config",
         ]
 
+    def get_health_all(self, trial: Trial) -> list[str]:
+        health: dict[int, list[str]] = self.context.get("health") or {}
+        return health.get(trial.pk, [])
+
     def get_health(self, trial: Trial) -> str:
-        health: dict[int, str] = self.context.get("health") or {}
-        return health.get(trial.pk, "ok")
+        return next(iter(self.get_health_all(trial)), "ok")
+
+    def get_best_value(self, trial: Trial) -> float | None:
+        objectives: dict[int, Objective] = self.context.get("objectives") or {}
+        found = objectives.get(trial.experiment_id) or objective_of(trial.experiment)
+        return best(trial, found.metric, found.mode)
 
 
 class StepResultSerializer(serializers.ModelSerializer):
@@ -56,6 +73,8 @@ class ExperimentSerializer(serializers.ModelSerializer):
     trials = serializers.IntegerField(source="trial_count")
     by_status = serializers.DictField(child=serializers.IntegerField())
     firing = serializers.IntegerField()
+    updated_at = serializers.DateTimeField(
+        source="last_activity", help_text="when one of its trials (or it) last changed")
 
     class Meta:
         model = Experiment
@@ -64,5 +83,6 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
 
 def trial_rows(trials: list[Trial]) -> list[dict[str, Any]]:
-    health = health_by_trial([t.pk for t in trials])
-    return list(TrialSerializer(trials, many=True, context={"health": health}).data)
+    context = {"health": health_by_trial([t.pk for t in trials]),
+               "objectives": objectives_by_experiment(trials)}
+    return list(TrialSerializer(trials, many=True, context=context).data)

@@ -3,28 +3,39 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.objective import objective_of
+from dashboard.trials.roots import log_roots
+from dashboard.trials.stacks import latest_stack, stack_payload
 from dashboard.trials.views_data import (
-    experiment_trials_payload,
+    experiment_payload,
     experiments_payload,
+    incidents_payload,
     results_payload,
     trial_payload,
 )
 
+SILENT_AFTER_S = 60.0
+
 
 @viewer_required
 def experiments_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "trials/experiments.html", {"experiments": experiments_payload()})
+    return render(request, "trials/experiments.html", {
+        "page_data": {"experiments": experiments_payload(),
+                      "server_now": timezone.now().isoformat()},
+        "central_logs": settings.CENTRAL_LOGS,
+        "watched": [str(p) for p in log_roots()] if settings.CENTRAL_LOGS else []})
 
 
 @viewer_required
 def experiment_page(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_object_or_404(Experiment, pk=pk)
     return render(request, "trials/experiment.html", {
-        "experiment": experiment, "trials": experiment_trials_payload(experiment),
+        "experiment": experiment, "page_data": experiment_payload(experiment),
     })
 
 
@@ -34,6 +45,12 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "trials/trial.html", {
         "trial": trial,
         "page_data": {"trial": trial_payload(trial), "results": results_payload(trial),
-                      "timing_keys": settings.TIMING_KEYS},
+                      "timing_keys": settings.TIMING_KEYS,
+                      "stack": stack_payload(latest_stack(trial)),
+                      "incidents": incidents_payload([trial.pk])[trial.pk],
+                      "objective": objective_of(trial.experiment, trial.metric_range).as_dict(),
+                      "server_now": timezone.now().isoformat(),
+                      # "silent for N min" from here on (and three of its steps)
+                      "silent_after_s": min(SILENT_AFTER_S, settings.STALL_MIN_S)},
         "can_act": has_role(request.user, OPERATOR),
     })

@@ -6,16 +6,22 @@ import json
 from collections import Counter
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Max
+from django.db.models.functions import Coalesce, Greatest
+from django.urls import reverse
+from django.utils import timezone
 from rest_framework.utils.encoders import JSONEncoder
 
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
+from dashboard.trials.objective import objective_of, objectives_by_experiment
 from dashboard.trials.serializers import (
     ExperimentSerializer,
     StepResultSerializer,
     trial_rows,
 )
+
+INCIDENTS_SHOWN = 50  # a trial's newest incidents on its page
 
 
 def jsonable(data: Any) -> Any:
@@ -23,7 +29,10 @@ def jsonable(data: Any) -> Any:
 
 
 def experiments_payload() -> list[dict[str, Any]]:
-    experiments = list(Experiment.objects.annotate(trial_count=Count("trials")))
+    experiments = list(Experiment.objects.annotate(
+        trial_count=Count("trials"),
+        last_activity=Greatest("updated_at", Coalesce(Max("trials__updated_at"), "updated_at")),
+    ).order_by("-last_activity", "name"))
     statuses: dict[int, Counter[str]] = {}
     for exp_id, status in Trial.objects.values_list("experiment_id", "status"):
         statuses.setdefault(exp_id, Counter())[status] += 1
@@ -37,9 +46,12 @@ def experiments_payload() -> list[dict[str, Any]]:
     return jsonable(ExperimentSerializer(experiments, many=True).data)
 
 
-def experiment_trials_payload(experiment: Experiment) -> list[dict[str, Any]]:
+def experiment_payload(experiment: Experiment) -> dict[str, Any]:
+    """The experiment page's data: its trials and its search's objective."""
     trials = list(experiment.trials.select_related("experiment").all())
-    return jsonable(trial_rows(trials))
+    found = objectives_by_experiment(trials).get(experiment.pk) or objective_of(experiment)
+    return jsonable({"trials": trial_rows(trials), "objective": found.as_dict(),
+                     "server_now": timezone.now()})
 
 
 def trial_payload(trial: Trial) -> dict[str, Any]:
@@ -49,3 +61,21 @@ def trial_payload(trial: Trial) -> dict[str, Any]:
 def results_payload(trial: Trial, limit: int = 20_000) -> list[dict[str, Any]]:
     rows = StepResult.objects.filter(trial=trial).order_by("attempt", "iteration")[:limit]
     return jsonable(StepResultSerializer(rows, many=True).data)
+
+
+def incidents_payload(trial_pks: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Each trial's incidents, open and past, newest first."""
+    found: dict[int, list[dict[str, Any]]] = {pk: [] for pk in trial_pks}
+    for incident in Incident.objects.filter(trial_id__in=trial_pks).order_by("-opened_at"):
+        shown = found[incident.trial_id]  # type: ignore[index]
+        if len(shown) < INCIDENTS_SHOWN:
+            shown.append(_incident(incident))
+    return {pk: jsonable(shown) for pk, shown in found.items()}
+
+
+def _incident(incident: Incident) -> dict[str, Any]:
+    return {"id": incident.pk, "kind": incident.kind, "severity": incident.severity,
+            "state": incident.state, "summary": incident.summary,
+            "opened_at": incident.opened_at, "resolved_at": incident.resolved_at,
+            "acknowledged_at": incident.acknowledged_at,
+            "url": reverse("incident", args=[incident.pk])}

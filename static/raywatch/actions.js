@@ -18,10 +18,7 @@
     return n === null || n === undefined ? "?" : (n / 1024 ** 3).toFixed(1) + " GiB";
   }
   function duration(s) {
-    if (s === null || s === undefined) return "unknown";
-    if (s < 120) return s + " s";
-    if (s < 7200) return Math.round(s / 60) + " min";
-    return (s / 3600).toFixed(1) + " h";
+    return s === null || s === undefined ? "unknown" : window.raywatch.time.duration(s);
   }
   function showError(text) {
     const p = document.getElementById("action-error");
@@ -43,7 +40,7 @@
   function processFacts(t) {
     return [["Process", "pid " + t.pid], ["GPU", "GPU " + t.gpu_index + " on " + t.node + " (" + t.node_ip + ")"],
       ["Memory held", bytes(t.used_memory)], ["Owner", t.owner_label + (t.owner_reason ? ": " + t.owner_reason : "")],
-      ["Seen since", t.first_seen_at.slice(0, 19).replace("T", " ") + " UTC"]];
+      ["Seen since", window.raywatch.time.stamp(t.first_seen_at)]];
   }
 
   function jobFacts(t) {

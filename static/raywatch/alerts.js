@@ -3,21 +3,13 @@
 (function () {
   "use strict";
   const el = window.raywatch.el;
+  const T = window.raywatch.time;
   const TERMINABLE = ["trial_stalled", "trial_process_gone"]; // the incident page offers the cure
   const LIST_PAGE = 1000; // the API's largest page: firing first, then the newest resolved
 
   function csrf() {
     const input = document.querySelector("input[name=csrfmiddlewaretoken]");
     return input ? input.value : "";
-  }
-  function when(iso) {
-    return iso ? iso.slice(0, 19).replace("T", " ") + " UTC" : "";
-  }
-  function ago(iso) {
-    const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-    if (s < 120) return Math.round(s) + " s";
-    if (s < 7200) return Math.round(s / 60) + " min";
-    return (s / 3600).toFixed(1) + " h";
   }
   function where(i) {
     const parts = [];
@@ -73,17 +65,20 @@
   function alertRow(i, canAct) {
     const tr = el("tr", { "data-incident": i.id, class: "incident state-" + stateOf(i) });
     tr.append(el("td", { class: "state" }, stateOf(i)),
-      el("td", { class: "sev sev-" + i.severity }, i.severity), el("td", {}, i.kind));
-    const what = el("td", {});
+      el("td", { class: "sev sev-" + i.severity }, i.severity), el("td", { class: "kind" }, i.kind));
+    const what = el("td", { class: "what" });
     what.append(el("a", { href: "/incidents/" + i.id + "/" }, i.summary));
     if (i.acknowledged_by) {
       what.append(el("div", { class: "muted" },
         "acknowledged by " + i.acknowledged_by + (i.ack_note ? ": " + i.ack_note : "")));
     }
-    tr.append(what, el("td", {}, where(i)));
-    tr.append(el("td", { title: when(i.opened_at) },
-      i.state === "resolved" ? "resolved " + when(i.resolved_at) : ago(i.opened_at)));
-    const td = el("td", {});
+    if (i.nobody_told) what.append(el("div", { class: "nobody-told" }, i.nobody_told));
+    tr.append(what, el("td", { class: "where" }, where(i)));
+    const since = el("td", { class: "since" });
+    if (i.state === "resolved") since.append("resolved ", T.el(i.resolved_at));
+    else since.append(T.el(i.opened_at));
+    tr.append(since);
+    const td = el("td", { class: "actions" });
     td.append(actions(i, canAct, false));
     tr.append(td);
     return tr;
@@ -93,7 +88,7 @@
   // stays the same element while other incidents update around it.
   const rows = new Map(); // id -> {key, tr}
   function rowFor(i, canAct) {
-    const key = JSON.stringify(i) + stateOf(i) + Math.floor(Date.now() / 60000);
+    const key = JSON.stringify(i) + stateOf(i);
     const known = rows.get(i.id);
     if (known && known.key === key) return known.tr;
     const tr = alertRow(i, canAct);
@@ -124,28 +119,41 @@
     const box = document.getElementById("incident");
     document.getElementById("incident-summary").textContent = i.summary;
     const facts = [["State", stateOf(i)], ["Severity", i.severity], ["Where", where(i)],
-      ["Subject", i.subject], ["Opened", when(i.opened_at)]];
-    if (i.resolved_at) facts.push(["Resolved", when(i.resolved_at)]);
+      ["Subject", i.subject], ["Opened", T.el(i.opened_at)]];
+    if (i.resolved_at) facts.push(["Resolved", T.el(i.resolved_at)]);
     if (i.acknowledged_at) {
-      facts.push(["Acknowledged", when(i.acknowledged_at) + " by " + i.acknowledged_by +
-        (i.ack_note ? ": " + i.ack_note : "")]);
+      facts.push(["Acknowledged", [T.el(i.acknowledged_at), " by " + i.acknowledged_by +
+        (i.ack_note ? ": " + i.ack_note : "")]]);
     }
     if (i.silenced_by) facts.push(["Silenced", "by silence #" + i.silenced_by]);
+    if (i.nobody_told) facts.push(["Told", el("span", { class: "nobody-told" }, i.nobody_told)]);
+    const details = i.details || {};
+    if (details.activity) {
+      facts.push(["Activity", details.activity +
+        (details.activity_unknown ? ": " + details.activity_unknown : "")]);
+    }
     const dl = document.getElementById("incident-facts");
     dl.replaceChildren();
-    for (const [k, v] of facts) dl.append(el("dt", {}, k), el("dd", { "data-fact": k }, v));
+    for (const [k, v] of facts) {
+      const dd = el("dd", { "data-fact": k });
+      dd.append(...[].concat(v));
+      dl.append(el("dt", {}, k), dd);
+    }
     if (i.trial_pk) {
       dl.append(el("dt", {}, "Trial"));
       const dd = el("dd", {});
       dd.append(el("a", { href: "/trials/" + i.trial_pk + "/" }, i.trial_id));
       dl.append(dd);
     }
+    const stackSection = document.getElementById("incident-stack-section");
+    stackSection.hidden = !("stack" in details);
+    if ("stack" in details) window.raywatch.renderStack(document.getElementById("incident-stack"), details.stack);
     document.getElementById("incident-actions").replaceChildren(
       actions(i, box.dataset.canAct === "1", true));
     const list = document.getElementById("timeline");
     list.replaceChildren(...i.timeline.map(function (e) {
       const li = el("li", { class: "event event-" + e.kind, "data-kind": e.kind });
-      li.append(el("time", {}, when(e.at)), " ", el("b", {}, e.kind.replace("_", " ")));
+      li.append(T.el(e.at, { ago: false }), " ", el("b", {}, e.kind.replace("_", " ")));
       if (e.actor) li.append(" by " + e.actor);
       if (e.text) li.append(": ", el("span", {}, e.text));
       if (e.outcome) li.append(el("div", { class: "outcome" }, e.outcome));

@@ -2,6 +2,7 @@
 (function () {
   "use strict";
   const el = window.raywatch.el;
+  const T = window.raywatch.time;
 
   function bytes(n) {
     if (n === null || n === undefined) return "–";
@@ -32,6 +33,14 @@
     set("object_store_bytes", usedOf(t.object_store_bytes, bytes));
   }
 
+  function since(n) {
+    const td = el("td", { class: "since" });
+    if (n.state === "DEAD" && n.ended_at) td.append("dead since ", T.el(n.ended_at));
+    else if (n.started_at) td.append(T.el(n.started_at));
+    else td.append("–");
+    return td;
+  }
+
   function renderNodes(nodes) {
     const body = document.querySelector("#nodes tbody");
     body.replaceChildren();
@@ -44,17 +53,19 @@
         name,
         el("td", {}, n.is_head ? "head" : "worker"),
         el("td", { class: "state", title: n.state_message || "" }, n.state),
-        el("td", {}, n.node_ip),
-        el("td", { "data-col": "cpu" }, resource(n, "CPU", num)),
-        el("td", { "data-col": "gpu" }, resource(n, "GPU", num)),
-        el("td", {}, n.mem_total_bytes ? bytes(n.mem_used_bytes) + " / " + bytes(n.mem_total_bytes) : "–"),
-        el("td", {}, n.object_store_total_bytes ? bytes(n.object_store_used_bytes) + " / " + bytes(n.object_store_total_bytes) : "–"),
-        el("td", {}, n.cpu_percent === null ? "–" : n.cpu_percent.toFixed(0) + "%"),
-        el("td", {}, n.state === "DEAD" && n.ended_at ? "dead since " + new Date(n.ended_at).toLocaleString()
-          : n.started_at ? new Date(n.started_at).toLocaleString() : "–"),
+        el("td", { class: "num" }, n.node_ip),
+        el("td", { class: "num", "data-col": "cpu" }, resource(n, "CPU", num)),
+        el("td", { class: "num", "data-col": "gpu" }, resource(n, "GPU", num)),
+        el("td", { class: "num" }, n.mem_total_bytes ? bytes(n.mem_used_bytes) + " / " + bytes(n.mem_total_bytes) : "–"),
+        el("td", { class: "num" }, n.object_store_total_bytes ? bytes(n.object_store_used_bytes) + " / " + bytes(n.object_store_total_bytes) : "–"),
+        el("td", { class: "num" }, n.cpu_percent === null ? "–" : n.cpu_percent.toFixed(0) + "%"),
+        since(n),
+        el("td", { class: "agent", "data-col": "agent" }),
       );
       body.append(tr);
     }
+    // coverage.js fills the Agent column from the agents' own endpoint.
+    document.dispatchEvent(new CustomEvent("raywatch:nodes-rendered"));
   }
 
   function renderChart(nodes) {
@@ -71,19 +82,16 @@
       { name: "object store", type: "bar", x: names,
         y: alive.map((n) => n.object_store_total_bytes ? (100 * (n.object_store_used_bytes || 0)) / n.object_store_total_bytes : null) },
     ];
-    const layout = {
-      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: "#e6e9ee" },
-      barmode: "group", height: 220, margin: { t: 10, r: 10, b: 40, l: 40 },
-      yaxis: { title: "% in use", range: [0, 100] }, legend: { orientation: "h" },
-    };
-    window.Plotly.react("usage-chart", traces, layout, { displayModeBar: false, responsive: true });
+    window.raywatch.charts.draw("usage-chart", traces, {
+      barmode: "group", height: 220, x: { showgrid: false }, y: { title: "in use", unit: "%", range: [0, 100] },
+    }, { displayModeBar: false });
   }
 
   function render(cluster) {
     renderTotals(cluster.totals);
     renderNodes(cluster.nodes);
     renderChart(cluster.nodes);
-    document.getElementById("as-of").textContent = "Updated " + new Date().toLocaleTimeString();
+    document.getElementById("as-of").replaceChildren("Updated ", T.el(new Date(), { ago: false }));
   }
 
   render(JSON.parse(document.getElementById("cluster-initial").textContent));

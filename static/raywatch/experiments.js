@@ -1,6 +1,7 @@
 (function () {
   "use strict";
   const el = window.raywatch.el;
+  const kit = window.raywatch.trials;
   function render(experiments) {
     const body = document.querySelector("#experiments tbody");
     body.replaceChildren();
@@ -10,12 +11,18 @@
       const link = el("a", { href: "/experiments/" + e.id + "/" }, e.name);
       const name = el("td"); name.append(link);
       const statuses = Object.entries(e.by_status).map(([s, n]) => s + " " + n).join(", ");
-      tr.append(name, el("td", {}, e.kind), el("td", {}, e.trials), el("td", {}, statuses),
-        el("td", { class: e.firing ? "bad" : "" }, e.firing),
-        el("td", {}, new Date(e.updated_at).toLocaleString()));
+      const objective = e.metric ? e.metric + (e.mode ? " " + kit.arrow(e.mode) : "") : "–";
+      tr.append(name, el("td", {}, e.kind), el("td", {}, objective), el("td", {}, e.trials),
+        el("td", {}, statuses), el("td", { class: e.firing ? "bad" : "" }, e.firing),
+        el("td", { class: "updated", "data-at": e.updated_at, title: kit.utc(e.updated_at) }, kit.when(e.updated_at)));
       body.append(tr);
     }
   }
-  render(JSON.parse(document.getElementById("experiments-initial").textContent));
+  const initial = JSON.parse(document.getElementById("experiments-initial").textContent);
+  kit.syncClock(initial.server_now);
+  render(initial.experiments);
+  setInterval(() => {
+    for (const cell of document.querySelectorAll("#experiments td.updated")) cell.textContent = kit.when(cell.dataset.at);
+  }, 5000);
   window.raywatch.connect("/ws/experiments/", { experiments: render });
 })();

@@ -31,7 +31,7 @@
   function render(data, range) {
     const s = data.series;
     const times = s.t.map((t) => Date.parse(t));
-    const x = times.map(H.localTime);
+    const x = times.map(H.axisTime);
     drawn = { bucket_ms: data.bucket_s * 1000, times, source: data.source };
     bucket = null;
     const memTop = tile.memory_total ? { range: [0, (tile.memory_total / GiB) * 1.02] } : {};
@@ -90,9 +90,9 @@
     while (drop < drawn.times.length - 1 && drawn.times[drop] < t - span) drop++;
     drawn.times.splice(0, drop);
     const keep = drawn.times.length;
-    const x = H.localTime(t);
+    const x = H.axisTime(t);
     const end = Math.max(Date.now(), t + drawn.bucket_ms);
-    const range = [end - span, end].map(H.localTime);
+    const range = [end - span, end].map(H.axisTime);
     const one = (v) => ({ x: [[x]], y: [[v]] });
     H.quietly(Promise.all([
       Plotly.extendTraces(charts[0], { x: [[x], [x], [x]], y: [[p.min], [p.max], [p.util]] }, [0, 1, 2], keep),
@@ -119,7 +119,7 @@
     set("throttle", tile.throttle_reasons === null ? "unknown" : tile.throttle_reasons.join(", ") || "nothing");
     set("ecc", tile.ecc_uncorrected === null && tile.ecc_corrected === null ? "not reported"
       : known(tile.ecc_uncorrected, " uncorrected") + ", " + known(tile.ecc_corrected, " corrected"));
-    set("at", new Date(tile.at).toLocaleString() + (tile.stale ? " (stale)" : ""));
+    set("at", window.raywatch.time.stamp(tile.at) + (tile.stale ? " (stale)" : ""));
   }
 
   function renderProcesses() {
@@ -138,7 +138,7 @@
     if (p.owner.reason) owner.append(el("div", { class: "reason" }, p.owner.reason));
     tr.append(
       el("td", {}, p.pid), owner, el("td", {}, gpus.bytes(p.used_memory)),
-      el("td", { title: "first seen " + new Date(p.first_seen_at).toLocaleString() }, gpus.duration(p.age_s)),
+      el("td", { title: "first seen " + window.raywatch.time.abs(p.first_seen_at) }, gpus.duration(p.age_s)),
       el("td", {}, p.type),
     );
     const action = el("td", {});

@@ -10,28 +10,18 @@
     ["24h", "24 h", 86400], ["7d", "7 d", 604800]];
   const MAX_POINTS = 2000;
   const ZOOM_DEBOUNCE_MS = 300;
-  const CONFIG = { displaylogo: false, responsive: true };
+  const CONFIG = window.raywatch.charts.CONFIG;
 
-  // Plotly shows date strings as written: give it local wall-clock time.
-  function localTime(ms) {
-    const d = new Date(ms);
-    const p = (n, w) => String(n).padStart(w || 2, "0");
-    return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " +
-      p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds()) + "." + p(d.getMilliseconds(), 3);
-  }
-  function parseLocal(v) {
-    return typeof v === "number" ? v : new Date(String(v).replace(" ", "T")).getTime();
-  }
+  // Plotly shows date strings as written: give it the wall-clock time of the pages' zone.
+  const axisTime = window.raywatch.time.axis;
+  const parseAxis = window.raywatch.time.fromAxis;
 
-  function layout(ytitle, range, extra) {
-    return {
-      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: "#e6e9ee" },
-      height: 220, margin: { t: 10, r: 10, b: 30, l: 55 },
-      legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom" },
-      showlegend: false, hovermode: "x unified",
-      xaxis: { type: "date", range: range.map(localTime), gridcolor: "#26313d" },
-      yaxis: { title: { text: ytitle }, gridcolor: "#26313d", rangemode: "tozero", ...(extra || {}) },
-    };
+  function layout(unit, range, extra) {
+    return window.raywatch.charts.layout({
+      height: 220, margin: { t: 10, r: 10, b: 30, l: 55 }, showlegend: false, hovermode: "x unified",
+      x: { type: "date", range: range.map(axisTime), title: window.raywatch.time.axisTitle },
+      y: { unit: unit, rangemode: "tozero", ...(extra || {}) },
+    });
   }
 
   // Plotly reports its own relayouts too; those made by this page are not zooms.
@@ -44,7 +34,7 @@
   function zoomRange(ev) {
     if (ev["xaxis.autorange"]) return "reset";
     const range = ev["xaxis.range"] || (ev["xaxis.range[0]"] !== undefined && [ev["xaxis.range[0]"], ev["xaxis.range[1]"]]);
-    return range ? range.map(parseLocal) : null;
+    return range ? range.map(parseAxis) : null;
   }
 
   async function fetchSamples(uuid, query, signal) {
@@ -166,5 +156,5 @@
     }
   }
 
-  window.raywatch.history = { RANGES, CONFIG, localTime, parseLocal, layout, quietly, fetchSamples, HistoryView };
+  window.raywatch.history = { RANGES, CONFIG, axisTime, parseAxis, layout, quietly, fetchSamples, HistoryView };
 })();

@@ -36,15 +36,7 @@
     if (missing(w)) return "– W";
     return Math.round(w) + (missing(limit) ? "" : " / " + Math.round(limit)) + " W";
   }
-  function duration(s) {
-    if (missing(s)) return "–";
-    s = Math.max(0, Math.round(s));
-    const two = (big, bigUnit, small, smallUnit) => big + " " + bigUnit + (small ? " " + small + " " + smallUnit : "");
-    if (s < 60) return s + " s";
-    if (s < 3600) return two(Math.floor(s / 60), "min", s % 60, "s");
-    if (s < 86400) return two(Math.floor(s / 3600), "h", Math.floor((s % 3600) / 60), "min");
-    return two(Math.floor(s / 86400), "d", Math.floor((s % 86400) / 3600), "h");
-  }
+  const duration = window.raywatch.time.duration;
   function shortName(name) { return (name || "").replace(/^NVIDIA /, ""); }
 
   function setText(node, text) {
@@ -112,7 +104,7 @@
     const title = gpu.state + ": " + STATE_HELP[gpu.state] + "\n" + gpu.uuid +
       (gpu.throttle_reasons && gpu.throttle_reasons.length ? "\nthrottled: " + gpu.throttle_reasons.join(", ") : "") +
       (gpu.ecc_uncorrected ? "\nuncorrected ECC errors: " + gpu.ecc_uncorrected : "") +
-      "\nread " + new Date(gpu.at).toLocaleTimeString();
+      "\nread " + window.raywatch.time.abs(gpu.at);
     if (t.root.title !== title) t.root.title = title;
     renderOwners(t, gpu);
     t.search = [gpu.node, gpu.node_ip, gpu.owner, gpu.name, gpu.uuid].join(" ").toLowerCase();

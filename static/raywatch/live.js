@@ -100,5 +100,6 @@
     if (!connected && document.getElementById("alert-count")) connect("/ws/alerts/", {});
   });
 
-  window.raywatch = { connect: connect, el: el, renderHealth: renderHealth, onTopic: onTopic };
+  window.raywatch = Object.assign(window.raywatch || {},
+    { connect: connect, el: el, renderHealth: renderHealth, onTopic: onTopic });
 })();

@@ -25,8 +25,9 @@
     set("object_store", pair(node.object_store_used_bytes, node.object_store_total_bytes));
     set("spilled", node.object_store_spilled_bytes === null ? "–" : gpus.bytes(node.object_store_spilled_bytes) +
       (node.object_store_restored_bytes ? " (" + gpus.bytes(node.object_store_restored_bytes) + " restored)" : ""));
-    set("since", node.state === "DEAD" && node.ended_at ? "dead since " + new Date(node.ended_at).toLocaleString()
-      : node.started_at ? new Date(node.started_at).toLocaleString() : "–");
+    const T = window.raywatch.time;
+    set("since", node.state === "DEAD" && node.ended_at ? "dead since " + T.stamp(node.ended_at)
+      : node.started_at ? T.stamp(node.started_at) : "–");
     document.querySelector('[data-fact="state"]').className = "node-" + node.state.toLowerCase();
     const body = document.querySelector("#resources tbody");
     for (const name of Object.keys(node.resources || {}).sort()) {
@@ -63,7 +64,7 @@
       const [key, unit, scale, yaxis] = METRICS[i];
       const traces = data.map((d) => ({
         name: "GPU " + d.gpu.index, type: "scatter", mode: "lines", line: { width: 1.5 },
-        x: d.series.t.map((t) => H.localTime(Date.parse(t))),
+        x: d.series.t.map((t) => H.axisTime(Date.parse(t))),
         y: d.series[key].map((v) => (v === null ? null : v / scale)),
       }));
       const layout = H.layout(unit, range, yaxis);

@@ -10,10 +10,17 @@ Each trial's `behaviour` (from its config) is one of:
              then recovers
   crash    - reports a few steps, then waits to be killed from outside
   stubborn - like hang, but ignores SIGTERM (only a forced kill ends it)
+  spin     - reports a few steps, then spins on the CPU without reporting (5 minutes
+             at most)
 SCENARIO "mixed" runs one trial of each; "asha" runs an ASHA search that stops
 trials early (all healthy); "terminate" runs hang, stubborn and two long healthy
 trials; "retry" runs one hang trial that Tune retries once (max_failures=1) and a
-healthy one; "grown" runs one grown trial.
+healthy one; "grown" runs one grown trial; "stacks" runs a hang and a spin trial;
+"quick" runs three short healthy trials; "objective" names its metric and mode
+(reward_mean, max) and runs lr 0.5 and 2.0 healthy for 8 steps and lr 3.0 that hangs;
+"node_b" runs a hang and a long healthy trial
+on the node with the `node_b` resource. STORAGE_DIR "-" keeps Tune's default storage
+(~/ray_results of the driver's node).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ def trainable(config: dict) -> None:
         if behaviour == "grown":
             reward = 1.0 if 16 <= i <= 65 else 0.1
         if behaviour == "hang" and i == 5:
+            print(f"hanging at iteration {i}", flush=True)  # its worker's log: Ray's log API
             while True:
                 time.sleep(1)
         if behaviour == "stubborn" and i == 5:
@@ -56,12 +64,20 @@ def trainable(config: dict) -> None:
             ctypes.CDLL(None).signal(signal.SIGTERM, signal.SIG_IGN)
             while True:
                 time.sleep(1)
+        if behaviour == "spin" and i == 5:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                pass
         if behaviour == "crash" and i == 5:
             time.sleep(3600)  # the test kills this process
         time.sleep(gen + reward)
+        lr = config.get("lr", 1.0)
+        print(f"iteration {i}: score {i * lr}", flush=True)
         tune.report({
-            "score": i * config.get("lr", 1.0),
+            "score": i * lr,
             "loss": 1.0 / i,
+            # Rises to iteration 4, then falls: its best (max) is neither its last nor its min.
+            "reward_mean": lr * (i if i <= 4 else max(0, 8 - i)),
             "timing_s/gen": gen,
             "timing_s/reward": reward,
         })
@@ -72,6 +88,7 @@ def main() -> None:
     ray.init(address=gcs, log_to_driver=False, configure_logging=False)
     resources = {"cpu": 0.25}
     max_failures = 0
+    objective: dict[str, str] = {}
     if scenario == "terminate":
         space = {"behaviour": tune.grid_search(["hang", "stubborn", "healthy", "healthy"]),
                  "steps": 120}
@@ -83,10 +100,27 @@ def main() -> None:
     elif scenario == "grown":
         space = {"behaviour": "grown", "steps": 75}
         scheduler = None
-    elif scenario == "mixed":
-        space = {"behaviour": tune.grid_search(["healthy", "hang", "slow", "crash"]),
-                 "steps": 40}
+    elif scenario == "node_b":
+        space = {"behaviour": tune.grid_search(["hang", "healthy"]), "steps": 400}
+        scheduler, resources = None, {"cpu": 0.25, "node_b": 0.01}
+    elif scenario == "stacks":
+        space = {"behaviour": tune.grid_search(["hang", "spin"]), "steps": 40}
         scheduler = None
+    elif scenario == "quick":
+        space = {"behaviour": "healthy", "lr": tune.grid_search([1.0, 0.5, 0.1]), "steps": 6}
+        scheduler = None
+    elif scenario == "mixed":
+        # 120 steps: the healthy trial still runs when a page opens on a busy machine
+        # (nothing waits for the search to end; the tests stop it).
+        space = {"behaviour": tune.grid_search(["healthy", "hang", "slow", "crash"]),
+                 "steps": 120}
+        scheduler = None
+    elif scenario == "objective":
+        # The search names its objective (TuneConfig metric/mode); the lr=3.0 trial hangs.
+        space = {"lr": tune.grid_search([0.5, 2.0, 3.0]), "steps": 8,
+                 "behaviour": tune.sample_from(
+                     lambda spec: "hang" if spec.config.lr == 3.0 else "healthy")}
+        scheduler, objective = None, {"metric": "reward_mean", "mode": "max"}
     else:
         space = {"behaviour": "healthy", "lr": tune.grid_search([3.0, 2.0, 1.0, 0.5, 0.2, 0.1]),
                  "steps": 12}
@@ -95,8 +129,9 @@ def main() -> None:
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
         param_space=space,
-        tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=6),
-        run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0,
+        tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=6, **objective),
+        run_config=tune.RunConfig(name=name, storage_path=None if storage == "-" else storage,
+                                  verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=max_failures)),
     )
     tuner.fit()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from contextlib import ExitStack, suppress
 from typing import Any
 
@@ -23,7 +24,10 @@ from collectors.http import SourceError
 from collectors.localray import LocalRay
 from collectors.raystate import fetch_cluster
 from dashboard.celery import app as celery_app
+from dashboard.core import background
 from dashboard.core.scheduler import EmbeddedScheduler
+
+SHUTDOWN_GRACE_S = 3  # how long Ctrl-C lets open requests finish
 
 
 class Command(BaseCommand):
@@ -43,6 +47,7 @@ class Command(BaseCommand):
         with ExitStack() as cleanup:
             self.attach_ray(cleanup)
             if settings.EMBEDDED:
+                cleanup.callback(background.finish)  # after the scheduler stopped
                 scheduler = EmbeddedScheduler(celery_app, settings.CELERY_BEAT_SCHEDULE,
                                               settings.EMBEDDED_STANDINS)
                 scheduler.start()
@@ -51,8 +56,7 @@ class Command(BaseCommand):
             elif not no_celery:
                 roles = ["worker", "notifier", "beat"] + (
                     ["agent"] if settings.GPU_SOURCE != "off" else [])
-                for role in roles:
-                    cleanup.callback(stop_child, start_celery(role))
+                cleanup.callback(stop_children, [start_celery(role) for role in roles])
                 self.stdout.write(f"collectors: Celery {', '.join(roles)} on REDIS_URL")
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"raywatch on {url}  (Ctrl-C stops)"))
@@ -61,13 +65,18 @@ class Command(BaseCommand):
                 "dashboard.asgi:application", host=host, port=port, lifespan="off",
                 log_level="warning", ws_ping_interval=20, ws_ping_timeout=20,
                 forwarded_allow_ips=settings.TRUSTED_PROXIES,
+                # Ctrl-C must not wait out open pages' websockets and agents' 25 s
+                # command long-polls (an agent asks again; a page reconnects).
+                timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
             )
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
             # signal; turn both into KeyboardInterrupt so the cleanup below runs.
             signal.signal(signal.SIGTERM, _interrupt)
             with suppress(KeyboardInterrupt):
                 uvicorn.Server(config).run()
-            self.stdout.write("stopping collectors and the local Ray cluster…")
+            self.stdout.write("stopping collectors" + (
+                "" if settings.RAY_ADDRESS or settings.RAY_API_SERVER_ADDRESS
+                else " and the local Ray cluster") + "…")
             sys.stdout.flush()
 
     def attach_ray(self, cleanup: ExitStack) -> None:
@@ -91,9 +100,15 @@ class Command(BaseCommand):
         except RuntimeError as exc:
             raise CommandError(str(exc)) from None
         cleanup.callback(local.stop)
+        # Ray turns token auth on for a local cluster; another process must ask for it
+        # (docs/ray-facts.md), or ray.init() fails with InvalidAuthToken.
         self.stdout.write(
             f"Ray: local cluster up, dashboard {cluster.dashboard_url}, GCS {cluster.gcs_address}\n"
-            f"     run Tune/jobs on it with ray.init(address={cluster.gcs_address!r})"
+            f"     run Tune/jobs on it from a shell with token auth on:\n"
+            f"       export RAY_AUTH_MODE=token\n"
+            f"     then in Python: ray.init(address={cluster.gcs_address!r})\n"
+            f"     Nothing to watch yet? `make demo` runs raywatch with a demo workload "
+            f"(a hung, a slow and a failing trial, an orphan on a simulated GPU)."
         )
 
 
@@ -141,10 +156,16 @@ def start_celery(role: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd)
 
 
-def stop_child(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
+def stop_children(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to all at once (Celery's warm shutdown finishes the tasks it runs), then
+    wait for each; one still there after 15 s is killed."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + 15
+    for process in processes:
         try:
-            process.wait(15)
+            process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()

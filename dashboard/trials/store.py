@@ -1,0 +1,226 @@
+"""Storing what was read of trial directories, whoever read them: raywatch's own
+collector (ingest.py, files on this host) or a node's agent (the agents app, trial_log
+records). One path: experiments by name, trials by (experiment, trial_id), results
+de-duplicated on (trial, attempt, iteration), so one trial seen in several places (the
+driver's live copy and Tune's storage copy, a shared filesystem seen by two nodes, an
+agent and the central reader) is stored once.
+
+A TrialStore loads only the rows of the trials it is given, in batches: its cost grows
+with what changed, not with the history in the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from collectors.records import TrialUpdate
+from collectors.tunelogs import MAX_METRICS, ResultLine
+from dashboard.trials.models import Experiment, StepResult, Trial
+
+BATCH = 400  # trials per batch of row loads: IN (...) lists stay under SQLite's limit
+
+
+@dataclass
+class IngestStats:
+    files_read: int = 0
+    bytes_read: int = 0
+    results: int = 0
+    problems: int = 0
+    changed_trials: set[int] = field(default_factory=set)
+    new_points: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    checked: int = 0  # trial dirs statted by the scan
+    known: int = 0  # trial dirs under the roots
+
+
+class TrialStore:
+    def __init__(self, now: datetime, stats: IngestStats | None = None) -> None:
+        self.now = now
+        self.stats = stats or IngestStats()
+        self.experiments: dict[str, Experiment] = {}
+        self.trials: dict[tuple[int, str], Trial] = {}
+
+    def load(self, keys: Iterable[tuple[str, str]]) -> None:
+        """The rows of these (experiment, trial_id): one query each for experiments and
+        trials. Keep a batch under BATCH keys; forget() the trials after it."""
+        keys = list(keys)
+        names = {name for name, _ in keys} - set(self.experiments)
+        if names:
+            self.experiments.update((e.name, e) for e in Experiment.objects.filter(name__in=names))
+        by_pk = {e.pk: e for e in self.experiments.values()}
+        wanted = {self.experiments[n].pk for n, _ in keys if n in self.experiments}
+        for trial in Trial.objects.filter(experiment_id__in=wanted,
+                                          trial_id__in={t for _, t in keys}):
+            trial.experiment = by_pk[trial.experiment_id]
+            self.trials[(trial.experiment_id, trial.trial_id)] = trial
+
+    def forget(self) -> None:
+        self.trials.clear()
+
+    # --- experiments and trials ---------------------------------------------------------
+    def trial(self, update: TrialUpdate) -> Trial:
+        experiment = self._experiment(update)
+        trial_id = update.trial_id[:255]
+        trial = self.trials.get((experiment.pk, trial_id))
+        if trial is None:
+            trial, _ = Trial.objects.get_or_create(
+                experiment=experiment, trial_id=trial_id,
+                defaults={"directory": update.directory, "trainable": update.trainable[:255]},
+            )
+            trial.experiment = experiment
+            self.trials[(experiment.pk, trial_id)] = trial
+        return trial
+
+    def _experiment(self, update: TrialUpdate) -> Experiment:
+        name = update.experiment[:255]
+        experiment = self.experiments.get(name)
+        if experiment is None:
+            kind = Experiment.TENSORBOARD if update.tensorboard else Experiment.TUNE
+            experiment, _ = Experiment.objects.get_or_create(
+                name=name, defaults={"kind": kind, "paths": [update.experiment_dir]})
+            self.experiments[name] = experiment
+        elif update.experiment_dir not in experiment.paths:
+            experiment.paths = [*experiment.paths, update.experiment_dir]
+            experiment.save(update_fields=["paths", "updated_at"])
+        return experiment
+
+    # --- one update ---------------------------------------------------------------------------
+    def apply(self, update: TrialUpdate) -> Trial:
+        """Store one update: results, problems, and the side facts it carries."""
+        trial = self.trial(update)
+        with transaction.atomic():
+            changed = self._problems(trial, update)
+            changed = self._results(trial, update) or changed
+            changed = self._facts(trial, update) or changed
+            if changed:
+                trial.save()
+                self.stats.changed_trials.add(trial.pk)
+        return trial
+
+    def _problems(self, trial: Trial, update: TrialUpdate) -> bool:
+        if update.problem_count:
+            trial.parse_errors += update.problem_count
+            self.stats.problems += update.problem_count
+        if update.last_problem:
+            trial.last_parse_error = update.last_problem[:2000]
+        return bool(update.problem_count or update.last_problem)
+
+    def _results(self, trial: Trial, update: TrialUpdate) -> bool:
+        if not update.results:
+            return False
+        self.stats.results += write_results(trial, update.results, self.now, update.tensorboard)
+        widen_ranges(trial.metric_range, update.results)
+        latest = max(update.results, key=lambda r: (r.attempt, r.iteration))
+        _apply_latest(trial, latest, self.now)
+        self.stats.new_points.setdefault(trial.pk, []).extend(point(r) for r in update.results)
+        return True
+
+    def _facts(self, trial: Trial, update: TrialUpdate) -> bool:
+        changed = False
+        if update.params is not None and not trial.config:
+            trial.config, changed = update.params, True
+        if update.error_text and update.error_text != trial.error_text:
+            trial.error_text, trial.error_attempt = update.error_text, trial.attempt
+            trial.error_at, changed = update.error_at, True
+        if update.tune_status and update.tune_status != trial.tune_status:
+            trial.tune_status, changed = update.tune_status, True
+        if update.search_metric or update.search_mode:
+            changed = _search(trial.experiment, update) or changed
+        return changed
+
+
+def _search(experiment: Experiment, update: TrialUpdate) -> bool:
+    """Keep each part of the search's objective its files state; True when it changed
+    (the experiment's trials show their best by it)."""
+    metric = (update.search_metric or experiment.metric)[:255]
+    mode = update.search_mode or experiment.mode
+    if (metric, mode) == (experiment.metric, experiment.mode):
+        return False
+    experiment.metric, experiment.mode = metric, mode
+    experiment.save(update_fields=["metric", "mode", "updated_at"])
+    return True
+
+
+def store_updates(updates: Sequence[TrialUpdate], now: datetime) -> IngestStats:
+    """Store a node agent's updates, in order (a trial's lines may span several)."""
+    store = TrialStore(now)
+    for start in range(0, len(updates), BATCH):
+        batch = updates[start:start + BATCH]
+        store.load((u.experiment[:255], u.trial_id[:255]) for u in batch)
+        for update in batch:
+            store.apply(update)
+        store.forget()
+    return store.stats
+
+
+def write_results(trial: Trial, lines: Sequence[ResultLine], now: datetime, merge: bool) -> int:
+    """Insert new results; duplicates (the other copy of the same file) are ignored.
+
+    TensorBoard steps may arrive in pieces (a step's later tags in a later read):
+    those merge into the step's metrics instead of being dropped.
+    """
+    rows = {}
+    for line in lines:
+        key = (line.attempt, line.iteration)
+        if key in rows and merge:
+            rows[key].metrics.update(line.metrics)
+            continue
+        rows[key] = StepResult(
+            trial=trial, attempt=line.attempt, iteration=line.iteration, at=line.at,
+            ingested_at=now, time_this_iter_s=line.time_this_iter_s, metrics=dict(line.metrics),
+        )
+    if merge:
+        existing = {
+            (r.attempt, r.iteration): r
+            for r in StepResult.objects.filter(
+                trial=trial, iteration__in=[k[1] for k in rows]
+            )
+        }
+        updates = []
+        for key, new in list(rows.items()):
+            old = existing.get(key)
+            if old is not None:
+                old.metrics = {**old.metrics, **new.metrics}
+                updates.append(old)
+                del rows[key]
+        StepResult.objects.bulk_update(updates, ["metrics"])
+    created = StepResult.objects.bulk_create(list(rows.values()), ignore_conflicts=True)
+    return len(created)
+
+
+def _apply_latest(trial: Trial, latest: ResultLine, now: datetime) -> None:
+    if (latest.attempt, latest.iteration) < (trial.attempt, trial.iteration or 0):
+        return  # an older copy of the log: keep what we have
+    trial.attempt = latest.attempt
+    trial.iteration = latest.iteration
+    trial.last_result_at = latest.at or now
+    trial.last_ingested_at = now
+    trial.pid = latest.pid if latest.pid is not None else trial.pid
+    trial.node_ip = latest.node_ip or trial.node_ip
+    trial.hostname = latest.hostname or trial.hostname
+    trial.last_metrics = dict(latest.metrics)
+    trial.last_step_s = latest.time_this_iter_s
+
+
+def widen_ranges(ranges: dict[str, list[float]], lines: Sequence[ResultLine]) -> None:
+    """Each metric's [lowest, highest] over every result: a trial's best by any metric
+    and either mode, without reading its results again."""
+    for line in lines:
+        for name, value in line.metrics.items():
+            if value is None:
+                continue
+            span = ranges.get(name)
+            if span is not None:
+                span[0], span[1] = min(span[0], value), max(span[1], value)
+            elif len(ranges) < MAX_METRICS:
+                ranges[name] = [value, value]
+
+
+def point(line: ResultLine) -> dict[str, Any]:
+    return {"attempt": line.attempt, "iteration": line.iteration,
+            "at": line.at.isoformat() if line.at else None,
+            "time_this_iter_s": line.time_this_iter_s, "metrics": line.metrics}

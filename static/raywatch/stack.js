@@ -1,0 +1,42 @@
+// A stalled trial's Python stack (py-spy's dump), as the trial and incident pages show
+// it: when it was taken and by which source, or why it could not be.
+(function () {
+  "use strict";
+  const el = window.raywatch.el;
+
+  const when = window.raywatch.time.stamp;
+
+  function headline(s) {
+    const where = "pid " + s.pid + " on " + (s.where || "its node");
+    if (s.state === "pending") {
+      return "Taking the stack of " + where + "… (asked by " + s.requested_by + " at " +
+        when(s.requested_at) + ")";
+    }
+    if (s.state === "taken") {
+      return "Taken " + when(s.taken_at) + " by " + s.source + " (" + where + ", asked by " +
+        s.requested_by + ")";
+    }
+    return "No stack of " + where + " (asked by " + s.requested_by + " at " +
+      when(s.requested_at) + "): ";
+  }
+
+  function renderStack(box, s) {
+    const key = JSON.stringify(s || null);
+    if (box.dataset.key === key) return; // unchanged: keep the reader's scroll position
+    box.dataset.key = key;
+    box.replaceChildren();
+    box.dataset.state = s ? s.state : "none";
+    if (!s) {
+      box.append(el("p", { class: "muted" }, "No stack taken yet."));
+      return;
+    }
+    const head = el("p", { class: "stack-head" }, headline(s));
+    if (s.state === "failed") head.append(el("span", { class: "error", "data-stack-reason": "" }, s.reason));
+    box.append(head);
+    if (s.state !== "taken") return;
+    box.append(el("pre", { class: "stack", "data-stack-text": "" }, s.text));
+    if (s.reason) box.append(el("p", { class: "muted" }, "Tried first: " + s.reason));
+  }
+
+  window.raywatch.renderStack = renderStack;
+})();

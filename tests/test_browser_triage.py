@@ -1,0 +1,144 @@
+"""In Chromium: the home page is a triage of what needs an operator now. Firing
+incidents by severity, unhealthy trials with how long, never-placeable demand, GPUs
+that need a look (SIMULATED marked) and the sources' health; each line links to where
+to act, and a new problem shows without a reload."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from collectors.records import GpuPoll, GpuProcessRecord, GpuSampleRecord
+from dashboard.cluster.models import Demand
+from dashboard.gpus.ingest import ingest_gpu_poll
+from dashboard.incidents.findings import Finding
+from dashboard.incidents.service import sync_findings
+from dashboard.trials.models import Experiment, Trial
+from tests.conftest import LiveServer, login, off_the_loop, token_client
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+LIVE_MS = 15_000
+GiB = 1024**3
+
+
+def gpu(index: int, util: float, pids: tuple[int, ...]) -> GpuSampleRecord:
+    now = timezone.now()
+    return GpuSampleRecord(
+        node="gpu-a", gpu_index=index, uuid=f"GPU-gpu-a-{index}", at=now, name="A100",
+        utilization_gpu=util, utilization_memory=util / 2, memory_used_bytes=20 * GiB,
+        memory_total_bytes=80 * GiB, temperature_c=50, power_w=100, power_limit_w=400,
+        sm_clock_mhz=1410, memory_clock_mhz=1593, throttle_reasons=(), ecc_corrected=0,
+        ecc_uncorrected=0, mig_mode=False,
+        processes=tuple(GpuProcessRecord(p, 10 * GiB) for p in pids), simulated=True)
+
+
+def seed() -> dict[str, object]:
+    now = timezone.now()
+    experiment = Experiment.objects.create(name="asha-reward", metric="reward_mean", mode="max")
+    hung = Trial.objects.create(experiment=experiment, trial_id="train_0a1b2_00003",
+                                status="RUNNING", node_ip="10.0.0.7", iteration=41,
+                                last_ingested_at=now - timedelta(minutes=9))
+    healthy = Trial.objects.create(experiment=experiment, trial_id="train_0a1b2_00001",
+                                   status="RUNNING", node_ip="10.0.0.7", iteration=80,
+                                   last_ingested_at=now)
+    stalled = Finding("trial_stalled", f"trial:asha-reward/{hung.trial_id}", "critical",
+                      f"{hung.trial_id}: no result for 9 min (usually every 20 s)")
+    infeasible = Finding("demand_infeasible", "actor:BigModel", "warning",
+                         "actor BigModel asks for 16 GPU; the largest node has 8")
+    context = {stalled.subject: {"trial": hung, "experiment": experiment.name,
+                                 "node_ip": "10.0.0.7"}}
+    off_the_loop(sync_findings, {"trial_stalled", "demand_infeasible"},
+                 [stalled, infeasible], now - timedelta(minutes=3), context)
+    Demand.objects.create(kind="actor", key="actor:BigModel", name="BigModel",
+                          bundles=[{"GPU": 16.0}], feasible=False,
+                          explanation="the largest node has 8 GPU",
+                          first_seen_at=now - timedelta(minutes=12), updated_at=now)
+    poll = GpuPoll(node="gpu-a", at=now, gpus=(gpu(0, 85, (4242,)), gpu(1, 0, (4343,))),
+                   simulated=True)
+    off_the_loop(ingest_gpu_poll, poll, "10.0.0.7", now)
+    return {"hung": hung, "healthy": healthy, "experiment": experiment}
+
+
+def test_home_shows_what_needs_an_operator_and_where_to_act(  # type: ignore[no-untyped-def]
+        page, live_server_asgi: LiveServer, operator) -> None:
+    rows = seed()
+    hung = rows["hung"]
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, live_server_asgi, operator, "/")
+    expect(page.locator("#live-state")).to_have_text("live")
+    page.evaluate("window.__noReload = true")
+
+    # Firing incidents, the most severe first, each linking to its incident.
+    firing = page.locator("#firing-table tbody tr")
+    expect(firing).to_have_count(2)
+    expect(firing.nth(0).locator("td").nth(0)).to_have_text("critical")
+    expect(firing.nth(0)).to_contain_text("no result for 9 min")
+    expect(firing.nth(0)).to_contain_text("3 min")
+    expect(firing.nth(1).locator("td").nth(0)).to_have_text("warning")
+    expect(page.locator('[data-card="incidents"] p')).to_have_text("1 critical, 1 warning")
+
+    # The hung trial, what is wrong, for how long, silent for how long; the healthy one
+    # is not listed.
+    trial_row = page.locator(f'#trials-table tr[data-trial="{hung.trial_id}"]')
+    expect(trial_row).to_contain_text("stalled")
+    expect(trial_row.locator("td").nth(2)).to_have_text("3 min")
+    expect(trial_row.locator("td").nth(3)).to_have_text("9 min")
+    expect(page.locator("#trials-table tbody tr")).to_have_count(1)
+
+    # Demand no node can ever place, and for how long it waited.
+    demand = page.locator("#demands-table tbody tr")
+    expect(demand).to_have_count(1)
+    expect(demand).to_contain_text("BigModel")
+    expect(demand).to_contain_text("GPU:16")
+    expect(demand).to_contain_text("no node can ever fit it")
+    expect(demand).to_contain_text("12 min")
+
+    # GPUs: the idle one held by a process needs a look, the busy one does not; the
+    # data is simulated and says so.
+    expect(page.locator("#triage-simulated")).to_be_visible()
+    gpus = page.locator("#gpus-table tbody tr")
+    expect(gpus).to_have_count(1)
+    expect(gpus.nth(0)).to_contain_text("gpu-a GPU 1")
+    expect(gpus.nth(0)).to_contain_text("SIMULATED")
+    expect(gpus.nth(0).locator("td").nth(1)).to_have_text("idle")
+    expect(page.locator('[data-card="gpus"] p')).to_contain_text("1 busy of 2")
+
+    # Every action is reachable: the action buttons' column is on screen at 1,280 px.
+    act = trial_row.locator("td.act a").first
+    box = act.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 1280
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+
+    # A new problem arrives without a reload.
+    now = timezone.now()
+    other = Trial.objects.create(experiment=rows["experiment"], trial_id="train_0a1b2_00005",
+                                 status="ERROR", node_ip="10.0.0.8", iteration=3,
+                                 last_ingested_at=now)
+    errored = Finding("trial_errored", f"trial:asha-reward/{other.trial_id}", "warning",
+                      f"{other.trial_id} errored: CUDA out of memory")
+    off_the_loop(sync_findings, {"trial_errored"}, [errored], now,
+                 {errored.subject: {"trial": other, "experiment": "asha-reward"}})
+    new_row = page.locator(f'#trials-table tr[data-trial="{other.trial_id}"]')
+    expect(new_row).to_contain_text("errored", timeout=LIVE_MS)
+    expect(new_row).to_contain_text("CUDA out of memory")
+    assert page.evaluate("window.__noReload") is True
+
+    # Where to act: the trial's page, which has the terminate button.
+    trial_row.locator("td.act a").first.click()
+    page.wait_for_url(f"{live_server_asgi.url}/trials/{hung.pk}/")
+
+
+def test_the_triage_api_is_for_viewers_only(viewer) -> None:  # type: ignore[no-untyped-def]
+    seed()
+    assert Client().get("/api/triage/").status_code in (401, 403)
+    assert Client().get("/").status_code == 302  # to the login page
+    body = token_client(viewer).get("/api/triage/").json()
+    assert [r["severity"] for r in body["incidents"]["rows"]] == ["critical", "warning"]
+    assert [t["problems"] for t in body["trials"]] == [["stalled"]]
+    assert body["demands"]["rows"][0]["infeasible"] is True
+    assert body["gpus"]["states"] == {"busy": 1, "idle": 1}
+    assert body["simulated"] is True
