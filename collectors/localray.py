@@ -99,6 +99,7 @@ def free_port() -> int:
 def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None) -> None:
     import ray
 
+    _own_agent_port()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
@@ -130,6 +131,30 @@ def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int
             break
     ray.shutdown()
     info_file.unlink(missing_ok=True)
+
+
+def _own_agent_port() -> None:
+    """Give this cluster's dashboard agent a free port instead of Ray's fixed 52365.
+
+    `ray.init()` offers no argument for it, and a second cluster on the host (the user's
+    own, or a test's) then has no dashboard agent: job submission answers "No available
+    agent" and /worker/traceback "Failed to get agent address" (docs/ray-facts.md). The
+    default lives in RayParams' signature; this process exists only to run the cluster.
+    """
+    import inspect
+
+    from ray._private.parameter import RayParams
+
+    init = RayParams.__init__
+    names = list(inspect.signature(init).parameters)
+    defaults = list(init.__defaults__ or ())
+    try:
+        index = names.index("dashboard_agent_listen_port") - (len(names) - len(defaults))
+    except ValueError:
+        return  # another Ray version: leave it to Ray
+    if 0 <= index < len(defaults):
+        defaults[index] = free_port()
+        init.__defaults__ = tuple(defaults)
 
 
 def _alive(pid: int) -> bool:

@@ -1,9 +1,16 @@
 """A pynvml-compatible module that simulates GPUs, for a demo on a machine without any.
 
 Load it by name, load_nvml_module("collectors.simnvml"), where the real pynvml would
-be. RAYWATCH_SIM_GPUS (default 4) says how many GPUs; it is read at nvmlInit. Load
-follows slow deterministic waves of the clock, with a different phase per GPU, and the
-last GPU stays idle. No processes are listed: the demo does not invent owners.
+be. Read at nvmlInit: RAYWATCH_SIM_GPUS (default 4), how many GPUs; RAYWATCH_SIM_GCS,
+the GCS address (HOST:PORT) of a Ray cluster that was told it has that many GPUs
+(`num_gpus=N`, as `make demo` starts it), and its token as Ray's clients find it
+(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token).
+
+With RAYWATCH_SIM_GCS the GPUs follow that cluster's workload (collectors/simworkload.py):
+each is held by the Ray worker Ray leased it to (and by processes started with
+CUDA_VISIBLE_DEVICES naming it), with their memory, and is as busy as they are.
+Without it, load follows slow deterministic waves of the clock, with a different phase
+per GPU, the last GPU stays idle, and no processes are listed.
 
 DeviceTable is the pynvml surface over GpuState rows; tests/fake_pynvml.py reuses it
 with GPUs that a test sets by hand.
@@ -18,9 +25,13 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pynvml
+
+from collectors.raystate import read_token
+from collectors.simworkload import Holder, RayWorkload
 
 GIB = 1024**3
 Processes = Iterable[tuple[int, int | None]]  # (pid, used bytes or None)
@@ -194,16 +205,27 @@ class SimulatedTable(DeviceTable):
         super().__init__()
         self.gpus = 0
         self.host = ""
+        self.workload: RayWorkload | None = None
 
     def start(self) -> None:
         self.gpus = sim_gpu_count(os.environ.get("RAYWATCH_SIM_GPUS", "4"))
         self.host = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+        gcs = os.environ.get("RAYWATCH_SIM_GCS", "").strip()
+        self.workload = RayWorkload(gcs, ray_token(), self.gpus) if gcs else None
 
     def count(self) -> int:
         return self.gpus
 
     def gpu(self, index: int) -> GpuState:
-        return simulated_gpu(self.host, index, self.gpus, time.time())
+        if self.workload is None:
+            return simulated_gpu(self.host, index, self.gpus, time.time())
+        holders, problem = self.workload.holders()
+        return held_gpu(self.host, index, holders.get(index, []), ray_unread=problem is not None)
+
+
+def ray_token() -> str | None:
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    return read_token(os.environ.get("RAY_AUTH_TOKEN"), path)
 
 
 def sim_gpu_count(raw: str) -> int:
@@ -218,12 +240,29 @@ def simulated_gpu(host: str, index: int, count: int, now: float) -> GpuState:
     idle = count > 1 and index == count - 1
     util = 0 if idle else round(60 + 40 * math.sin(now / 90 + index * 1.3))
     mem_gib = 0.4 if idle else 40 + 30 * math.sin(now / 300 + index * 2.1)
+    return loaded_gpu(host, index, util, round(mem_gib * GIB))
+
+
+def held_gpu(host: str, index: int, holders: list[Holder], ray_unread: bool) -> GpuState:
+    """GPU `index` as busy as its holders, holding their memory. When Ray's workers could
+    not be read, its process list is an error: who holds it is unknown."""
+    util = min(100, round(sum(h.cpu_percent for h in holders)))
+    gpu = loaded_gpu(host, index, util, sum(h.memory_bytes for h in holders))
+    gpu.processes = tuple((h.pid, h.memory_bytes) for h in holders)
+    if ray_unread:
+        gpu.errors["processes"] = "Unknown"
+    return gpu
+
+
+def loaded_gpu(host: str, index: int, util: int, mem_used: int) -> GpuState:
+    """A GPU at `util` % holding `mem_used` bytes: temperature, power and clocks follow."""
+    idle = util < 5
     capped = util >= 95  # near full load the board runs into its power cap
     return GpuState(
         uuid=f"GPU-sim-{host}-{index}",
         util=util,
         mem_util=round(util * 0.6),
-        mem_used=round(mem_gib * GIB),
+        mem_used=mem_used,
         temp=round(32 + 0.45 * util),
         power_mw=55_000 + 3_400 * util,
         sm_clock=210 if idle else (1275 if capped else 1410),

@@ -50,8 +50,9 @@ RECORD_FIELDS = [f for fields, _ in FIELDS.values() for f in fields]
 @pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     monkeypatch.delenv("FAKE_NVML_SPEC", raising=False)
-    fake_pynvml.reset()
     module = load_nvml_module("tests.fake_pynvml")
+    shutdown_nvml(module)  # an earlier test in this process may have left it initialised
+    fake_pynvml.reset()
     yield module
     shutdown_nvml(module)
 
