@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from channels.layers import channel_layers
 from django.contrib.auth.models import Group, User
 from django.db import connection as db_connection
 from rest_framework.authtoken.models import Token
@@ -22,18 +25,59 @@ from rest_framework.test import APIClient
 from collectors.localray import LocalCluster, LocalRay, free_port
 from dashboard.celery import app as celery_app
 from dashboard.core.scheduler import EmbeddedScheduler
+from tests import embedded
 from tests.receivers import Receiver
 
 # Ray reads this once, when it is first imported: a driver that joins the test
 # cluster from this process needs token auth on (docs/ray-facts.md).
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
+
+def _ensure_ray_token() -> None:
+    """Write ~/.ray/auth_token once, before any cluster starts. On a fresh HOME each
+    `ray.init()` writes a new token without a lock, and this session's cluster and the
+    SQLite rerun's start at about the same time: a head whose GCS kept one token while
+    the file holds the other refuses nodes that join with the file's."""
+    path = Path.home() / ".ray" / "auth_token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
+
+
+_ensure_ray_token()
+
 PASSWORD = "correct horse battery staple"
+BENCH_BACKGROUND = "RAYWATCH_BENCH_SMOKE_IN_BACKGROUND"  # set in the background run itself
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
+
+
+# --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
+def pytest_collection_finish(session: pytest.Session) -> None:
+    ids = [item.nodeid for item in session.items]
+    first = None
+    if any(i.startswith("tests/test_on_embedded_default.py") for i in ids):
+        from tests.test_on_embedded_default import ON_BOTH_BACKENDS
+
+        first = embedded.start_on_embedded_default(*ON_BOTH_BACKENDS)
+    # The bench smokes run in the background too, after the SQLite rerun (one background
+    # run at a time), when the suite has other tests to overlap them with.
+    smokes = [i for i in ids if i.startswith("tests/test_benches_smoke.py::test_bench_runs")]
+    if first and smokes and len(smokes) < len(ids) and not os.environ.get(BENCH_BACKGROUND):
+        from tests.test_benches_smoke import start_in_background
+
+        start_in_background(first, smokes)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    embedded.stop_all()
 
 
 # --- the embedded default's append-only audit -----------------------------------------
@@ -126,22 +170,36 @@ def ray_settings(settings, ray_cluster: LocalCluster) -> LocalCluster:  # type: 
     return ray_cluster
 
 
+def worker_ports(slot: int) -> list[str]:
+    """`ray start` flags for a worker port range of 41 ports below the ephemeral range
+    (32768+) that free_port() and outgoing connections draw from, and away from the
+    default 10002-19999 the session's head uses. `slot` (0-7) keeps one process's
+    extra Ray nodes apart; the pid keeps this run apart from the SQLite rerun."""
+    low = 20000 + ((os.getpid() % 25) * 8 + slot % 8) * 60
+    return [f"--min-worker-port={low}", f"--max-worker-port={low + 40}"]
+
+
 @pytest.fixture
 def add_worker_node(ray_cluster: LocalCluster) -> Iterator[Callable[..., subprocess.Popen]]:
     """Start extra Ray nodes on this host (`ray start --block`, own ports); stopped after."""
     started: list[subprocess.Popen] = []
 
-    def start(num_cpus: int = 1) -> subprocess.Popen:
+    def start(num_cpus: int = 1, hostname: str | None = None,
+              node_ip: str | None = None) -> subprocess.Popen:
+        """`hostname`: the node's own host name (a UTS namespace of its own, as root), so
+        that it is another host to raywatch; `node_ip`: e.g. 127.0.0.2."""
         ray_bin = str(Path(sys.executable).parent / "ray")
         ports = [
             "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
             "runtime-env-agent-port", "node-manager-port", "object-manager-port",
         ]
-        low = 32000 + (len(started) * 50) + (os.getpid() % 100) * 200
         cmd = [ray_bin, "start", "--address", ray_cluster.gcs_address, "--block",
                f"--num-cpus={num_cpus}", "--disable-usage-stats",
-               f"--min-worker-port={low}", f"--max-worker-port={low + 40}",
-               *[f"--{name}={free_port()}" for name in ports]]
+               *worker_ports(4 + len(started)), *[f"--{name}={free_port()}" for name in ports]]
+        if node_ip:
+            cmd.append(f"--node-ip-address={node_ip}")
+        if hostname:
+            cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *cmd]
         process = subprocess.Popen(
             cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env={**os.environ, "RAY_AUTH_MODE": "token"},
@@ -151,17 +209,31 @@ def add_worker_node(ray_cluster: LocalCluster) -> Iterator[Callable[..., subproc
 
     yield start
     for process in started:
-        stop_node(process)
+        stop_ray_start(process)
 
 
-def stop_node(process: subprocess.Popen) -> None:
+def stop_node(process: subprocess.Popen, timeout_s: float = 40) -> None:
+    """Stop a process started in a session of its own (a Tune driver): SIGTERM to its
+    whole group, SIGKILL to the group if it is still there after `timeout_s`."""
+    _stop(process, lambda: os.killpg(process.pid, signal.SIGTERM), timeout_s)
+
+
+def stop_ray_start(process: subprocess.Popen, timeout_s: float = 40) -> None:
+    """Stop a `ray start --block`: SIGTERM to `ray start` alone, which stops its processes
+    in order; sent to the whole group, the raylet or GCS dies first and `ray start` waits
+    out its drain (and a raylet is left running for a minute)."""
+    _stop(process, lambda: process.send_signal(signal.SIGTERM), timeout_s)
+
+
+def _stop(process: subprocess.Popen, terminate: Callable[[], None], timeout_s: float) -> None:
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(40)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout_s)
+    with contextlib.suppress(ProcessLookupError):  # the group's leftovers, or all of it
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float = 30, every_s: float = 0.2,
@@ -188,6 +260,10 @@ class LiveServer:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def start(self) -> LiveServer:
+        # A fresh channel layer for each server's event loop: channels_redis keeps asyncio
+        # locks in the layer, bound to the loop that first used them, and the previous
+        # server's loop may not have let go of them yet.
+        channel_layers.backends.clear()
         self.thread.start()
         wait_for(lambda: self.server.started, 20, 0.05, "the ASGI server to start")
         return self

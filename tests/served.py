@@ -40,6 +40,23 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+def first_run(env: dict[str, str]) -> tuple[str, str]:
+    """What README's first start does (`migrate`, `ensure_admin`): the admin's API token
+    and the password `ensure_admin` wrote down."""
+    manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "ensure_admin")
+    password = (Path(env["RAYWATCH_DATA_DIR"]) / "admin-password.txt").read_text().split()[1]
+    return manage(env, "drf_create_token", "admin").split()[2], password
+
+
+def api_post(url: str, token: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Token {token}",
+                                              "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())
+
+
 def api_get(url: str, token: str) -> object:
     request = urllib.request.Request(url, headers={"Authorization": f"Token {token}"})
     with urllib.request.urlopen(request, timeout=10) as reply:

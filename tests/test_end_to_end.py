@@ -29,7 +29,7 @@ from tests.served import (
     api_get,
     embedded_env,
     fake_gpu_spec,
-    manage,
+    first_run,
     scratch_database,
     start_serve,
     stop_serve,
@@ -94,10 +94,7 @@ def raywatch(backend_env, tune_search, ray_cluster: LocalCluster,  # type: ignor
            "RAYWATCH_LOG_DIRS": str(tune_search[1]), "RAYWATCH_GPU_SOURCE": "nvml",
            "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
            "FAKE_NVML_SPEC": fake_gpu_spec(tmp_path / "gpus.json", "e2e", 1)}
-    manage(env, "migrate", "--noinput", "-v", "0")
-    manage(env, "ensure_admin")
-    password = (Path(env["RAYWATCH_DATA_DIR"]) / "admin-password.txt").read_text().split()[1]
-    token = manage(env, "drf_create_token", "admin").split()[2]
+    token, password = first_run(env)
     port, log = free_port(), tmp_path / "serve.log"
     server = start_serve(env, port, log)
     try:
@@ -136,12 +133,16 @@ def login(page, rw: Raywatch, next_path: str) -> None:  # type: ignore[no-untype
 
 
 def shoot(page, rw: Raywatch, name: str) -> None:  # type: ignore[no-untyped-def]
-    if not SHOTS or rw.backend != "embedded":
-        return
+    if SHOTS and rw.backend == "embedded":
+        screenshots(page, f"{SHOTS}/e2e-{name}")
+
+
+def screenshots(page, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """The page at 1280 and 1440 px wide, full length: `prefix`-1280.png, -1440.png."""
     for width in (1280, 1440):
         page.set_viewport_size({"width": width, "height": 900})
         page.wait_for_timeout(800)  # Plotly's responsive relayout is debounced
-        page.screenshot(path=f"{SHOTS}/e2e-{name}-{width}.png", full_page=True)
+        page.screenshot(path=f"{prefix}-{width}.png", full_page=True)
     page.set_viewport_size({"width": 1400, "height": 900})
 
 
@@ -171,8 +172,11 @@ def terminate(page, rw: Raywatch, path: str, trial: dict, reason: str, shot: str
 
 
 def gone(pid: int, started: float) -> bool:
+    """Ended: no such process, another process on the pid, or a zombie its parent has
+    not reaped yet (dead, as raywatch's terminate counts it)."""
     try:
-        return psutil.Process(pid).create_time() != started
+        process = psutil.Process(pid)
+        return process.create_time() != started or process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
 
@@ -199,7 +203,14 @@ def test_a_hung_trial_is_found_acknowledged_and_terminated_from_the_browser(  # 
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     try:
-        login(page, rw, "/alerts/")
+        login(page, rw, "/")
+        # The home page's triage lists both hung trials, and each leads to its trial.
+        for behaviour in ("hang", "stubborn"):
+            row = page.locator(f'#trials-table tr[data-trial="{trials[behaviour]["trial_id"]}"]')
+            expect(row).to_contain_text("stalled", timeout=20_000)
+            expect(row.locator("td.act a").first).to_have_attribute(
+                "href", f"/trials/{trials[behaviour]['id']}/")
+        shoot(page, rw, "home")
         acknowledge(page, rw, incidents["hang"])
         assert rw.api(f"/api/alerts/{incidents['hang']['id']}/")["acknowledged_by"] == "admin"
 
