@@ -1,4 +1,5 @@
-# raywatch: `make run` (dashboard on the embedded default) and `make test` (the whole suite).
+# raywatch: `make run` (dashboard on the embedded default), `make demo` (the same, watching a
+# Tune search that goes wrong on four simulated GPUs) and `make test` (the whole suite).
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 PYTHON ?= python3
@@ -11,7 +12,7 @@ AGENT_STAMP := $(AGENT_VENV)/.installed-stamp
 # The machine's pip config points at local mirrors that may be absent; hide that noise only.
 PIP_QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: install run agent test lint bench clean
+.PHONY: install run demo agent test lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +25,14 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python manage.py collectstatic --noinput -v 0
 	$(BIN)/python manage.py ensure_admin
 	$(BIN)/python manage.py serve
+
+# A local Ray cluster with four logical GPUs, raywatch watching it and a Tune search that
+# goes wrong (README "Try it: make demo"; demo/). Ctrl-C stops all of it.
+demo: $(STAMP)
+	$(BIN)/python -m demo
 
 $(AGENT_STAMP): agent-requirements.txt
 	@test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
@@ -41,14 +48,17 @@ test: $(STAMP)
 	$(BIN)/python -m tests.runner $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check dashboard collectors tests bench
+	$(BIN)/ruff check dashboard collectors tests bench demo
 
 # Every bench, full size (tests/test_benches_smoke.py runs each with --smoke in `make test`).
 bench: $(STAMP)
+	$(BIN)/python bench/agent_bench.py
+	$(BIN)/python bench/agent_trial_logs_bench.py
 	$(BIN)/python bench/alert_bench.py
 	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/nvml_poll_bench.py
+	$(BIN)/python bench/page_load_bench.py
 	$(BIN)/python bench/push_latency.py
 	$(BIN)/python bench/quiet_history_bench.py
 	$(BIN)/python bench/terminate_bench.py
