@@ -206,6 +206,9 @@ RETENTION_BATCH = env_int("RAYWATCH_RETENTION_BATCH", 20_000, minimum=100)
 DETECT_S = env_number("RAYWATCH_DETECT_S", 5.0, minimum=0.2)
 IDLE_GPU_S = env_number("RAYWATCH_IDLE_GPU_S", 300.0, minimum=0)
 IDLE_GPU_PERCENT = env_number("RAYWATCH_IDLE_GPU_PERCENT", 5.0, minimum=0)
+# An idle-GPU-during-a-step incident stays open across steps until its work has gone this
+# long without idling through one (dashboard/gpus/detect.still_idle).
+IDLE_GPU_CLEAR_S = env_number("RAYWATCH_IDLE_GPU_CLEAR_S", 300.0, minimum=0)
 GPU_MEMORY_HIGH_PERCENT = env_number("RAYWATCH_GPU_MEMORY_HIGH_PERCENT", 95.0, minimum=1)
 GPU_MEMORY_HIGH_S = env_number("RAYWATCH_GPU_MEMORY_HIGH_S", 300.0, minimum=0)
 ORPHAN_GRACE_S = env_number("RAYWATCH_ORPHAN_GRACE_S", 60.0, minimum=0)

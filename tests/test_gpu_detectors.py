@@ -79,8 +79,52 @@ def test_idle_gpus_during_a_step_raise_an_incident_on_the_trial(fake_gpus, setti
     fake_gpus.set_gpu(1, util=90)  # one GPU busy again: the step is working
     poll_gpus()
     evaluate_resources(timezone.now())
+    assert firing("gpu_idle_during_step") == [incident]  # until it has worked a while
+    Incident.objects.update(updated_at=timezone.now() - timedelta(
+        seconds=settings.IDLE_GPU_CLEAR_S + 1))
+    evaluate_resources(timezone.now())
     assert firing("gpu_idle_during_step") == []
     assert Incident.objects.get(kind="gpu_idle_during_step").state == Incident.RESOLVED
+
+
+def test_a_trial_idling_through_every_step_has_one_incident_until_it_stops(  # type: ignore[no-untyped-def]
+    fake_gpus, settings
+) -> None:
+    """A judge behind a rate-limited API: each step idles the GPU for minutes, then a
+    result arrives and the GPU works for a moment. One incident for the pattern, held
+    across the steps, not one opened and resolved per step; it resolves when the trial
+    stops."""
+    settings.IDLE_GPU_S, settings.IDLE_GPU_CLEAR_S = 60, 300
+    node()
+    actor(5000)
+    trial = running_trial(5000, last_result_ago_s=200)
+    fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
+    mark_ray_current()
+    poll_gpus()
+    idle_for(200)
+    evaluate_resources(timezone.now())
+    [incident] = firing("gpu_idle_during_step")
+    for step in (4, 5, 6):
+        # The step ends: a result, the GPU busy for a moment, then idle through the next.
+        Trial.objects.filter(pk=trial.pk).update(iteration=step, last_result_at=timezone.now())
+        fake_gpus.set_gpu(0, util=95)
+        poll_gpus()
+        evaluate_resources(timezone.now())
+        fake_gpus.set_gpu(0, util=0)
+        poll_gpus()
+        idle_for(20)
+        evaluate_resources(timezone.now())
+        assert firing("gpu_idle_during_step") == [incident], f"step {step + 1}"
+        Trial.objects.filter(pk=trial.pk).update(
+            last_result_at=timezone.now() - timedelta(seconds=200))
+        idle_for(200)
+        evaluate_resources(timezone.now())
+        assert firing("gpu_idle_during_step") == [incident], f"step {step + 1}"
+    assert f"step {6 + 1}" in Incident.objects.get(pk=incident.pk).summary
+    assert Incident.objects.filter(kind="gpu_idle_during_step").count() == 1
+    Trial.objects.filter(pk=trial.pk).update(status="TERMINATED")
+    evaluate_resources(timezone.now())
+    assert Incident.objects.get(pk=incident.pk).state == Incident.RESOLVED
 
 
 def test_idle_gpu_with_results_arriving_is_not_a_hung_step(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]

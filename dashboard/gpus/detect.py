@@ -21,6 +21,7 @@ from dashboard.gpus.owners import JOB, TRIAL, Owner
 from dashboard.gpus.views_data import owner_maps_for
 from dashboard.incidents import resource_rules as rules
 from dashboard.incidents.findings import Finding
+from dashboard.incidents.models import Incident
 from dashboard.incidents.resource_rules import (
     DemandView,
     GpuView,
@@ -60,7 +61,8 @@ def evaluate_resources(now: datetime) -> dict[str, int]:
         findings += [f for f in (rules.gpu_memory_high(view, th, now),
                                  rules.gpu_hardware(view, th, now)) if f]
     works, context = work_views(gpus, views, procs, owner_of)
-    findings += [f for w in works if (f := rules.gpu_idle_during_step(w, th, now))]
+    idle = [f for w in works if (f := rules.gpu_idle_during_step(w, th, now))]
+    findings += idle + still_idle(idle, {w.subject for w in works}, now)
     for view in views.values():
         context.setdefault(view.subject, {"node_ip": view.node_ip})
     result = sync_findings(rules.GPU_KINDS, findings, now, context)
@@ -69,6 +71,20 @@ def evaluate_resources(now: datetime) -> dict[str, int]:
         ray_result = sync_findings(rules.RAY_KINDS, ray_findings, now, ray_context)
         result = {k: result[k] + ray_result[k] for k in result}
     return result
+
+
+def still_idle(found: list[Finding], working: set[str], now: datetime) -> list[Finding]:
+    """gpu_idle_during_step incidents kept firing between the steps of work that idles
+    through each of them (a judge behind a rate-limited API: a result every few minutes,
+    the GPUs busy for seconds of each): not found this time, but their trial or job still
+    holds its GPUs and they were last found (their summary last changed) less than
+    IDLE_GPU_CLEAR_S ago. One incident for the pattern, not one a step; it resolves
+    once the work has gone that long without idling through a step, or stops."""
+    found_subjects = {f.subject for f in found}
+    since = now - timedelta(seconds=settings.IDLE_GPU_CLEAR_S)
+    kept = Incident.objects.filter(kind="gpu_idle_during_step", state=Incident.FIRING,
+                                   subject__in=working - found_subjects, updated_at__gte=since)
+    return [Finding(i.kind, i.subject, i.severity, i.summary, i.details) for i in kept]
 
 
 def gpu_view(g: Gpu) -> GpuView:
