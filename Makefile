@@ -12,7 +12,7 @@ AGENT_STAMP := $(AGENT_VENV)/.installed-stamp
 # The machine's pip config points at local mirrors that may be absent; hide that noise only.
 PIP_QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: install run demo agent test lint bench clean
+.PHONY: install run demo screenshots agent test lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ run: $(STAMP)
 # goes wrong (README "Try it: make demo"; demo/). Ctrl-C stops all of it.
 demo: $(STAMP)
 	$(BIN)/python -m demo
+
+# The README's pictures (docs/screenshots/): make demo, shown in Chromium, by a script.
+screenshots: $(STAMP)
+	$(BIN)/python -m demo.screenshots
 
 $(AGENT_STAMP): agent-requirements.txt
 	@test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)

@@ -30,14 +30,13 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from collectors.localray import LocalCluster, free_port
+from demo.screenshots import KINDS, WIDTH, capture
 from demo.workload import MAX_STEPS
 from tests.conftest import wait_for
 from tests.served import NOT_INHERITED, ROOT
 from tests.test_end_to_end import screenshots
 
 pytestmark = [pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(900)]
-KINDS = ("trial_stalled", "step_time_regression", "demand_infeasible", "gpu_idle_during_step",
-         "gpu_orphan_memory", "trial_errored")
 PROMISED_S = 120  # README: what you see within two minutes of the page answering
 FAULTY = ("hang", "slow", "error")
 
@@ -183,8 +182,14 @@ def act(page, button: str, reason: str) -> None:  # type: ignore[no-untyped-def]
     expect(page.locator("#action-state")).to_have_text("succeeded", timeout=90_000)
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
 def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ignore[no-untyped-def]
-    demo: Demo, ray_cluster: LocalCluster, browser
+    demo: Demo, ray_cluster: LocalCluster, browser, tmp_path: Path
 ) -> None:
     bystanders = suite_cluster(ray_cluster)
     wait_for(lambda: answering(demo), 300, 0.5, "the demo's page to answer",
@@ -238,6 +243,10 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         expect(page.locator("#gpus-table")).to_contain_text("orphan")
         expect(page.locator("#triage-simulated")).to_be_visible()
         shoot(page, "home")
+        # `make screenshots` takes the README's pictures of these pages, the same way.
+        pictures = capture(page, tmp_path / "readme", settle_ms=500)
+        assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "gpus"]
+        assert {png_size(p)[0] for p in pictures} == {WIDTH}
         # The slow judge leaves its GPU idle through each long step: said, honestly.
         wait_for(lambda: trials["slow"]["trial_id"] in {i["trial_id"] for i in api(
             page, "/api/alerts/?kind=gpu_idle_during_step&page_size=200")}, 60, 2,

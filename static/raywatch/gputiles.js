@@ -88,6 +88,8 @@
     t.gpu = gpu;
     if (t.link.getAttribute("href") !== gpu.url) t.link.setAttribute("href", gpu.url);
     setText(t.link, "GPU " + gpu.index + (gpu.name ? " · " + shortName(gpu.name) : ""));
+    const full = "GPU " + gpu.index + (gpu.name ? " · " + gpu.name : "") + " on " + gpu.node;
+    if (t.link.title !== full) t.link.title = full;
     t.sim.hidden = !gpu.simulated;
     setText(t.util, percent(gpu.utilization));
     const width = missing(gpu.utilization) ? "0%" : Math.max(0, Math.min(100, gpu.utilization)) + "%";
