@@ -73,7 +73,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "dashboard.core.middleware.RefuseNulInUrl",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "dashboard.core.middleware.StaticFiles",  # WhiteNoise, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

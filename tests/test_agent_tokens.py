@@ -4,7 +4,12 @@ against a real ASGI server."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import threading
+import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,13 +18,16 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from collectors.agent import wire
-from collectors.agent.client import call
+from collectors.agent.client import Unreachable, call
+from collectors.localray import free_port
 from dashboard.agents import commands as agent_commands
 from dashboard.agents import tokens
 from dashboard.agents.models import AgentCommand
 from dashboard.gpus.models import Gpu, GpuSample
+from tests import served
 from tests.agents import agent_env, commands, gpu_record, report, running_agent
 from tests.conftest import LiveServer, token_client, wait_for
+from tests.served import embedded_env, manage, start_serve, stop_serve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,6 +137,63 @@ def test_a_waiting_agent_gets_a_command_as_soon_as_it_is_created(
                                            timezone.now())
     waiting.join(30)
     assert [c["id"] for c in got[0].body["commands"]] == [created.pk]
+
+
+@pytest.mark.parametrize("topology", ["embedded", "production"])
+def test_a_server_stopping_while_agents_wait_ends_their_waits_cleanly(
+        tmp_path: Path, topology: str) -> None:
+    """Every agent keeps a commands long-poll open all the time, so raywatch always stops
+    (Ctrl-C, a deploy) with some waiting: they must end without a traceback in its log
+    (the wait runs on the server's event loop, not inside a sync middleware's thread)."""
+    (tmp_path / "logs").mkdir()
+    env = embedded_env(tmp_path / "data", RAYWATCH_GPU_SOURCE="off",
+                       RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{free_port()}",
+                       RAYWATCH_LOG_DIRS=str(tmp_path / "logs"),
+                       RAYWATCH_RAY_TMP_DIR=str(tmp_path / "logs"))
+    with contextlib.ExitStack() as stack:
+        if topology == "production":
+            env.update(DATABASE_URL=stack.enter_context(
+                served.scratch_database(os.environ["DATABASE_URL"])),
+                REDIS_URL=os.environ["REDIS_URL"],
+                RAYWATCH_CHANNEL_PREFIX=f"stop-{uuid.uuid4().hex[:6]}")
+        manage(env, "migrate", "--noinput", "-v", "0")
+        tokens_ = manage(env, "shell", "-v", "0", "-c", ISSUE_TWELVE).split()
+        port, log = free_port(), tmp_path / "serve.log"
+        server = start_serve(env, port, log)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url, tokens_[0]), 60, 0.3, "raywatch to answer",
+                 explain=lambda: (tokens_[:1], log.read_text(errors="replace")[-3000:]))
+        output = _stop_while_waiting(url, tokens_, server, log)
+    assert "Traceback" not in output, output[-4000:]
+    assert "never retrieved" not in output, output[-4000:]
+
+
+ISSUE_TWELVE = """
+from django.utils import timezone
+from dashboard.agents import tokens
+print(" ".join(tokens.issue(f"gpu-{i}", None, timezone.now(), "")[1] for i in range(12)))
+"""
+
+
+def _answers(url: str, token: str) -> bool:
+    try:
+        return call("GET", f"{url}/api/agent/v1/hello", token).status == 200
+    except (OSError, Unreachable):
+        return False
+
+
+def _stop_while_waiting(url: str, tokens_: list[str], server: subprocess.Popen[bytes],
+                        log: Path) -> str:
+    replies: list = []
+    clients = [threading.Thread(target=lambda t=t: replies.append(commands(url, t, wait=20)))
+               for t in tokens_]
+    for client in clients:
+        client.start()
+    time.sleep(3)  # all twelve are waiting in the server
+    output = stop_serve(server, log)
+    for client in clients:
+        client.join(30)
+    return output
 
 
 def test_a_revoked_token_is_refused(live_server_asgi: LiveServer) -> None:

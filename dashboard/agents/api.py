@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import cache, wraps
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -28,6 +28,7 @@ from collectors.agent import wire
 from dashboard.agents import commands, tokens
 from dashboard.agents.ingest import BatchRefused, ingest_report
 from dashboard.agents.models import NodeToken
+from dashboard.core import stopping
 from dashboard.core.errors import ApiError
 
 log = logging.getLogger("raywatch.agents")
@@ -151,12 +152,19 @@ async def pending_commands(request: HttpRequest) -> HttpResponse:
     if request.method != "GET":
         return answer({"detail": "GET only"}, 405)
     try:
-        token = await sync_to_async(authenticate)(request)
+        token = await on_pool(authenticate)(request)
         wait = _wait_s(request.GET.get("wait"))
         found = await _wait_for_commands(token, time.monotonic() + wait)
     except (ApiError, DatabaseError) as exc:
         return refusal(exc)
     return answer({"server_time": wire.timestamp(timezone.now()), "commands": found})
+
+
+def on_pool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` (database work) on the shared thread pool, with Django's connection upkeep
+    around it. Not on the request's own thread (sync_to_async's default under ASGI):
+    that thread would live as long as the long-poll, one per waiting agent."""
+    return database_sync_to_async(fn, thread_sensitive=False)
 
 
 def _wait_s(raw: str | None) -> float:
@@ -176,9 +184,9 @@ async def _wait_for_commands(token: NodeToken, deadline: float) -> list[dict[str
         await layer.group_add(group, channel)
     try:
         while True:
-            found = await sync_to_async(commands.hand_out)(token, timezone.now())
+            found = await on_pool(commands.hand_out)(token, timezone.now())
             left = deadline - time.monotonic()
-            if found or left <= 0:
+            if found or left <= 0 or stopping.event().is_set():
                 return found
             await _woken(layer, channel, min(RECHECK_S, left))
     finally:
@@ -187,17 +195,25 @@ async def _wait_for_commands(token: NodeToken, deadline: float) -> list[dict[str
 
 
 async def _woken(layer: Any, channel: str | None, timeout: float) -> None:
-    if layer is None or channel is None:
-        await asyncio.sleep(timeout)
-        return
-    try:
-        await asyncio.wait_for(layer.receive(channel), timeout)
-    except TimeoutError:
-        pass
-    except Exception as exc:
+    """Until a wake-up on `channel`, the server stopping, or `timeout`."""
+    receive = asyncio.ensure_future(layer.receive(channel)) if layer and channel else None
+    if receive is None:
+        await _first_of([], timeout)
+    elif receive in await _first_of([receive], timeout) and receive.exception():
         # A wake-up is only a shortcut: the loop looks in the database every RECHECK_S
         # anyway, so a channel layer error (seen: redis "Timeout reading") costs the agent
         # nothing but that delay, and must not end its long-poll with a 500.
         log.warning("agent commands: the channel layer failed (%s); checking the database "
-                    "every %.0f s", exc, RECHECK_S)
-        await asyncio.sleep(timeout)
+                    "every %.0f s", receive.exception(), RECHECK_S)
+        await _first_of([], timeout)
+
+
+async def _first_of(tasks: list[asyncio.Future[Any]], timeout: float) -> set[asyncio.Future[Any]]:
+    """Wait for the first of `tasks` or the server stopping, at most `timeout`; the
+    others are cancelled. The ones done."""
+    waits = {*tasks, asyncio.ensure_future(stopping.event().wait())}
+    done, pending = await asyncio.wait(waits, timeout=timeout,
+                                       return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return done

@@ -24,10 +24,19 @@ from collectors.http import SourceError
 from collectors.localray import LocalRay
 from collectors.raystate import fetch_cluster
 from dashboard.celery import app as celery_app
-from dashboard.core import background
+from dashboard.core import background, stopping
 from dashboard.core.scheduler import EmbeddedScheduler
 
 SHUTDOWN_GRACE_S = 3  # how long Ctrl-C lets open requests finish
+
+
+class _Server(uvicorn.Server):
+    """uvicorn that tells waiting requests (agents' long-polls) it is stopping, so they
+    answer within the shutdown's grace instead of being cancelled at its end."""
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        stopping.announce()
+        await super().shutdown(sockets)
 
 
 class Command(BaseCommand):
@@ -73,7 +82,7 @@ class Command(BaseCommand):
             # signal; turn both into KeyboardInterrupt so the cleanup below runs.
             signal.signal(signal.SIGTERM, _interrupt)
             with suppress(KeyboardInterrupt):
-                uvicorn.Server(config).run()
+                _Server(config).run()
             self.stdout.write("stopping collectors" + (
                 "" if settings.RAY_ADDRESS or settings.RAY_API_SERVER_ADDRESS
                 else " and the local Ray cluster") + "…")
