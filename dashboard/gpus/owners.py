@@ -9,7 +9,7 @@ shares its address.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +38,7 @@ class Owner:
         return self.kind == ORPHAN
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # flat strings: asdict's deep copy costs more than the tile
 
 
 def owners_on_hosts(processes: Mapping[str, Mapping[int, Sequence[int]]], now: datetime
@@ -79,8 +79,11 @@ class _RayIndex:
         self.jobs = {(j.driver_node_ip, j.driver_pid): j for j in Job.objects.filter(
             driver_node_ip__in=list(pids_by_ip), driver_pid__in=pids,
             status__in=Job.RUNNING_STATES)}
-        trials = Trial.objects.select_related("experiment").filter(
-            node_ip__in=list(pids_by_ip), pid__in=pids)
+        # Only what an Owner says of a trial: its JSON columns (config, metrics) are the
+        # bulk of its row, and this runs for every GPU at every scrape and detector run.
+        trials = (Trial.objects.select_related("experiment")
+                  .only("trial_id", "status", "node_ip", "pid", "experiment__name")
+                  .filter(node_ip__in=list(pids_by_ip), pid__in=pids))
         self.trials: dict[tuple[str, int], Trial] = {}
         for trial in trials.order_by("updated_at"):
             self.trials[(trial.node_ip, trial.pid)] = trial  # the latest that had this pid
