@@ -223,9 +223,12 @@ class SourceCollector:
         yield from families.values()
 
 
+COLLECTORS = (GpuCollector(), TrialCollector(), IncidentCollector(), SourceCollector())
+
+
 def build_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    for collector in (GpuCollector(), TrialCollector(), IncidentCollector(), SourceCollector()):
+    for collector in COLLECTORS:
         registry.register(collector)
     return registry
 
