@@ -268,6 +268,14 @@ def test_with_a_token_only_its_bearer_may_scrape(settings) -> None:  # type: ign
     assert code == 200 and "raywatch_incidents_open" in body
 
 
+def test_a_scraper_speaking_http_is_not_redirected_to_https(settings) -> None:  # type: ignore[no-untyped-def]
+    """Behind secure cookies plain HTTP is redirected, but Prometheus inside the network
+    scrapes over HTTP (a redirect would come after it sent its token anyway)."""
+    settings.SECURE_SSL_REDIRECT = True
+    assert Client().get("/alerts/").status_code == 301
+    assert Client().get("/metrics").status_code == 200
+
+
 # --- cost -------------------------------------------------------------------------------------
 def fleet(nodes: int, gpus_per_node: int, trials_per_gpu: int = 1) -> None:
     """`nodes` Ray nodes whose GPUs each hold one RUNNING trial's process (an actor
