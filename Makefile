@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/alert_bench.py
 	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/ingest_bench.py
+	$(BIN)/python bench/metrics_bench.py
 	$(BIN)/python bench/nvml_poll_bench.py
 	$(BIN)/python bench/page_load_bench.py
 	$(BIN)/python bench/push_latency.py

@@ -7,10 +7,12 @@ operator can act on, never a traceback deep inside a request.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -76,6 +78,18 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
     if raw is None or raw.strip() == "":
         return list(default)
     return [item.strip() for item in raw.split(sep) if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> tuple[IPNetwork, ...]:
+    """Comma-separated addresses or CIDR networks (`10.0.0.0/8`, `::1`)."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError(f"{name}: {item!r} is not an address or network "
+                              "(e.g. 10.0.0.0/8, 192.168.1.7, ::1)") from None
+    return tuple(networks)
 
 
 def env_secret(name: str) -> str | None:

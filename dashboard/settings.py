@@ -20,6 +20,7 @@ from dashboard.envconf import (
     env_choice,
     env_int,
     env_list,
+    env_networks,
     env_number,
     env_secret,
     env_str,
@@ -68,6 +69,7 @@ INSTALLED_APPS = [
     "dashboard.actions",
     "dashboard.agents",
     "dashboard.triage",
+    "dashboard.metrics",
 ]
 
 MIDDLEWARE = [
@@ -333,6 +335,15 @@ AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1
 # Reports ingested at once per web process; past it an agent is told 503 + Retry-After.
 AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 8, minimum=1)
 
+# --- Prometheus export: /metrics (README: "Prometheus and Grafana") --------------------------
+# The `cluster` label of every series. raywatch watches one Ray cluster today: this names
+# it, until clusters become a dimension of their own.
+CLUSTER_NAME = env_str("RAYWATCH_CLUSTER_NAME", "default")
+# Set: /metrics wants `Authorization: Bearer <token>` from anywhere. Unset: it answers only
+# to clients whose address is in METRICS_ALLOW.
+METRICS_TOKEN = env_secret("RAYWATCH_METRICS_TOKEN")
+METRICS_ALLOW = env_networks("RAYWATCH_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
+
 # --- source health ----------------------------------------------------------------
 # A source whose last good poll is older than this many poll intervals is "down".
 HEALTH_DOWN_AFTER_FAILURES = env_int("RAYWATCH_HEALTH_DOWN_AFTER", 3, minimum=1)
@@ -362,7 +373,9 @@ LOGIN_FAILURE_WINDOW_S = env_int("RAYWATCH_LOGIN_FAILURE_WINDOW_S", 300, minimum
 # X-Forwarded-Proto/-For, trusted only from RAYWATCH_TRUSTED_PROXIES (uvicorn applies them).
 TRUSTED_PROXIES = env_list("RAYWATCH_TRUSTED_PROXIES", ["127.0.0.1", "::1"])
 SECURE_SSL_REDIRECT = env_bool("RAYWATCH_SSL_REDIRECT", SESSION_COOKIE_SECURE)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes from inside (compose, load balancers) use HTTP
+# Probes and scrapers from inside (compose, load balancers, Prometheus) use HTTP. A redirect
+# would not protect /metrics' token: the scraper has sent it by the time it is redirected.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env_int(
     "RAYWATCH_HSTS_SECONDS", 365 * 86400 if SESSION_COOKIE_SECURE else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RAYWATCH_HSTS_INCLUDE_SUBDOMAINS", True)

@@ -17,6 +17,7 @@ from dashboard.core import views as core_views
 from dashboard.core.login import RateLimitedLoginView
 from dashboard.gpus import api as gpus_api
 from dashboard.gpus import views as gpus_views
+from dashboard.metrics import views as metrics_views
 from dashboard.triage import views as triage_views
 from dashboard.trials import api as trials_api
 from dashboard.trials import views as trials_views
@@ -26,6 +27,7 @@ urlpatterns = [
     path("login/", RateLimitedLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", core_views.healthz, name="healthz"),
+    path("metrics", metrics_views.metrics, name="metrics"),
     path("cluster/", cluster_views.cluster_page, name="cluster"),
     path("experiments/", trials_views.experiments_page, name="experiments"),
     path("experiments/<int:pk>/", trials_views.experiment_page, name="experiment"),

@@ -28,6 +28,7 @@ ON_BOTH_BACKENDS = (
     "tests/test_audit_trail.py",
     "tests/test_agent_tokens.py",  # an in-process ASGI server on the SQLite test database
     "tests/test_agent_token_admin.py",
+    "tests/test_metrics_export.py",
 )
 TIMEOUT_S = 900
 

@@ -34,6 +34,8 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("PORT", "eighty", "is not a whole number"),
         ("RAY_ADDRESS", "auto", "give the head node's address explicitly"),
         ("RAYWATCH_SECRET_KEY_FILE", "/nonexistent/secret", "cannot be read"),
+        ("RAYWATCH_METRICS_ALLOW", "10.0.0.0/33", "is not an address or network"),
+        ("RAYWATCH_METRICS_TOKEN_FILE", "/nonexistent/token", "cannot be read"),
     ],
 )
 def test_malformed_setting_names_the_variable(tmp_path: Path, name: str, value: str,

@@ -9,7 +9,7 @@ shares its address.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,61 +38,75 @@ class Owner:
         return self.kind == ORPHAN
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # flat strings: asdict's deep copy costs more than the tile
 
 
-def owners(node_ip: str, processes: Mapping[int, Sequence[int]], now: datetime
-           ) -> dict[int, Owner]:
-    """The owner of each process on the host `node_ip`, given as pid -> its parent
-    pids (nearest first): a child of a Ray worker belongs to that worker's owner."""
-    if not processes:
+def owners_on_hosts(processes: Mapping[str, Mapping[int, Sequence[int]]], now: datetime
+                    ) -> dict[str, dict[int, Owner]]:
+    """The owner of each process, per host: node_ip -> pid -> its parent pids (nearest
+    first); a child of a Ray worker belongs to that worker's owner. The same few queries
+    whatever the number of hosts: the GPU wall, the detectors and /metrics join every
+    node's processes on each call."""
+    hosts = {ip: family for ip, family in processes.items() if family}
+    if not hosts:
         return {}
     if not ray_is_current(now):
         unknown = Owner(UNKNOWN, "unknown", reason="Ray's state is not current")
-        return dict.fromkeys(processes, unknown)
-    everyone = set(processes) | {p for chain in processes.values() for p in chain}
-    index = _RayIndex(node_ip, everyone)
-    return {pid: index.owner_of_family(pid, chain) for pid, chain in processes.items()}
+        return {ip: dict.fromkeys(family, unknown) for ip, family in hosts.items()}
+    index = _RayIndex({ip: set(family) | {p for chain in family.values() for p in chain}
+                       for ip, family in hosts.items()})
+    return {ip: {pid: index.owner_of_family(ip, pid, chain) for pid, chain in family.items()}
+            for ip, family in hosts.items()}
 
 
 class _RayIndex:
-    """What Ray says about these pids on this host, read in a few queries."""
+    """What Ray says about these pids on these hosts (node_ip -> pids), read in a few
+    queries; everything is keyed by (node_ip, pid)."""
 
-    def __init__(self, node_ip: str, pids: set[int]) -> None:
-        node_ids = list(Node.objects.filter(node_ip=node_ip).values_list("node_id", flat=True))
-        self.actors: dict[int, Actor] = {}
-        for actor in Actor.objects.filter(node_id__in=node_ids, pid__in=pids).order_by("ended_at"):
+    def __init__(self, pids_by_ip: Mapping[str, set[int]]) -> None:
+        pids = set().union(*pids_by_ip.values())
+        ip_of = dict(Node.objects.filter(node_ip__in=list(pids_by_ip))
+                     .values_list("node_id", "node_ip"))
+        self.actors: dict[tuple[str, int], Actor] = {}
+        actors = Actor.objects.filter(node_id__in=list(ip_of), pid__in=pids).order_by("ended_at")
+        for actor in actors:
             # A live actor wins over a dead one that had the same pid earlier.
-            if actor.state != "DEAD" or actor.pid not in self.actors:
-                self.actors.setdefault(actor.pid, actor)
-        self.workers = {w.pid: w for w in Worker.objects.filter(node_id__in=node_ids,
-                                                                 pid__in=pids)}
-        self.jobs = {j.driver_pid: j for j in Job.objects.filter(
-            driver_node_ip=node_ip, driver_pid__in=pids, status__in=Job.RUNNING_STATES)}
-        trials = Trial.objects.select_related("experiment").filter(node_ip=node_ip, pid__in=pids)
-        self.trials: dict[int, Trial] = {}
+            key = (ip_of[actor.node_id], actor.pid)
+            if actor.state != "DEAD" or key not in self.actors:
+                self.actors.setdefault(key, actor)
+        self.workers = {(ip_of[w.node_id], w.pid): w for w in Worker.objects.filter(
+            node_id__in=list(ip_of), pid__in=pids)}
+        self.jobs = {(j.driver_node_ip, j.driver_pid): j for j in Job.objects.filter(
+            driver_node_ip__in=list(pids_by_ip), driver_pid__in=pids,
+            status__in=Job.RUNNING_STATES)}
+        # Only what an Owner says of a trial: its JSON columns (config, metrics) are the
+        # bulk of its row, and this runs for every GPU at every scrape and detector run.
+        trials = (Trial.objects.select_related("experiment")
+                  .only("trial_id", "status", "node_ip", "pid", "experiment__name")
+                  .filter(node_ip__in=list(pids_by_ip), pid__in=pids))
+        self.trials: dict[tuple[str, int], Trial] = {}
         for trial in trials.order_by("updated_at"):
-            self.trials[trial.pid] = trial  # the latest trial that had this pid
+            self.trials[(trial.node_ip, trial.pid)] = trial  # the latest that had this pid
 
-    def owner_of_family(self, pid: int, chain: Sequence[int]) -> Owner:
-        own = self.owner(pid)
+    def owner_of_family(self, ip: str, pid: int, chain: Sequence[int]) -> Owner:
+        own = self.owner(ip, pid)
         if not own.orphan:
             return own
         for parent in chain:
-            found = self.owner(parent)
+            found = self.owner(ip, parent)
             if not found.orphan:
                 return replace(found, label=f"{found.label} (child pid {pid})")
         return own
 
-    def owner(self, pid: int) -> Owner:
-        actor = self.actors.get(pid)
-        trial = self.trials.get(pid)
+    def owner(self, ip: str, pid: int) -> Owner:
+        actor = self.actors.get((ip, pid))
+        trial = self.trials.get((ip, pid))
         if actor is not None and actor.state != "DEAD":
             return _trial_owner(trial, actor) if trial else _actor_owner(actor)
-        job = self.jobs.get(pid)
+        job = self.jobs.get((ip, pid))
         if job is not None:
             return Owner(JOB, f"job {job.key} driver", url=None, job_id=job.key)
-        worker = self.workers.get(pid)
+        worker = self.workers.get((ip, pid))
         if worker is not None:
             return Owner(WORKER, f"Ray {worker.worker_type.lower()} worker",
                          job_id=worker.job_id or None)
