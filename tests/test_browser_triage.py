@@ -79,6 +79,11 @@ def test_home_shows_what_needs_an_operator_and_where_to_act(  # type: ignore[no-
     expect(firing.nth(0)).to_contain_text("no result for 9 min")
     expect(firing.nth(0)).to_contain_text("3 min")
     expect(firing.nth(1).locator("td").nth(0)).to_have_text("warning")
+    # A severity reads as one word on one line (the 1280 px layout once cut "warnin g").
+    lines = page.evaluate("""() => [...document.querySelectorAll('#firing-table td[class^=sev-]')]
+        .map(td => { const r = document.createRange(); r.selectNodeContents(td);
+                     return r.getClientRects().length; })""")
+    assert lines == [1, 1], lines
     expect(page.locator('[data-card="incidents"] p')).to_have_text("1 critical, 1 warning")
 
     # The hung trial, what is wrong, for how long, silent for how long; the healthy one
