@@ -20,37 +20,45 @@ NUL = "\x00"
 GetResponse = Callable[[HttpRequest], Any]
 
 
-class _Either:
-    """Calls `before(request)` (a response ends the request there) and then the rest of
-    the chain, as a sync or an async middleware, whichever Django gives it."""
+class _SyncOrAsync:
+    """Runs as a sync or an async middleware, whichever Django gives it: `_call` or
+    `_acall`. A subclass's __init__ calls `_adapt(get_response)`."""
 
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response: GetResponse) -> None:
-        self.get_response = get_response
+    def _adapt(self, get_response: GetResponse) -> None:
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
 
-    def before(self, request: HttpRequest) -> HttpResponse | None:
+    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
+        return self._acall(request) if self.is_async else self._call(request)
+
+    def _call(self, request: HttpRequest) -> HttpResponse:
         raise NotImplementedError
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        if self.is_async:
-            return self._acall(request)
-        return self.before(request) or self.get_response(request)
-
     async def _acall(self, request: HttpRequest) -> HttpResponse:
-        return self.before(request) or await self.get_response(request)
+        raise NotImplementedError
 
 
-class RefuseNulInUrl(_Either):
+class RefuseNulInUrl(_SyncOrAsync):
     """A NUL character in the path or a query parameter (`?experiment=%00`) would reach
     Postgres, which cannot hold one in text, and come back as a server error: answer
     400 here instead, once for every page and endpoint."""
 
-    def before(self, request: HttpRequest) -> HttpResponse | None:
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self._adapt(get_response)
+
+    def _call(self, request: HttpRequest) -> HttpResponse:
+        return self.refusal(request) or self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        return self.refusal(request) or await self.get_response(request)
+
+    @staticmethod
+    def refusal(request: HttpRequest) -> HttpResponse | None:
         if NUL in request.path or any(
             NUL in name or any(NUL in value for value in values)
             for name, values in request.GET.lists()
@@ -60,24 +68,17 @@ class RefuseNulInUrl(_Either):
         return None
 
 
-class StaticFiles(WhiteNoiseMiddleware):
+class StaticFiles(_SyncOrAsync, WhiteNoiseMiddleware):
     """WhiteNoise (static files compressed and cached: dashboard/core/staticstorage.py),
     able to run async: its own middleware is sync only. A static file is looked up and
     opened on a worker thread; every other request goes straight on."""
 
-    sync_capable = True
-    async_capable = True
-
     def __init__(self, get_response: GetResponse, *args: Any, **kwargs: Any) -> None:
         super().__init__(get_response, *args, **kwargs)
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        self._adapt(get_response)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        if self.is_async:
-            return self._acall(request)
-        return super().__call__(request)
+    def _call(self, request: HttpRequest) -> HttpResponse:
+        return WhiteNoiseMiddleware.__call__(self, request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
         if self.autorefresh:  # a checkout (DEBUG or no collectstatic): look on disk
