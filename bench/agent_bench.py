@@ -22,10 +22,14 @@ benchmark itself worked.
 
     .venv/bin/python bench/agent_bench.py            # 60 s window, about 1.5 minutes
     .venv/bin/python bench/agent_bench.py --smoke    # 8 s window
+    BENCH_BASELINE=fb2d9d7 .venv/bin/python bench/agent_bench.py
+        # and, in the same window, the agent of that git revision (a worktree of it) on a
+        # node of its own, same load: the before and after of a change, measured together
     # overrides: BENCH_DATABASE_URL (its server), BENCH_WINDOW_S, BENCH_WORKERS (50),
     #            BENCH_GPUS (8), BENCH_TRIALS (50), BENCH_OTHER_PROCESSES (200: the rest of a
 #            node's process table, which the agent scans for new workers every 5 s),
-#            BENCH_PID_NAMESPACE=0 (run the node in this host's pid namespace)
+#            BENCH_PID_NAMESPACE=0 (run the node in this host's pid namespace),
+#            BENCH_BASELINE (a git revision whose agent runs beside this one)
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ WORKERS = int(os.environ.get("BENCH_WORKERS", "50"))
 GPUS = int(os.environ.get("BENCH_GPUS", "8"))
 TRIALS = int(os.environ.get("BENCH_TRIALS", "50"))
 OTHER_PROCESSES = int(os.environ.get("BENCH_OTHER_PROCESSES", "200"))
+BASELINE = os.environ.get("BENCH_BASELINE", "")
 WARMUP_TIMEOUT_S = 60.0
 GOAL_CPU_PERCENT, GOAL_RSS_MB = 2.0, 100.0
 NODE = "bench-node"
@@ -75,14 +80,14 @@ REPORT_PATH = "/api/agent/v1/report"
 # it) ends; without one, the bench kills the process group.
 NODE_SCRIPT = """
 import json, os, subprocess, sys, time
-role, workers, others, gpus, spec = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
+role, workers, others, gpus, spec, name = sys.argv[1], *map(int, sys.argv[2:5]), *sys.argv[5:7]
 code = "import time\\nwhile True:\\n    time.sleep(1)\\n"
 if role == "ray-start":
     subprocess.run([sys.executable, __file__, "raylet", *sys.argv[2:]])
 elif role == "raylet":
     ray = [subprocess.Popen(["bash", "-c", 'exec -a "ray::ImplicitFunc.train" "$0" -c "$1"',
                              sys.executable, code]) for _ in range(workers)]
-    table = [{"uuid": f"GPU-bench-node-{i}", "util": 60 + i, "mem_util": 30 + i,
+    table = [{"uuid": f"GPU-{name}-{i}", "util": 60 + i, "mem_util": 30 + i,
               "mem_used": (20 + i) * 2**30, "temp": 60 + i, "power_mw": 250_000 + 1000 * i,
               "processes": [[w.pid, 2 * 2**30] for w in ray[i::gpus]]} for i in range(gpus)]
     with open(spec + ".tmp", "w") as out:
@@ -231,17 +236,19 @@ class Node:
 
 
 @contextmanager
-def node_with_agent(url: str, token: str, tmp: Path, log_root: Path) -> Iterator[Node]:
-    """The node's processes and `python -m collectors.agent` with only what a node gives
-    it; HOME and the Ray temp dir are empty directories, so it reads no real Tune
-    directory of this machine."""
+def node_with_agent(url: str, token: str, tmp: Path, log_root: Path, name: str,
+                    source: Path = harness.REPO, ip: str = "10.9.0.8") -> Iterator[Node]:
+    """The node's processes and `python -m collectors.agent` (from the checkout at
+    `source`) with only what a node gives it; HOME and the Ray temp dir are empty
+    directories, so it reads no real Tune directory of this machine."""
     home, ray_tmp, spec = tmp / "home", tmp / "ray-tmp", tmp / "gpus.json"
+    tmp.mkdir(parents=True, exist_ok=True)
     home.mkdir()
     ray_tmp.mkdir()
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH")
     env = {**{k: os.environ[k] for k in keep if k in os.environ},
            "HOME": str(home), "RAYWATCH_URL": url, "RAYWATCH_AGENT_TOKEN": token,
-           "RAYWATCH_NODE_IP": "10.9.0.8", "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
+           "RAYWATCH_NODE_IP": ip, "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
            "FAKE_NVML_SPEC": str(spec), "RAYWATCH_AGENT_SPOOL": str(tmp / "spool"),
            "RAYWATCH_POLL_GPU_S": "1", "RAYWATCH_LOG_DIRS": str(log_root),
            "RAYWATCH_RAY_TMP_DIR": str(ray_tmp), "RAYWATCH_LOG_LEVEL": "WARNING"}
@@ -251,8 +258,8 @@ def node_with_agent(url: str, token: str, tmp: Path, log_root: Path) -> Iterator
     script.write_text(NODE_SCRIPT)
     launcher = subprocess.Popen(
         [*prefix, sys.executable, str(script), "node", str(WORKERS), str(OTHER_PROCESSES),
-         str(GPUS), str(spec)],
-        cwd=harness.REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+         str(GPUS), str(spec), name],
+        cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True)
     try:
         yield Node(find_agent(launcher), isolated=bool(prefix))
@@ -334,21 +341,42 @@ def wait_warm(recorder: Recorder, node: Node, log: Path) -> None:
         time.sleep(0.5)
 
 
-def measure(node: Node, recorder: Recorder) -> dict[str, Any]:
-    rss: list[float] = []
-    start, cpu0 = time.monotonic(), cpu_seconds(node.agent_pid)
+@dataclass
+class Run:
+    """One agent under test: which code, its node, what it sent, who writes its trials."""
+
+    label: str
+    node: Node
+    recorder: Recorder
+    writer: TrialWriter
+    rss: list[float] = field(default_factory=list)
+
+
+def measure(runs: list[Run]) -> list[dict[str, Any]]:
+    """Every agent over the same window: the same machine load for each."""
+    lines0 = [run.writer.lines for run in runs]
+    start, cpu0 = time.monotonic(), [cpu_seconds(run.node.agent_pid) for run in runs]
     while time.monotonic() - start < WINDOW_S:
-        rss.append(rss_mb(node.agent_pid))
+        for run in runs:
+            run.rss.append(rss_mb(run.node.agent_pid))
         time.sleep(1.0)
-    end, cpu1 = time.monotonic(), cpu_seconds(node.agent_pid)
+    end, cpu1 = time.monotonic(), [cpu_seconds(run.node.agent_pid) for run in runs]
+    return [{**figures_of(run, start, end, cpu1[i] - cpu0[i]),
+             "trial_lines_per_s": round((run.writer.lines - lines0[i]) / (end - start), 1)}
+            for i, run in enumerate(runs)]
+
+
+def figures_of(run: Run, start: float, end: float, cpu_s: float) -> dict[str, Any]:
+    rss, node = run.rss, run.node
     wall = end - start
-    sent = recorder.since(start, end)
+    sent = run.recorder.since(start, end)
     raw = sum(len(s.body) for s in sent)
     wire = sum(s.wire_bytes for s in sent)
     kinds, size, gpus, processes = records_of(sent)
     return {
         "window_s": round(wall, 1),
-        "agent_cpu_percent_of_a_core": round(100 * (cpu1 - cpu0) / wall, 2),
+        "agent": run.label,
+        "agent_cpu_percent_of_a_core": round(100 * cpu_s / wall, 2),
         "agent_rss_mb_max": round(max(rss), 1), "agent_rss_mb_last": round(rss[-1], 1),
         "reports": len(sent), "reports_not_stored": sum(s.status != 200 for s in sent),
         "report_json_bytes_per_s": round(raw / wall), "report_body_median_bytes":
@@ -364,12 +392,12 @@ def measure(node: Node, recorder: Recorder) -> dict[str, Any]:
     }
 
 
-def report(figures: dict[str, Any], trial_lines_per_s: float) -> None:
+def report(figures: dict[str, Any]) -> None:
     cpu, rss = figures["agent_cpu_percent_of_a_core"], figures["agent_rss_mb_max"]
     harness.print_table(
-        f"One agent: {figures['gpus_per_poll']} GPUs, {figures['processes_per_snapshot']} "
-        f"processes watched, {TRIALS} trials writing {trial_lines_per_s:.0f} lines/s; "
-        f"{figures['window_s']} s window",
+        f"Agent of {figures['agent']}: {figures['gpus_per_poll']} GPUs, "
+        f"{figures['processes_per_snapshot']} processes watched, {TRIALS} trials writing "
+        f"{figures['trial_lines_per_s']:.0f} lines/s; {figures['window_s']} s window",
         ["figure", "value", "goal", "met"],
         [["agent CPU, % of one core", cpu, f"< {GOAL_CPU_PERCENT:g}", cpu < GOAL_CPU_PERCENT],
          ["agent RSS max, MB", rss, f"< {GOAL_RSS_MB:g}", rss < GOAL_RSS_MB],
@@ -391,6 +419,19 @@ def report(figures: dict[str, Any], trial_lines_per_s: float) -> None:
               "machine's other Ray workers)")
 
 
+@contextmanager
+def worktree(rev: str, tmp: Path) -> Iterator[Path]:
+    """A checkout of `rev` beside this one (git worktree), removed afterwards."""
+    path = tmp / "baseline"
+    subprocess.run(["git", "-C", str(harness.REPO), "worktree", "add", "--detach", "-q",
+                    str(path), rev], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(harness.REPO), "worktree", "remove", "--force",
+                        str(path)], check=False)
+
+
 def main() -> None:
     os.environ.pop("REDIS_URL", None)  # the server's channel layer: in-memory
     with ExitStack() as stack:
@@ -400,23 +441,34 @@ def main() -> None:
 
         from dashboard.agents.tokens import issue
 
-        token = issue(NODE, None, timezone.now())[1]
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agent-bench-")))
+        sources = [("this checkout", harness.REPO)]
+        if BASELINE:
+            sources.append((f"baseline {BASELINE}", stack.enter_context(worktree(BASELINE, tmp))))
         server_port = free_port()
         stack.enter_context(asgi_server(env, server_port))
-        proxy_port, recorder = stack.enter_context(recording_proxy(server_port))
-        writer = stack.enter_context(TrialWriter(tmp / "ray_results"))
-        node = stack.enter_context(node_with_agent(f"http://127.0.0.1:{proxy_port}", token,
-                                                   tmp, tmp / "ray_results"))
-        wait_warm(recorder, node, tmp / "agent.log")
-        lines0, t0 = writer.lines, time.monotonic()
-        figures = measure(node, recorder)
-        lines_per_s = (writer.lines - lines0) / (time.monotonic() - t0)
-    report(figures, lines_per_s)
-    figures.update(workers=WORKERS, other_processes=OTHER_PROCESSES, trials=TRIALS,
-                   trial_lines_per_s=round(lines_per_s, 1), goal_cpu_percent=GOAL_CPU_PERCENT,
-                   goal_rss_mb=GOAL_RSS_MB)
-    harness.print_json(figures)
+        runs = []
+        for i, (label, source) in enumerate(sources):
+            name = f"{NODE}-{i}"
+            token = issue(name, None, timezone.now())[1]
+            proxy_port, recorder = stack.enter_context(recording_proxy(server_port))
+            writer = stack.enter_context(TrialWriter(tmp / name / "ray_results"))
+            node = stack.enter_context(node_with_agent(
+                f"http://127.0.0.1:{proxy_port}", token, tmp / name, tmp / name / "ray_results",
+                name, source, ip=f"10.9.0.{8 + i}"))
+            runs.append(Run(label, node, recorder, writer))
+        for i, run in enumerate(runs):
+            wait_warm(run.recorder, run.node, tmp / f"{NODE}-{i}" / "agent.log")
+        results = measure(runs)
+    for figures in results:
+        report(figures)
+        figures.update(workers=WORKERS, other_processes=OTHER_PROCESSES, trials=TRIALS,
+                       goal_cpu_percent=GOAL_CPU_PERCENT, goal_rss_mb=GOAL_RSS_MB)
+    if len(results) > 1:
+        print(f"CPU, this agent / the baseline's in the same window: "
+              f"{results[0]['agent_cpu_percent_of_a_core']} / "
+              f"{results[1]['agent_cpu_percent_of_a_core']} % of a core")
+    harness.print_json(results[0] if len(results) == 1 else {"agents": results})
 
 
 if __name__ == "__main__":

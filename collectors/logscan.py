@@ -115,11 +115,13 @@ def live_sessions(clock: Callable[[], float] = time.monotonic) -> frozenset[Path
     now = clock()
     if _LIVE and now - _LIVE[0][0] < LIVE_TTL_S:
         return _LIVE[0][1]
-    import psutil
+    from collectors.procstat import command_lines
 
     found = set()
-    for process in psutil.process_iter(["cmdline"]):
-        for arg in process.info["cmdline"] or ():
+    for _, cmdline in command_lines():
+        if b"-session" not in cmdline:
+            continue
+        for arg in cmdline.decode("utf-8", "replace").split("\0"):
             if arg.startswith(_SESSION_ARGS):
                 found.add(_resolved(Path(arg.split("=", 1)[1])))
     _LIVE[:] = [(now, frozenset(found))]

@@ -7,15 +7,20 @@ their own through their node agent.
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import psutil
 
 from collectors.records import GpuPoll, ProcessFact
+
+log = logging.getLogger("raywatch.procstat")
 
 
 def this_host() -> str:
@@ -56,8 +61,23 @@ def ancestors(pid: int, depth: int = 8) -> tuple[int, ...]:
     """Parent, grandparent, ... of `pid` on this host, nearest first, without init.
 
     A GPU is often held by a child of a Ray worker (a vLLM engine, a DataLoader
-    worker); the owner join walks up to the worker through these.
+    worker); the owner join walks up to the worker through these. A parent that started
+    after its child is a reused pid: the chain stops there.
     """
+    if not HAVE_PROC:
+        return _psutil_ancestors(pid, depth)
+    chain: list[int] = []
+    stat = read_stat(pid)
+    while stat is not None and len(chain) < depth and stat.ppid > 1:
+        parent = read_stat(stat.ppid)
+        if parent is None or parent.start_ticks > stat.start_ticks:
+            break
+        chain.append(stat.ppid)
+        stat = parent
+    return tuple(chain)
+
+
+def _psutil_ancestors(pid: int, depth: int) -> tuple[int, ...]:
     chain: list[int] = []
     try:
         process = psutil.Process(pid)
@@ -86,9 +106,8 @@ class Ancestry:
         self._lock = threading.Lock()
 
     def of(self, pid: int) -> tuple[int, ...]:
-        try:
-            started = psutil.Process(pid).create_time()
-        except (psutil.Error, OSError):
+        started = start_ticks(pid)
+        if started is None:
             return ()
         now = self.clock()
         with self._lock:
@@ -136,12 +155,125 @@ def is_ray_worker(cmdline: list[str]) -> bool:
     return bool(cmdline) and cmdline[0].startswith("ray::")
 
 
+# --- /proc, read directly ------------------------------------------------------------------
+# The agent reads its node's processes every few seconds; psutil re-reads /proc/<pid>/stat
+# and /proc/stat for a pid-reuse check on most calls (a fact cost it a dozen reads, most of
+# a busy agent's CPU). Two reads a process here: stat and cmdline. Linux only, as Ray's GPU
+# nodes are; where there is no /proc the watcher says so once and reports nothing.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+LETTERS = frozenset("RSDZTtWXxKPI")  # ps's state letters
+HAVE_PROC = os.path.isdir("/proc/self")
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """What one read of /proc/<pid>/stat says (proc(5))."""
+
+    state: str
+    ppid: int
+    cpu_ticks: int  # utime + stime
+    threads: int
+    start_ticks: int  # since boot
+    rss_bytes: int
+    comm: str
+
+    @property
+    def create_time(self) -> float:
+        """Seconds since the epoch, as psutil.Process.create_time() gives it."""
+        return self.start_ticks / CLOCK_TICKS + boot_time()
+
+
+@functools.cache
+def boot_time() -> float:
+    """psutil reads /proc/stat for it at every call; it changes only with a reboot."""
+    return float(psutil.boot_time())
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """/proc/<pid>/stat of this host; None when the process is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    close = raw.rfind(b")")
+    fields = raw[close + 2:].split()
+    if len(fields) < 22:
+        return None
+    state = fields[0].decode("ascii", "replace")
+    return ProcStat(state=state, ppid=int(fields[1]), cpu_ticks=int(fields[11]) + int(fields[12]),
+                    threads=int(fields[17]), start_ticks=int(fields[19]),
+                    rss_bytes=int(fields[21]) * PAGE_SIZE,
+                    comm=raw[raw.find(b"(") + 1:close].decode("utf-8", "replace"))
+
+
+def start_ticks(pid: int) -> float | None:
+    """When `pid` started (an opaque number: only for telling one process from a later one
+    with the same pid); None when it is gone."""
+    if HAVE_PROC:
+        stat = read_stat(pid)
+        return float(stat.start_ticks) if stat is not None else None
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        return None
+
+
+def title_of(pid: int) -> str | None:
+    """The command line's first word (Ray's "ray::<Class>.<method>" title), as psutil reads
+    it: a process that rewrote its command line without NULs is split on spaces."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            data = handle.read(4096)
+    except OSError:
+        return None
+    data = data.rstrip(b"\0")
+    first = data.split(b"\0", 1)[0] if b"\0" in data else data.split(b" ", 1)[0]
+    return first.decode("utf-8", "replace")
+
+
+def ray_worker_pids(exclude: Iterable[int] = ()) -> Iterator[int]:
+    """Pids of this host's Ray workers (not in `exclude`), by their command lines."""
+    skip = set(exclude)
+    for pid, cmdline in command_lines():
+        if pid not in skip and cmdline.startswith(b"ray::"):
+            yield pid
+
+
+def command_lines() -> Iterator[tuple[int, bytes]]:
+    """(pid, raw command line: arguments separated by NUL) of every process on this host:
+    one read a process (psutil.process_iter reads each process's stat as well)."""
+    if not HAVE_PROC:
+        for process in psutil.process_iter(["cmdline"]):
+            yield process.pid, "\0".join(process.info["cmdline"] or ()).encode()
+        return
+    try:
+        pids = [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                yield pid, handle.read()
+        except OSError:
+            continue
+
+
+
+@dataclass(frozen=True)
+class _Seen:
+    start_ticks: int
+    cpu_ticks: int
+    at: float
+
+
 class ProcessWatcher:
     """Facts about this node's Ray workers plus some given pids (its GPU processes).
 
     The process table is scanned for new Ray workers every `rescan_s` only; the
     processes found are kept between readings, so CPU percent covers the time since
-    the previous reading and a reading costs a few /proc reads per watched process.
+    the previous reading and a reading costs two /proc reads per watched process.
     """
 
     def __init__(self, rescan_s: float = 5.0, clock: Callable[[], float] = time.monotonic
@@ -149,63 +281,50 @@ class ProcessWatcher:
         self.rescan_s = rescan_s
         self.clock = clock
         self._scanned_at: float | None = None
-        self._ray: dict[int, psutil.Process] = {}
-        self._extra: dict[int, psutil.Process] = {}
+        self._ray: dict[int, _Seen | None] = {}
+        self._extra: dict[int, _Seen | None] = {}
+        if not HAVE_PROC:
+            log.warning("no /proc on this host: the agent reports no process facts")
 
     def read(self, extra_pids: Iterable[int] = ()) -> tuple[ProcessFact, ...]:
+        if not HAVE_PROC:
+            return ()
         now = self.clock()
-        known = set(self._ray) | set(self._extra)
         if self._scanned_at is None or now - self._scanned_at >= self.rescan_s:
             self._scanned_at = now
-            self._scan()
-        self._extra = {pid: self._extra.get(pid) or _process(pid) for pid in set(extra_pids)
+            self._ray.update(dict.fromkeys(ray_worker_pids(exclude=self._ray)))
+        self._extra = {pid: self._extra.get(pid) for pid in set(extra_pids)
                        if pid not in self._ray}
         facts: dict[int, ProcessFact] = {}
         for table in (self._ray, self._extra):
-            for pid, process in list(table.items()):
-                fact = _fact(process, measured=pid in known) if process is not None else None
-                if fact is None:
+            for pid, seen in list(table.items()):
+                read = _fact(pid, seen)
+                if read is None:  # gone, or its pid was reused
                     del table[pid]
                 else:
-                    facts[pid] = fact
+                    facts[pid], table[pid] = read
         return tuple(facts[pid] for pid in sorted(facts))
 
-    def _scan(self) -> None:
-        for process in psutil.process_iter(["cmdline"]):
-            if process.pid not in self._ray and is_ray_worker(process.info["cmdline"] or []):
-                process.cpu_percent(None)  # starts the measurement: the next reading has one
-                self._ray[process.pid] = process
 
-
-def _cpu_since(process: psutil.Process, measured: bool) -> float | None:
-    cpu = process.cpu_percent(None)
-    return round(cpu, 1) if measured else None
-
-
-def _process(pid: int) -> psutil.Process | None:
-    try:
-        process = psutil.Process(pid)
-        process.cpu_percent(None)
-        return process
-    except (psutil.Error, OSError):
+def _fact(pid: int, seen: _Seen | None) -> tuple[ProcessFact, _Seen] | None:
+    """The process's facts now and this reading, or None when it is gone (or its pid was
+    reused since `seen`). CPU percent is None until a previous reading started its
+    measurement."""
+    stat = read_stat(pid)
+    if stat is None or (seen is not None and seen.start_ticks != stat.start_ticks):
         return None
-
-
-def _fact(process: psutil.Process, measured: bool) -> ProcessFact | None:
-    """The process's facts now, or None when it is gone (or its pid was reused). CPU
-    percent is None until `measured`: a previous reading started its measurement."""
-    try:
-        # No is_running() first: ppid() checks for a reused pid itself (NoSuchProcess),
-        # and each check reads /proc twice more.
-        with process.oneshot():
-            started, ppid, state = process.create_time(), process.ppid(), process.status()
-            if state == psutil.STATUS_ZOMBIE:  # dead, its parent has not reaped it
-                return ProcessFact(pid=process.pid, create_time=started, ppid=ppid, title="",
-                                   state="Z", cpu_percent=None, rss_bytes=None, threads=None)
-            title = (process.cmdline() or [process.name()])[0]
-            return ProcessFact(
-                pid=process.pid, create_time=started, ppid=ppid, title=title[:200],
-                state=STATE_LETTERS.get(state), cpu_percent=_cpu_since(process, measured),
-                rss_bytes=process.memory_info().rss, threads=process.num_threads())
-    except (psutil.Error, OSError):
+    now = time.monotonic()
+    reading = _Seen(stat.start_ticks, stat.cpu_ticks, now)
+    if stat.state == "Z":  # dead, its parent has not reaped it
+        return ProcessFact(pid=pid, create_time=stat.create_time, ppid=stat.ppid, title="",
+                           state="Z", cpu_percent=None, rss_bytes=None, threads=None), reading
+    title = title_of(pid)
+    if title is None:
         return None
+    cpu = None
+    if seen is not None and now > seen.at:
+        cpu = round(100 * (stat.cpu_ticks - seen.cpu_ticks) / CLOCK_TICKS / (now - seen.at), 1)
+    return ProcessFact(
+        pid=pid, create_time=stat.create_time, ppid=stat.ppid, title=(title or stat.comm)[:200],
+        state=stat.state if stat.state in LETTERS else None, cpu_percent=cpu,
+        rss_bytes=stat.rss_bytes, threads=stat.threads), reading

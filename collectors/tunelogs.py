@@ -105,16 +105,18 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
         return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset,
                                                          f"cannot read: {exc.strerror}")])
     with handle:
-        cursor, reset = _check_head(handle, cursor)
+        size = os.fstat(handle.fileno()).st_size
+        cursor, reset = _check_head(handle, cursor, size)
         handle.seek(cursor.offset)
         results: list[ResultLine] = []
         problems: list[ParseProblem] = []
         offset = cursor.offset
-        lines, skip_to = _complete_lines(handle, offset, max_bytes, max_line)
+        lines, skip_to = _complete_lines(handle, offset, size, max_bytes, max_line)
         if skip_to is not None:
             problems.append(ParseProblem(str(path), offset,
                                          f"a line longer than {max_line} bytes was skipped"))
             offset = skip_to
+        attempts = _Attempts(cursor.attempt, cursor.last_iteration, cursor.last_pid)
         for start, raw in lines:
             offset = start + len(raw) + 1
             if not raw.strip():
@@ -123,18 +125,22 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
             if isinstance(parsed, str):
                 problems.append(ParseProblem(str(path), start, parsed))
                 continue
-            cursor = _next_attempt(cursor, parsed)
-            results.append(_line(parsed, cursor.attempt, start))
-        cursor = replace(cursor, offset=offset, head_hash=_head_hash(handle, offset))
+            results.append(_line(parsed, attempts.next(parsed), start))
+        cursor = replace(cursor, attempt=attempts.attempt, last_iteration=attempts.iteration,
+                         last_pid=attempts.pid)
+        # A head already checked whole (HEAD_BYTES of it) is the same head: not read again.
+        head = (cursor.head_hash if cursor.offset >= HEAD_BYTES and cursor.head_hash
+                else _head_hash(handle, offset))
+        cursor = replace(cursor, offset=offset, head_hash=head)
     return TailResult(cursor, results, problems, reset)
 
 
-def _check_head(handle: Any, cursor: FileCursor) -> tuple[FileCursor, bool]:
+def _check_head(handle: Any, cursor: FileCursor, size: int) -> tuple[FileCursor, bool]:
     """A file replaced by a copy with the same beginning (Tune's sync) is read on;
-    one that shrank or starts differently is read again from the start."""
+    one that shrank or starts differently is read again from the start. `size`: the
+    open file's."""
     if cursor.offset == 0:
         return cursor, False
-    size = os.fstat(handle.fileno()).st_size
     if size >= cursor.offset and _head_hash(handle, cursor.offset) == cursor.head_hash:
         return cursor, False
     return FileCursor(cursor.path), True
@@ -146,12 +152,14 @@ def _head_hash(handle: Any, upto: int) -> str:
     return digest
 
 
-def _complete_lines(handle: Any, offset: int, max_bytes: int,
+def _complete_lines(handle: Any, offset: int, size: int, max_bytes: int,
                     max_line: int) -> tuple[list[tuple[int, bytes]], int | None]:
     """Complete lines from `offset`; a partial last line is left for the next poll.
     A line longer than max_line is skipped whole once its end is seen: the second
     value is where reading resumes after it."""
-    data = handle.read(max_bytes)
+    # No more than the file holds: a read of max_bytes (256 KiB) allocates all of it first,
+    # for the few hundred bytes a live trial adds a poll.
+    data = handle.read(max(0, min(max_bytes, size - offset)))
     if len(data) >= max_bytes and b"\n" not in data and max_line > max_bytes:
         data += handle.read(max_line - len(data))  # one long line: read it whole
     lines: list[tuple[int, bytes]] = []
@@ -210,7 +218,9 @@ def flatten_metrics(obj: dict[str, Any], prefix: str = "") -> dict[str, float | 
         if not prefix and key in BOOKKEEPING:
             continue
         name = f"{prefix}{key}".replace("\x00", "")[:MAX_KEY]  # Postgres rejects NUL
-        if isinstance(value, dict):
+        if type(value) is float:  # most metrics: the checks below, cheaper
+            out[name] = value if math.isfinite(value) else None
+        elif isinstance(value, dict):
             out.update(flatten_metrics(value, f"{name}/"))
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = _number(value)
@@ -219,15 +229,26 @@ def flatten_metrics(obj: dict[str, Any], prefix: str = "") -> dict[str, float | 
     return out
 
 
-def _next_attempt(cursor: FileCursor, parsed: dict[str, Any]) -> FileCursor:
-    """A retried trial appends to the same file: its iteration restarts and its pid changes."""
-    attempt = cursor.attempt
-    restarted = cursor.last_iteration is not None and parsed["iteration"] <= cursor.last_iteration
-    new_pid = cursor.last_pid is not None and parsed["pid"] not in (None, cursor.last_pid)
-    if restarted or new_pid:
-        attempt += 1
-    return replace(cursor, attempt=attempt, last_iteration=parsed["iteration"],
-                   last_pid=parsed["pid"] if parsed["pid"] is not None else cursor.last_pid)
+@dataclass
+class _Attempts:
+    """A retried trial appends to the same file: its iteration restarts and its pid
+    changes. Kept as the lines of one read go by (a cursor copied a line cost more than
+    parsing the line's numbers)."""
+
+    attempt: int
+    iteration: int | None
+    pid: int | None
+
+    def next(self, parsed: dict[str, Any]) -> int:
+        """The attempt this line belongs to."""
+        iteration, pid = parsed["iteration"], parsed["pid"]
+        restarted = self.iteration is not None and iteration <= self.iteration
+        new_pid = self.pid is not None and pid not in (None, self.pid)
+        if restarted or new_pid:
+            self.attempt += 1
+        self.iteration = iteration
+        self.pid = pid if pid is not None else self.pid
+        return self.attempt
 
 
 def _line(parsed: dict[str, Any], attempt: int, start: int) -> ResultLine:
@@ -290,7 +311,7 @@ def tail_tb_events(path: Path, cursor: FileCursor | None, trial_id: str,
     except (OSError, errors.NotFoundError) as exc:
         return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset, str(exc)[:200])])
     with handle:
-        cursor, reset = _check_head(handle, cursor)
+        cursor, reset = _check_head(handle, cursor, os.fstat(handle.fileno()).st_size)
         reader.file_handle.close()
         handle.seek(cursor.offset)
         reader.file_handle = handle  # resume at our offset: the stub reader cannot seek

@@ -39,6 +39,9 @@ TOKEN_REFUSED_WAIT_S = 60.0
 FAST_FOR_S = 30.0  # process snapshots at every poll this long after a signal
 GZIP_OVER_BYTES = 1024  # smaller reports go as they are
 IDLE_CHECK_S = 5.0  # an empty spool's sender also looks this often (stop, missed wake-up)
+# The GPU and trial-log loops tick on one clock (Agent.epoch) and the sender, once woken,
+# waits this long for the other loop's batch: one report a second instead of two.
+LINGER_S = 0.2
 STACKS_AT_ONCE = 2  # py-spy dumps run beside the command loop: a signal never waits on one
 
 
@@ -76,15 +79,16 @@ class Agent:
         self.gzip = False  # reports go gzipped once raywatch's hello offers it
         self.processes_at = -math.inf  # when the last process snapshot was taken
         self.fast_until = -math.inf  # process snapshots at every poll until then
+        self.epoch = time.monotonic()  # the collecting loops' common first tick
 
     # --- collect --------------------------------------------------------------------------
     def collect_forever(self) -> None:
         source = self._gpu_source()
         watcher = ProcessWatcher()
-        due = time.monotonic()
+        due = self.epoch
         while not self.stop.is_set():
             self.spool.append(self.collect(source, watcher), wire.timestamp(_now()))
-            due = max(due + self.config.poll_s, time.monotonic())
+            due = next_tick(due, self.config.poll_s, time.monotonic())
             self.stop.wait(due - time.monotonic())
 
     def processes_due(self) -> bool:
@@ -128,7 +132,7 @@ class Agent:
     # --- trial logs -----------------------------------------------------------------------
     def trial_logs_forever(self) -> None:
         collector: TrialLogCollector | None = None
-        due = time.monotonic()
+        due = self.epoch
         try:
             while not self.stop.is_set():
                 try:
@@ -140,7 +144,7 @@ class Agent:
                     if message != self.trial_log_error:
                         log.warning("trial logs: %s", message)
                     self.trial_log_error = message
-                due = max(due + self.config.poll_logs_s, time.monotonic())
+                due = next_tick(due, self.config.poll_logs_s, time.monotonic())
                 self.stop.wait(due - time.monotonic())
         finally:
             if collector is not None:
@@ -162,7 +166,8 @@ class Agent:
             self.spool.appended.clear()  # cleared before looking: no append is missed
             wait = self.send_once(backoff)
             if wait is None:  # nothing spooled: sleep until something is
-                self.spool.appended.wait(IDLE_CHECK_S)
+                if self.spool.appended.wait(IDLE_CHECK_S):
+                    self.stop.wait(min(LINGER_S, self.config.poll_s / 4))
             else:
                 self.stop.wait(wait)
 
@@ -319,6 +324,15 @@ class Agent:
         trial_logs.start()
         self.collect_forever()
         trial_logs.join()
+
+
+def next_tick(due: float, period: float, now: float) -> float:
+    """The next tick after `now` on the grid `due + k * period`: a poll that overran skips
+    the ticks it missed and stays in step with the other loop (see LINGER_S)."""
+    due += period
+    if due <= now:
+        due += math.ceil((now - due) / period + 1e-9) * period
+    return due
 
 
 class _Missing:

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 SUFFIX = ".batch.json"
+# Seqs are reserved this many at a time: the state file is written once a block, not once
+# a batch (it was a tenth of a busy agent's CPU). A crash skips the rest of a block; a gap
+# costs nothing (raywatch keeps the highest seq it stored), a reused seq would lose a batch.
+SEQ_BLOCK = 256
 
 
 class SpoolBusy(Exception):
@@ -41,7 +45,9 @@ class Spool:
                        for p in root.glob(f"*{SUFFIX}")}
         state = self._read_state()
         self.stream: str = state.get("stream") or secrets.token_hex(16)
-        self.next_seq = max(int(state.get("next_seq", 1)), max(self._sizes, default=0) + 1)
+        self.next_seq = max(int(state.get("next_seq", 1)), int(state.get("reserved", 1)),
+                            max(self._sizes, default=0) + 1)
+        self.reserved = self.next_seq  # seqs below this were handed out or reserved
         self.dropped = int(state.get("dropped", 0))
         self.rejected = int(state.get("rejected", 0))
         self._save_state()
@@ -60,7 +66,9 @@ class Spool:
             # The seq is taken for good before its batch exists: a crash in between must
             # not hand it to a later batch (raywatch would call that one a duplicate).
             self.next_seq += 1
-            self._save_state()
+            if self.next_seq > self.reserved:
+                self.reserved = seq + SEQ_BLOCK
+                self._save_state()
             _write_atomically(self._path(seq), body)
             self._sizes[seq] = len(body)
             if self._trim():
@@ -105,6 +113,11 @@ class Spool:
                     "dropped": self.dropped, "rejected": self.rejected}
 
     def close(self) -> None:
+        """A clean stop gives back the rest of the reserved block."""
+        with self._lock:
+            self.reserved = self.next_seq
+            with contextlib.suppress(OSError):
+                self._save_state()
         with contextlib.suppress(OSError):
             self._hold.close()
 
@@ -130,8 +143,8 @@ class Spool:
         return state if isinstance(state, dict) else {}
 
     def _save_state(self) -> None:
-        state = {"stream": self.stream, "next_seq": self.next_seq, "dropped": self.dropped,
-                 "rejected": self.rejected}
+        state = {"stream": self.stream, "next_seq": self.next_seq, "reserved": self.reserved,
+                 "dropped": self.dropped, "rejected": self.rejected}
         _write_atomically(self.root / "state.json", json.dumps(state).encode())
 
 
