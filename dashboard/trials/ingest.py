@@ -14,17 +14,19 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from collectors.logscan import LogScanner, TrialDir
 from collectors.records import TrialUpdate
 from collectors.tunelogs import (
     FileCursor,
+    SearchObjective,
     TailResult,
     TuneStates,
     TuneTrialState,
@@ -33,10 +35,28 @@ from collectors.tunelogs import (
     tail_result_json,
     tail_tb_events,
 )
+from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import LogCursor, Trial
 from dashboard.trials.store import BATCH, IngestStats, TrialStore
 
 __all__ = ["IngestStats", "TrialLogIngest", "ingest_logs"]
+
+
+# Lines read before what was read so far is stored: a batch of trials with long files
+# (a finished search's whole history) is written in pieces of about this size.
+FLUSH_LINES = 50_000
+CURSOR_FIELDS = ("offset", "head_hash", "attempt", "last_iteration", "last_pid", "size",
+                 "mtime_ns", "trial", "kind", "updated_at")
+
+
+@dataclass
+class Read:
+    """What a poll read and has not stored yet: updates in order, and the cursors that
+    say how far the files were read (stored with them, or not at all)."""
+
+    updates: list[TrialUpdate] = field(default_factory=list)
+    cursors: list[LogCursor] = field(default_factory=list)
+    lines: int = 0
 
 
 class TrialLogIngest:
@@ -49,28 +69,41 @@ class TrialLogIngest:
         self.scanner = scanner
         self.cursors: dict[str, LogCursor] = {}
         self.tune_states: dict[Path, dict[str, TuneTrialState]] = {}
+        self.objectives: dict[Path, SearchObjective | None] = {}
 
     def run(self, trial_dirs: Iterable[TrialDir]) -> IngestStats:
         dirs = list(trial_dirs)
         for start in range(0, len(dirs), BATCH):
             batch = dirs[start:start + BATCH]
             self.store.load(d.key for d in batch)
+            self.store.ensure(TrialUpdate.about(d) for d in batch)
             paths = [p for d in batch for p in (*d.result_files, *d.event_files)]
             self.cursors.update((c.path, c) for c in LogCursor.objects.filter(path__in=paths))
+            read = Read()
             for trial_dir in batch:
-                self._ingest(trial_dir)
+                self._read(trial_dir, read)
+                if read.lines >= FLUSH_LINES:
+                    read = self._store(read)
+            self._store(read)
             self.store.forget()
             self.cursors.clear()
         return self.stats
 
-    def _ingest(self, trial_dir: TrialDir) -> None:
+    def _read(self, trial_dir: TrialDir, read: Read) -> None:
         base = TrialUpdate.about(trial_dir)
         trial = self.store.trial(base)
         for path in trial_dir.result_files:
-            self._tail(trial, base, Path(path), LogCursor.RESULT_JSON)
+            self._tail(trial, base, Path(path), LogCursor.RESULT_JSON, read)
         for path in trial_dir.event_files:
-            self._tail(trial, base, Path(path), LogCursor.TB_EVENTS)
-        self.store.apply(self._side_facts(trial, base, trial_dir))
+            self._tail(trial, base, Path(path), LogCursor.TB_EVENTS, read)
+        read.updates.append(self._side_facts(trial, base, trial_dir))
+
+    def _store(self, read: Read) -> Read:
+        """What was read so far, with the cursors that say so, in one transaction."""
+        with transaction.atomic():
+            self.store.apply_many(read.updates)
+            self._save_cursors(read.cursors)
+        return Read()
 
     def apply_states(self, state_dirs: Iterable[tuple[str, Path]]) -> None:
         """Tune's experiment state changed: bring the trials' tune_status (a trial can go
@@ -82,13 +115,14 @@ class TrialLogIngest:
             for start in range(0, len(known), BATCH):
                 batch = known[start:start + BATCH]
                 self.store.load(d.key for d in batch)
-                for trial_dir in batch:
-                    if facts := self._state_facts(trial_dir):
-                        self.store.apply(replace(TrialUpdate.about(trial_dir), **facts))  # type: ignore[arg-type]
+                self.store.apply_many([
+                    replace(TrialUpdate.about(d), **facts)  # type: ignore[arg-type]
+                    for d in batch if (facts := self._state_facts(d))])
                 self.store.forget()
 
     # --- tailing ------------------------------------------------------------------------------
-    def _tail(self, trial: Trial, base: TrialUpdate, path: Path, kind: str) -> None:
+    def _tail(self, trial: Trial, base: TrialUpdate, path: Path, kind: str,
+              read: Read) -> None:
         try:
             stat = path.stat()
         except OSError:
@@ -105,27 +139,19 @@ class TrialLogIngest:
         start = cursor.offset if cursor and not result.reset else 0
         self.stats.bytes_read += max(0, result.cursor.offset - start)
         last = result.problems[-1] if result.problems else None
-        update = replace(base, results=tuple(result.results),
-                         problem_count=len(result.problems),
-                         last_problem=(f"{Path(last.path).name} @ byte {last.byte_offset}: "
-                                       f"{last.message}") if last else None)
-        with transaction.atomic():
-            self.store.apply(update)
-            self._save_cursor(row, trial, path, kind, result, stat)
+        read.updates.append(replace(
+            base, results=tuple(result.results), problem_count=len(result.problems),
+            last_problem=(f"{Path(last.path).name} @ byte {last.byte_offset}: "
+                          f"{last.message}") if last else None))
+        read.cursors.append(_cursor_row(row, trial, path, kind, result, stat))
+        read.lines += len(result.results)
 
-    def _save_cursor(self, row: LogCursor | None, trial: Trial, path: Path, kind: str,
-                     result: TailResult, stat: os.stat_result) -> None:
-        c = result.cursor
-        values = {"offset": c.offset, "head_hash": c.head_hash or "", "attempt": c.attempt,
-                  "last_iteration": c.last_iteration, "last_pid": c.last_pid,
-                  "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "trial": trial, "kind": kind}
-        if row is None:
-            row = LogCursor.objects.create(path=str(path), **values)
-            self.cursors[str(path)] = row
-        else:
-            for name, value in values.items():
-                setattr(row, name, value)
-            row.save()
+    def _save_cursors(self, rows: list[LogCursor]) -> None:
+        now = timezone.now()
+        for row in rows:
+            row.updated_at = now
+        LogCursor.objects.bulk_create([r for r in rows if r.pk is None])
+        update_rows(LogCursor, [r for r in rows if r.pk is not None], CURSOR_FIELDS)
 
     # --- params.json, error.txt, Tune's experiment state ----------------------------------------
     def _side_facts(self, trial: Trial, base: TrialUpdate, trial_dir: TrialDir) -> TrialUpdate:
@@ -150,10 +176,16 @@ class TrialLogIngest:
         tune = self._tune_state(trial_dir.experiment_dir).get(trial_dir.key[1])
         if tune and tune.status:
             facts["tune_status"] = tune.status
-        search = _TUNE_STATES.objective(trial_dir.experiment_dir)
+        search = self._objective(trial_dir.experiment_dir)
         if search:
             facts["search_metric"], facts["search_mode"] = search.metric, search.mode
         return facts
+
+    def _objective(self, directory: Path) -> SearchObjective | None:
+        # Once per experiment directory per poll too: it globs for the state files.
+        if directory not in self.objectives:
+            self.objectives[directory] = _TUNE_STATES.objective(directory)
+        return self.objectives[directory]
 
     def _tune_state(self, directory: Path) -> dict[str, TuneTrialState]:
         # Once per experiment directory per poll, not once per trial.
@@ -213,6 +245,16 @@ def settle(scanner: LogScanner) -> None:
 # Tune rewrites experiment_state-*.json whole every snapshot; read it again only when
 # the newest file changed, not at every poll (it can be megabytes for 1,000 trials).
 _TUNE_STATES = TuneStates()
+
+
+def _cursor_row(row: LogCursor | None, trial: Trial, path: Path, kind: str,
+                result: TailResult, stat: os.stat_result) -> LogCursor:
+    c = result.cursor
+    row = row or LogCursor(path=str(path))
+    row.offset, row.head_hash, row.attempt = c.offset, c.head_hash or "", c.attempt
+    row.last_iteration, row.last_pid = c.last_iteration, c.last_pid
+    row.size, row.mtime_ns, row.trial, row.kind = stat.st_size, stat.st_mtime_ns, trial, kind
+    return row
 
 
 def _to_cursor(row: LogCursor) -> FileCursor:

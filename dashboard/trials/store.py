@@ -14,15 +14,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from collectors.records import TrialUpdate
 from collectors.tunelogs import MAX_METRICS, ResultLine
+from dashboard.trials.bulkwrite import ResultRow, insert_new, insert_results, update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial
 
 BATCH = 400  # trials per batch of row loads: IN (...) lists stay under SQLite's limit
+# What reading a trial's files may change on its row: saved for the changed trials of a
+# batch in one go, and only these (the detectors write status and the process facts).
+INGESTED_FIELDS = (
+    "attempt", "iteration", "last_result_at", "last_ingested_at", "pid", "node_ip",
+    "hostname", "last_metrics", "metric_range", "last_step_s", "config", "error_text",
+    "error_attempt", "error_at", "tune_status", "parse_errors", "last_parse_error",
+    "updated_at",
+)
 
 
 @dataclass
@@ -51,10 +62,13 @@ class TrialStore:
         names = {name for name, _ in keys} - set(self.experiments)
         if names:
             self.experiments.update((e.name, e) for e in Experiment.objects.filter(name__in=names))
-        by_pk = {e.pk: e for e in self.experiments.values()}
         wanted = {self.experiments[n].pk for n, _ in keys if n in self.experiments}
-        for trial in Trial.objects.filter(experiment_id__in=wanted,
-                                          trial_id__in={t for _, t in keys}):
+        self._load_trials(wanted, {t for _, t in keys})
+
+    def _load_trials(self, experiment_pks: set[int], trial_ids: set[str]) -> None:
+        by_pk = {e.pk: e for e in self.experiments.values()}
+        for trial in Trial.objects.filter(experiment_id__in=experiment_pks,
+                                          trial_id__in=trial_ids):
             trial.experiment = by_pk[trial.experiment_id]
             self.trials[(trial.experiment_id, trial.trial_id)] = trial
 
@@ -62,18 +76,26 @@ class TrialStore:
         self.trials.clear()
 
     # --- experiments and trials ---------------------------------------------------------
+    def ensure(self, updates: Iterable[TrialUpdate]) -> None:
+        """Create the trials these updates name that are not stored yet: one INSERT for
+        a batch of them (a concurrent writer's rows are kept), then one load."""
+        missing: dict[tuple[int, str], Trial] = {}
+        for update in updates:
+            experiment = self._experiment(update)
+            key = (experiment.pk, update.trial_id[:255])
+            if key not in self.trials and key not in missing:
+                missing[key] = Trial(experiment=experiment, trial_id=key[1],
+                                     directory=update.directory,
+                                     trainable=update.trainable[:255])
+        if missing:
+            insert_new(Trial, list(missing.values()))
+            self._load_trials({pk for pk, _ in missing}, {t for _, t in missing})
+
     def trial(self, update: TrialUpdate) -> Trial:
-        experiment = self._experiment(update)
-        trial_id = update.trial_id[:255]
-        trial = self.trials.get((experiment.pk, trial_id))
-        if trial is None:
-            trial, _ = Trial.objects.get_or_create(
-                experiment=experiment, trial_id=trial_id,
-                defaults={"directory": update.directory, "trainable": update.trainable[:255]},
-            )
-            trial.experiment = experiment
-            self.trials[(experiment.pk, trial_id)] = trial
-        return trial
+        key = (self._experiment(update).pk, update.trial_id[:255])
+        if key not in self.trials:
+            self.ensure([update])
+        return self.trials[key]
 
     def _experiment(self, update: TrialUpdate) -> Experiment:
         name = update.experiment[:255]
@@ -88,18 +110,37 @@ class TrialStore:
             experiment.save(update_fields=["paths", "updated_at"])
         return experiment
 
-    # --- one update ---------------------------------------------------------------------------
-    def apply(self, update: TrialUpdate) -> Trial:
-        """Store one update: results, problems, and the side facts it carries."""
-        trial = self.trial(update)
+    # --- updates --------------------------------------------------------------------------------
+    def apply_many(self, updates: Sequence[TrialUpdate]) -> None:
+        """Store updates, in order (a trial's lines may span several): the trials'
+        facts are worked out here, then one write for all the results and one for all
+        the trials that changed, whatever their number."""
+        if not updates:
+            return
+        self.ensure(updates)
+        # Trials with no result stored yet (a first ingest): their rows can be COPYed.
+        fresh = {t.pk for t in map(self.trial, updates) if t.iteration is None}
+        rows: dict[tuple[int, int, int], ResultRow] = {}
+        changed: dict[int, Trial] = {}
         with transaction.atomic():
-            changed = self._problems(trial, update)
-            changed = self._results(trial, update) or changed
-            changed = self._facts(trial, update) or changed
-            if changed:
-                trial.save()
-                self.stats.changed_trials.add(trial.pk)
-        return trial
+            for update in updates:
+                trial = self.trial(update)
+                if self._take(trial, update, rows):
+                    changed[trial.pk] = trial
+            self.stats.results += write_results(
+                [r for r in rows.values() if r[0] in fresh], fresh=True)
+            self.stats.results += write_results(
+                [r for r in rows.values() if r[0] not in fresh])
+            for trial in changed.values():
+                trial.updated_at = timezone.now()
+            update_rows(Trial, changed.values(), INGESTED_FIELDS)
+        self.stats.changed_trials.update(changed)
+
+    def _take(self, trial: Trial, update: TrialUpdate,
+              rows: dict[tuple[int, int, int], ResultRow]) -> bool:
+        changed = self._problems(trial, update)
+        changed = self._results(trial, update, rows) or changed
+        return self._facts(trial, update) or changed
 
     def _problems(self, trial: Trial, update: TrialUpdate) -> bool:
         if update.problem_count:
@@ -109,10 +150,17 @@ class TrialStore:
             trial.last_parse_error = update.last_problem[:2000]
         return bool(update.problem_count or update.last_problem)
 
-    def _results(self, trial: Trial, update: TrialUpdate) -> bool:
+    def _results(self, trial: Trial, update: TrialUpdate,
+                 rows: dict[tuple[int, int, int], ResultRow]) -> bool:
         if not update.results:
             return False
-        self.stats.results += write_results(trial, update.results, self.now, update.tensorboard)
+        if update.tensorboard:
+            self.stats.results += merge_steps(trial, update.results, self.now)
+        else:
+            for line in update.results:
+                key = (trial.pk, line.attempt, line.iteration)
+                rows.setdefault(key, (*key, line.at, self.now, line.time_this_iter_s,
+                                      line.metrics))
         widen_ranges(trial.metric_range, update.results)
         latest = max(update.results, key=lambda r: (r.attempt, r.iteration))
         _apply_latest(trial, latest, self.now)
@@ -151,45 +199,44 @@ def store_updates(updates: Sequence[TrialUpdate], now: datetime) -> IngestStats:
     for start in range(0, len(updates), BATCH):
         batch = updates[start:start + BATCH]
         store.load((u.experiment[:255], u.trial_id[:255]) for u in batch)
-        for update in batch:
-            store.apply(update)
+        store.apply_many(batch)
         store.forget()
     return store.stats
 
 
-def write_results(trial: Trial, lines: Sequence[ResultLine], now: datetime, merge: bool) -> int:
-    """Insert new results; duplicates (the other copy of the same file) are ignored.
+def write_results(rows: Sequence[ResultRow], fresh: bool = False) -> int:
+    """Insert new results; duplicates (the other copy of the same file, a file read
+    again) are ignored. The number actually inserted."""
+    return insert_results(rows, fresh)
 
-    TensorBoard steps may arrive in pieces (a step's later tags in a later read):
-    those merge into the step's metrics instead of being dropped.
-    """
-    rows = {}
+
+def merge_steps(trial: Trial, lines: Sequence[ResultLine], now: datetime) -> int:
+    """TensorBoard steps may arrive in pieces (a step's later tags in a later read):
+    those merge into the step's metrics instead of being dropped."""
+    rows: dict[tuple[int, int], StepResult] = {}
     for line in lines:
         key = (line.attempt, line.iteration)
-        if key in rows and merge:
+        if key in rows:
             rows[key].metrics.update(line.metrics)
             continue
         rows[key] = StepResult(
             trial=trial, attempt=line.attempt, iteration=line.iteration, at=line.at,
             ingested_at=now, time_this_iter_s=line.time_this_iter_s, metrics=dict(line.metrics),
         )
-    if merge:
-        existing = {
-            (r.attempt, r.iteration): r
-            for r in StepResult.objects.filter(
-                trial=trial, iteration__in=[k[1] for k in rows]
-            )
-        }
-        updates = []
-        for key, new in list(rows.items()):
-            old = existing.get(key)
-            if old is not None:
-                old.metrics = {**old.metrics, **new.metrics}
-                updates.append(old)
-                del rows[key]
-        StepResult.objects.bulk_update(updates, ["metrics"])
-    created = StepResult.objects.bulk_create(list(rows.values()), ignore_conflicts=True)
-    return len(created)
+    existing = {
+        (r.attempt, r.iteration): r
+        for r in StepResult.objects.filter(trial=trial, iteration__in=[k[1] for k in rows])
+    }
+    updates = []
+    for key, new in list(rows.items()):
+        old = existing.get(key)
+        if old is not None:
+            old.metrics = {**old.metrics, **new.metrics}
+            updates.append(old)
+            del rows[key]
+    StepResult.objects.bulk_update(updates, ["metrics"])
+    StepResult.objects.bulk_create(list(rows.values()), ignore_conflicts=True)
+    return len(rows)
 
 
 def _apply_latest(trial: Trial, latest: ResultLine, now: datetime) -> None:
@@ -208,16 +255,19 @@ def _apply_latest(trial: Trial, latest: ResultLine, now: datetime) -> None:
 
 def widen_ranges(ranges: dict[str, list[float]], lines: Sequence[ResultLine]) -> None:
     """Each metric's [lowest, highest] over every result: a trial's best by any metric
-    and either mode, without reading its results again."""
-    for line in lines:
-        for name, value in line.metrics.items():
-            if value is None:
-                continue
-            span = ranges.get(name)
-            if span is not None:
-                span[0], span[1] = min(span[0], value), max(span[1], value)
-            elif len(ranges) < MAX_METRICS:
-                ranges[name] = [value, value]
+    and either mode, without reading its results again. A metric at a time over the
+    lines (min and max of a list), not a line at a time: a first ingest does this for
+    every result."""
+    for name in dict.fromkeys(chain.from_iterable(line.metrics for line in lines)):
+        values = [v for line in lines if (v := line.metrics.get(name)) is not None]
+        if not values:
+            continue
+        low, high = min(values), max(values)
+        span = ranges.get(name)
+        if span is not None:
+            span[0], span[1] = min(span[0], low), max(span[1], high)
+        elif len(ranges) < MAX_METRICS:
+            ranges[name] = [low, high]
 
 
 def point(line: ResultLine) -> dict[str, Any]:
