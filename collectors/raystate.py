@@ -2,9 +2,9 @@
 the dashboard's HTTP API (the same endpoints `ray.util.state`, `ray status` and
 `ray job` use), so that a Django process never imports ray.
 
-fetch_cluster() does the I/O; parse_nodes() and parse_actors() here, and
-parse_jobs(), parse_placement_groups() and parse_demands() in
-collectors/raydemand.py, are pure.
+fetch_cluster() does the I/O (past Ray's 10,000-row cap: collectors/raylists.py);
+parse_nodes() and parse_actors() here, and parse_jobs(), parse_placement_groups() and
+parse_demands() in collectors/raydemand.py, are pure.
 """
 
 from __future__ import annotations
@@ -17,14 +17,26 @@ from pathlib import Path
 from typing import Any
 
 from collectors.http import SourceError, get_json
-from collectors.records import ActorRecord, NodeRecord, ResourceUse, WorkerRecord
+from collectors.raylists import (
+    fetch_live_actors,
+    list_query,
+    ray_warnings,
+    truncation,
+)
+from collectors.records import (
+    ActorRecord,
+    NodeRecord,
+    RaySession,
+    ResourceUse,
+    Truncation,
+    WorkerRecord,
+)
 
-MAX_ROWS = 10_000  # the state API's own ceiling
-# Only actors that are not DEAD: dead ones pile up by the thousand in long clusters.
-LIVE_ACTORS = "filter_keys=state&filter_predicates=%21%3D&filter_values=DEAD"
-# Likewise placement groups: removed ones stay in the GCS table.
-LIVE_WORKERS = "filter_keys=is_alive&filter_predicates=%3D&filter_values=true"
-LIVE_PLACEMENT_GROUPS = "filter_keys=state&filter_predicates=%21%3D&filter_values=REMOVED"
+# Live placement groups only: removed ones stay in the GCS table.
+LIVE_PLACEMENT_GROUPS = ("state", "!=", "REMOVED")
+# Live workers only. Lower-case on purpose: Ray hands the GCS only "True", so this one
+# runs after the GCS's cut, and the reply's counts then say exactly whether it cut.
+LIVE_WORKERS = ("is_alive", "=", "true")
 # Actor ids per /logical/actors?ids= request: keeps the URL under aiohttp's 8 KiB line limit.
 START_TIME_BATCH = 100
 
@@ -56,6 +68,14 @@ class ClusterReply:
     workers: dict[str, Any] = field(default_factory=dict)
     # actor id -> the dashboard's actor table entry (it has startTime; the state API does not)
     actor_entries: dict[str, Any] = field(default_factory=dict)
+    # The lists Ray cut at its row limit that raywatch could not complete.
+    truncations: tuple[Truncation, ...] = ()
+    warnings: tuple[str, ...] = ()  # what Ray's list replies warned about
+    version: dict[str, Any] = field(default_factory=dict)  # GET /api/version
+
+    def complete(self, listing: str) -> bool:
+        """Whether raywatch holds all of this list: what it lacks may still exist."""
+        return all(cut.listing != listing for cut in self.truncations)
 
 
 def read_token(token: str | None, token_path: str | None) -> str | None:
@@ -118,27 +138,44 @@ def fetch_cluster(
     start time the caller already holds (it never changes while an actor is
     ALIVE), possibly none, and the other ALIVE actors' are fetched. parse_actors()
     gives start_time None to every actor not looked up."""
-    actors = fetch_json(endpoint, f"/api/v0/actors?limit={MAX_ROWS}&detail=1&{LIVE_ACTORS}")
+    # The Jobs API rather than the state API's /api/v0/jobs: both answer the same
+    # JobDetails (driver_info.pid, driver_node_id), both load every job ever run
+    # before filtering, but the state API then truncates at `limit` after sorting
+    # by job id, so at scale it would drop arbitrary jobs.
+    # First: a reply from a restarted head must not be taken for the session before it.
+    version = fetch_json(endpoint, "/api/version")
+    jobs = fetch_list(endpoint, "/api/jobs/")
+    actors = fetch_live_actors(lambda query: fetch_json(endpoint, f"/api/v0/actors?{query}"),
+                               _job_ids(jobs))
+    lists = {
+        "nodes": fetch_json(endpoint, f"/api/v0/nodes?{list_query()}"),
+        "placement groups": fetch_json(
+            endpoint, f"/api/v0/placement_groups?{list_query(LIVE_PLACEMENT_GROUPS)}"),
+        "workers": fetch_json(endpoint,
+                              f"/api/v0/workers?{list_query(LIVE_WORKERS, detail=False)}"),
+    }
+    cuts = [actors.truncation] + [truncation(name, reply) for name, reply in lists.items()]
     return ClusterReply(
-        nodes=fetch_json(endpoint, f"/api/v0/nodes?limit={MAX_ROWS}&detail=1"),
+        nodes=lists["nodes"],
         status=fetch_json(endpoint, "/api/cluster_status"),
         summary=fetch_json(endpoint, "/nodes?view=summary"),
-        actors=actors,
-        placement_groups=fetch_json(
-            endpoint, f"/api/v0/placement_groups?limit={MAX_ROWS}&detail=1&{LIVE_PLACEMENT_GROUPS}"
-        ),
-        # The Jobs API rather than the state API's /api/v0/jobs: both answer the same
-        # JobDetails (driver_info.pid, driver_node_id), both load every job ever run
-        # before filtering, but the state API then truncates at `limit` after sorting
-        # by job id, so at scale it would drop arbitrary jobs.
-        jobs=fetch_list(endpoint, "/api/jobs/"),
-        workers=fetch_json(endpoint, f"/api/v0/workers?limit={MAX_ROWS}&{LIVE_WORKERS}"),
+        actors=actors.reply,
+        placement_groups=lists["placement groups"],
+        jobs=jobs,
+        workers=lists["workers"],
         actor_entries=(
             {}
             if start_times_known is None
-            else _fetch_actor_entries(endpoint, actors, set(start_times_known))
+            else _fetch_actor_entries(endpoint, actors.reply, set(start_times_known))
         ),
+        truncations=tuple(cut for cut in cuts if cut is not None),
+        warnings=tuple(w for reply in (actors.reply, *lists.values()) for w in ray_warnings(reply)),
+        version=version,
     )
+
+
+def _job_ids(jobs: list[Any]) -> list[str]:
+    return [str(job["job_id"]) for job in jobs if isinstance(job, dict) and job.get("job_id")]
 
 
 def _fetch_actor_entries(
@@ -197,6 +234,22 @@ def parse_actors(reply: ClusterReply) -> list[ActorRecord]:
         if isinstance(row, dict) and row.get("actor_id")
     ]
     return sorted(records, key=lambda r: r.actor_id)
+
+
+def parse_session(reply: ClusterReply) -> RaySession | None:
+    """The session that answered (GET /api/version: {"version": "4", "ray_version":
+    "2.60.0", "ray_commit": ..., "session_name": "session_2026-11-24_21-58-11_830629_15535"});
+    None when the reply names none (a Ray older than raywatch knows)."""
+    name = reply.version.get("session_name")
+    if not isinstance(name, str) or not name:
+        return None
+    return RaySession(session_name=name[:200], ray_version=_text(reply.version, "ray_version"),
+                      ray_commit=_text(reply.version, "ray_commit"))
+
+
+def _text(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    return value[:64] if isinstance(value, str) and value else None
 
 
 def parse_nodes(reply: ClusterReply) -> list[NodeRecord]:

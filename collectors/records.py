@@ -20,6 +20,17 @@ class ResourceUse:
 
 
 @dataclass(frozen=True)
+class RaySession:
+    """Which start of a Ray head answers: Ray names each session
+    (session_<date>_<time>_<pid>); a restarted head is a new session, with new node ids,
+    actor ids, pids and Tune trials. From the dashboard's GET /api/version."""
+
+    session_name: str
+    ray_version: str | None = None
+    ray_commit: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeRecord:
     node_id: str
     node_ip: str
@@ -156,6 +167,21 @@ class DemandRecord:
     infeasible: bool | None = None  # as Ray says; None when Ray does not say
     job_id: str | None = None
     strategy: str | None = None  # placement groups only
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """A Ray list that Ray cut at its row limit and raywatch could not complete."""
+
+    listing: str  # "actors", "workers", "nodes", "placement groups"
+    ray_total: int | None  # Ray's `total`: every entry it holds, dead ones included
+    got: int  # the rows raywatch did get (live ones, for a list filtered to them)
+
+    def describe(self) -> str:
+        held = f" of the {self.ray_total:,} Ray holds (dead included)" \
+            if self.ray_total is not None else ""
+        return (f"Ray truncated its {self.listing} list: raywatch got {self.got:,}{held}, "
+                "not the rest")
 
 
 @dataclass(frozen=True)

@@ -335,10 +335,15 @@ AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1
 # Reports ingested at once per web process; past it an agent is told 503 + Retry-After.
 AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 8, minimum=1)
 
-# --- Prometheus export: /metrics (README: "Prometheus and Grafana") --------------------------
-# The `cluster` label of every series. raywatch watches one Ray cluster today: this names
-# it, until clusters become a dimension of their own.
+# --- the cluster (README: "Clusters and sessions") --------------------------------------------
+# The name of the cluster RAY_ADDRESS points at: the Cluster page, its sessions, and the
+# `cluster` label of every /metrics series.
 CLUSTER_NAME = env_str("RAYWATCH_CLUSTER_NAME", "default")
+# A cluster that has not answered for this long is marked ended (head lost or torn down);
+# before that it is unreachable. Everything stored of it stays.
+CLUSTER_ENDED_S = env_number("RAYWATCH_CLUSTER_ENDED_S", 1800.0, minimum=1)
+
+# --- Prometheus export: /metrics (README: "Prometheus and Grafana") --------------------------
 # Set: /metrics wants `Authorization: Bearer <token>` from anywhere. Unset: it answers only
 # to clients whose address is in METRICS_ALLOW.
 METRICS_TOKEN = env_secret("RAYWATCH_METRICS_TOKEN")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import expect
 
@@ -39,6 +41,14 @@ def test_cluster_page_follows_the_cluster_live(  # type: ignore[no-untyped-def]
     expect(page.locator('[data-source="ray"]')).to_have_class("source state-healthy",
                                                               timeout=20_000)
     assert page.evaluate("typeof window.Plotly") == "object"
+    # Which cluster, that it answers, and its one session with when it was first seen.
+    expect(page.locator("#cluster-identity")).to_contain_text("active · Ray 2.60.0")
+    name = Path(ray_settings.session_dir).name
+    session = page.locator(f'#sessions-table tr[data-session="{name}"]')
+    expect(session).to_contain_text("UTC")
+    expect(session).to_contain_text("current")
+    expect(session).not_to_contain_text("[object")
+    expect(page.locator("#cluster-ended")).to_be_hidden()
     page.evaluate("window.__noReload = true")
 
     worker = add_worker_node(num_cpus=1)

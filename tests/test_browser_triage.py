@@ -22,6 +22,7 @@ from tests.conftest import LiveServer, login, off_the_loop, token_client
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 LIVE_MS = 15_000
+TUNE_GROUP = "28b3c2ccfe692f1915cb88eefa5c020000000000"  # Tune's placement groups have no name
 GiB = 1024**3
 
 
@@ -57,6 +58,10 @@ def seed() -> dict[str, object]:
                           bundles=[{"GPU": 16.0}], feasible=False,
                           explanation="the largest node has 8 GPU",
                           first_seen_at=now - timedelta(minutes=12), updated_at=now)
+    Demand.objects.create(kind="placement_group", key=TUNE_GROUP, job_id="02000000",
+                          bundles=[{"CPU": 1.0, "GPU": 1.0}], feasible=True,
+                          explanation="waits for resources held by trial train_0a1b2_00001",
+                          first_seen_at=now - timedelta(minutes=2), updated_at=now)
     poll = GpuPoll(node="gpu-a", at=now, gpus=(gpu(0, 85, (4242,)), gpu(1, 0, (4343,))),
                    simulated=True)
     off_the_loop(ingest_gpu_poll, poll, "10.0.0.7", now)
@@ -95,12 +100,19 @@ def test_home_shows_what_needs_an_operator_and_where_to_act(  # type: ignore[no-
     expect(page.locator("#trials-table tbody tr")).to_have_count(1)
 
     # Demand no node can ever place, and for how long it waited.
-    demand = page.locator("#demands-table tbody tr")
-    expect(demand).to_have_count(1)
+    demands = page.locator("#demands-table tbody tr")
+    expect(demands).to_have_count(2)
+    demand = demands.nth(0)
     expect(demand).to_contain_text("BigModel")
     expect(demand).to_contain_text("GPU:16")
     expect(demand).to_contain_text("no node can ever fit it")
     expect(demand).to_contain_text("12 min")
+    # An unnamed placement group (Tune's) reads as its kind, a short id and its job; the
+    # full id is the cell's title, not 40 hex digits broken over lines.
+    group = demands.nth(1).locator("td").nth(0)
+    expect(group).to_contain_text(f"placement group {TUNE_GROUP[:8]}… of job 02000000")
+    expect(group).not_to_contain_text(TUNE_GROUP)
+    expect(group).to_have_attribute("title", TUNE_GROUP)
 
     # GPUs: the idle one held by a process needs a look, the busy one does not; the
     # data is simulated and says so.

@@ -146,3 +146,50 @@ class Demand(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["kind", "key"], name="one_demand_row")]
         ordering = ["first_seen_at"]
+
+
+class Cluster(models.Model):
+    """A Ray cluster raywatch watches, by the name raywatch gives it
+    (RAYWATCH_CLUSTER_NAME, for RAY_ADDRESS). It outlives its Ray: a cluster that stops
+    answering is UNREACHABLE, and ENDED once it has been for RAYWATCH_CLUSTER_ENDED_S;
+    everything raywatch stored of it stays browsable. It comes back ACTIVE when it
+    answers again (a new session if its head restarted)."""
+
+    ACTIVE, UNREACHABLE, ENDED = "active", "unreachable", "ended"
+
+    name = models.CharField(max_length=200, unique=True)
+    dashboard_url = models.CharField(max_length=500, blank=True, default="")
+    ray_version = models.CharField(max_length=64, blank=True, default="")
+    state = models.CharField(max_length=16, default=ACTIVE)
+    state_since = models.DateTimeField()
+    last_error = models.TextField(blank=True, default="")
+    end_reason = models.TextField(blank=True, default="")
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(null=True)  # its last answer
+    ended_at = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+
+class ClusterSession(models.Model):
+    """One start of a cluster's Ray head (Ray's session_name): a restarted head is a new
+    session, its node ids, actor ids, pids and trials new ones; the one before is then
+    ended, and why."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sessions")
+    session_name = models.CharField(max_length=200)
+    ray_version = models.CharField(max_length=64, blank=True, default="")
+    ray_commit = models.CharField(max_length=64, blank=True, default="")
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True)
+    end_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "session_name"],
+                                               name="one_row_per_session")]
+        ordering = ["-first_seen_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} {self.session_name}"

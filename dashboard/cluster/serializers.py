@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from dashboard.cluster.models import Actor, Demand, Job, Node
+from dashboard.cluster.models import Actor, Cluster, ClusterSession, Demand, Job, Node
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -31,9 +32,32 @@ class ClusterTotalsSerializer(serializers.Serializer):
     object_store_bytes = ResourceTotalSerializer()
 
 
+class SessionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ClusterSession
+        fields = ["session_name", "ray_version", "first_seen_at", "last_seen_at", "ended_at",
+                  "end_reason"]
+
+
+class IdentitySerializer(serializers.ModelSerializer):
+    """Which cluster this is, whether it answers, and its sessions (newest first)."""
+
+    sessions = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "dashboard_url", "ray_version", "state", "state_since", "last_error",
+                  "end_reason", "first_seen_at", "last_seen_at", "ended_at", "sessions"]
+
+    @extend_schema_field(SessionSerializer(many=True))
+    def get_sessions(self, cluster: Cluster) -> list[dict]:
+        return SessionSerializer(cluster.sessions.all()[:50], many=True).data
+
+
 class ClusterSerializer(serializers.Serializer):
     totals = ClusterTotalsSerializer()
     nodes = NodeSerializer(many=True)
+    identity = IdentitySerializer(allow_null=True)
 
 
 class ActorSerializer(serializers.ModelSerializer):
@@ -51,14 +75,34 @@ class JobSerializer(serializers.ModelSerializer):
                   "driver_pid", "driver_node_id", "driver_node_ip", "start_time", "end_time"]
 
 
+KIND_WORDS = {"placement_group": "placement group", "actor": "actor", "task": "tasks"}
+SHORT_ID = 8  # hex digits of a Ray id that tell it apart at a glance (as Ray's own CLI)
+
+
+def demand_label(kind: str, key: str, name: str, job_id: str) -> str:
+    """What an operator reads for a pending demand: its name, or (Tune's placement groups
+    have none) its kind, a short id and the job that asked, never a 36-digit hex id
+    broken across three lines of a narrow column. The full id stays in `key`."""
+    if name:
+        return name
+    if kind == "task":
+        return key  # a resource shape, e.g. "CPU:1,GPU:1"
+    short = f"{key[:SHORT_ID]}…" if len(key) > SHORT_ID + 4 else key
+    return f"{KIND_WORDS.get(kind, kind)} {short}" + (f" of job {job_id}" if job_id else "")
+
+
 class DemandSerializer(serializers.ModelSerializer):
     waiting_s = serializers.SerializerMethodField()
+    label = serializers.SerializerMethodField()
 
     class Meta:
         model = Demand
-        fields = ["kind", "key", "name", "bundles", "count", "strategy", "job_id",
+        fields = ["kind", "key", "name", "label", "bundles", "count", "strategy", "job_id",
                   "ray_infeasible", "feasible", "explanation", "blockers", "first_seen_at",
                   "waiting_s"]
+
+    def get_label(self, demand: Demand) -> str:
+        return demand_label(demand.kind, demand.key, demand.name, demand.job_id)
 
     def get_waiting_s(self, demand: Demand) -> float:
         now = self.context.get("now")

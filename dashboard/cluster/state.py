@@ -14,6 +14,7 @@ from rest_framework.utils.encoders import JSONEncoder
 from collectors.records import NodeRecord
 from dashboard.cluster.models import Node
 from dashboard.cluster.serializers import ClusterSerializer
+from dashboard.cluster.sessions import current_cluster
 from dashboard.core.models import SourceHealth
 from dashboard.core.push import CLUSTER_GROUP, publish
 
@@ -112,7 +113,7 @@ def ray_is_current(now: datetime) -> bool:
 
 def cluster_state() -> dict[str, Any]:
     nodes = list(Node.objects.all())
-    return {"totals": totals(nodes), "nodes": nodes}
+    return {"totals": totals(nodes), "nodes": nodes, "identity": current_cluster()}
 
 
 def cluster_payload() -> dict[str, Any]:

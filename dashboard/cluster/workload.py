@@ -60,9 +60,10 @@ def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, An
     return set(existing) - set(incoming)
 
 
-def ingest_actors(records: Iterable[ActorRecord], now: datetime) -> None:
+def ingest_actors(records: Iterable[ActorRecord], now: datetime, *, complete: bool = True) -> None:
     """Mirror Ray's non-DEAD actors. One Ray stops listing is kept a day as DEAD: a
-    process it leaves holding a GPU is then known as a dead actor's leftover."""
+    process it leaves holding a GPU is then known as a dead actor's leftover. When Ray
+    cut its list (`complete` false), an actor missing from it is not taken for gone."""
     incoming = {
         r.actor_id: {
             "state": r.state, "pid": r.pid, "node_id": r.node_id or "",
@@ -77,17 +78,22 @@ def ingest_actors(records: Iterable[ActorRecord], now: datetime) -> None:
     }
     with transaction.atomic():
         gone = mirror(Actor, "actor_id", incoming, now)
+        if not complete:  # Ray cut its list: an actor missing from it may well be alive
+            gone = set()
         Actor.objects.filter(actor_id__in=gone).exclude(state="DEAD").update(
             state="DEAD", ended_at=now, updated_at=now)
         Actor.objects.filter(state="DEAD", ended_at__lt=now - DEAD_ACTOR_KEEP).delete()
 
 
-def ingest_workers(records: Iterable[WorkerRecord], now: datetime) -> None:
+def ingest_workers(records: Iterable[WorkerRecord], now: datetime, *,
+                   complete: bool = True) -> None:
     incoming = {r.worker_id: {"node_id": r.node_id, "pid": r.pid,
                               "worker_type": r.worker_type, "job_id": r.job_id or ""}
                 for r in records}
     with transaction.atomic():
         gone = mirror(Worker, "worker_id", incoming, now, stamp=(), created=())
+        if not complete:  # Ray cut its list: a worker missing from it may well be alive
+            return
         Worker.objects.filter(worker_id__in=gone).delete()
 
 
@@ -130,7 +136,8 @@ def jobs_payload() -> dict[str, Any]:
     return {"jobs": rows, "internal_hidden": hidden}
 
 
-def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime) -> None:
+def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime, *,
+                            complete: bool = True) -> None:
     incoming = {
         r.placement_group_id: {
             "name": r.name[:500], "state": r.state, "strategy": r.strategy or "",
@@ -141,6 +148,8 @@ def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: dateti
     }
     with transaction.atomic():
         gone = mirror(PlacementGroup, "placement_group_id", incoming, now)
+        if not complete:  # Ray cut its list: one missing from it may well be there
+            return
         PlacementGroup.objects.filter(placement_group_id__in=gone).delete()
 
 

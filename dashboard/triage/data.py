@@ -106,7 +106,7 @@ def _unhealthy_trials(firing: list[Incident], now: datetime) -> list[dict[str, A
 
 def _demands() -> dict[str, Any]:
     """Pending demand, never-placeable first, then the longest waiting."""
-    rows = [{"kind": d["kind"], "name": d["name"] or d["key"], "bundles": d["bundles"],
+    rows = [{"kind": d["kind"], "name": d["label"], "key": d["key"], "bundles": d["bundles"],
              "count": d["count"], "infeasible": d["feasible"] is False or bool(d["ray_infeasible"]),
              "explanation": d["explanation"], "waiting_s": d["waiting_s"]}
             for d in demands_payload()]

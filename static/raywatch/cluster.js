@@ -87,7 +87,50 @@
     }, { displayModeBar: false });
   }
 
+  // Which cluster, whether it answers, and its sessions.
+  function renderIdentity(c) {
+    const line = document.getElementById("cluster-identity");
+    const ended = document.getElementById("cluster-ended");
+    document.getElementById("sessions").hidden = !c;
+    if (!c) {
+      line.replaceChildren("raywatch has not reached Ray yet: see the status strip.");
+      ended.hidden = true;
+      return;
+    }
+    document.getElementById("cluster-name").textContent = c.name;
+    const current = c.sessions.find((s) => !s.ended_at);
+    line.replaceChildren(
+      el("span", { class: "cluster-state state-" + c.state }, c.state),
+      c.ray_version ? " · Ray " + c.ray_version : "",
+      c.dashboard_url ? " · " + c.dashboard_url : "",
+      current ? " · session since " : "", current ? T.el(current.first_seen_at) : "");
+    if (c.state === "active") {
+      ended.hidden = true;
+    } else {
+      ended.hidden = false;
+      ended.replaceChildren(c.state === "ended"
+        ? "Ended: " + c.end_reason + ". What raywatch stored of it stays below and on every page."
+        : "Not answering since ", c.state === "ended" ? "" : T.el(c.state_since),
+        c.last_error && c.state !== "ended" ? " (" + c.last_error + "). The figures below are its last known." : "");
+    }
+    const body = document.querySelector("#sessions-table tbody");
+    body.replaceChildren(...c.sessions.map((s) => {
+      const tr = el("tr", { "data-session": s.session_name });
+      const first = el("td", {}), last = el("td", {});
+      first.append(T.el(s.first_seen_at));
+      last.append(T.el(s.last_seen_at));
+      tr.append(el("td", { class: "mono" }, s.session_name), el("td", {}, s.ray_version || "–"),
+        first, last);
+      const end = el("td", {});
+      if (s.ended_at) end.append(T.el(s.ended_at), el("div", { class: "muted" }, s.end_reason));
+      else end.append("current");
+      tr.append(end);
+      return tr;
+    }));
+  }
+
   function render(cluster) {
+    renderIdentity(cluster.identity);
     renderTotals(cluster.totals);
     renderNodes(cluster.nodes);
     renderChart(cluster.nodes);

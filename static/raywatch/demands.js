@@ -56,9 +56,9 @@
   function row(d) {
     const tr = el("tr", { "data-demand": d.kind + ":" + d.key, class: d.feasible === false ? "infeasible" : "" });
     const what = el("td", { title: d.key });
-    what.append(el("span", {}, d.name || d.key));
-    if (d.name && d.name !== d.key) what.append(el("div", { class: "muted mono" }, d.key));
-    if (d.job_id) what.append(el("div", { class: "muted" }, "job " + d.job_id));
+    what.append(el("span", {}, d.label));
+    if (d.label !== d.key) what.append(el("div", { class: "muted mono" }, d.key));
+    if (d.job_id && !d.label.endsWith("of job " + d.job_id)) what.append(el("div", { class: "muted" }, "job " + d.job_id));
     tr.append(el("td", {}, KINDS[d.kind] || d.kind), what, asks(d),
       el("td", { class: "waiting", "data-since": d.first_seen_at }, waited(d.first_seen_at)), verdict(d));
     return tr;

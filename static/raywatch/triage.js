@@ -67,7 +67,7 @@
 
   function demandRow(d) {
     const tr = el("tr", { class: d.infeasible ? "infeasible" : "" });
-    const what = el("td", {});
+    const what = el("td", { title: d.key });
     what.append(el("span", {}, d.name), el("div", { class: "muted" }, d.kind + (d.count > 1 ? " ×" + d.count : "")));
     tr.append(what);
     tr.append(el("td", { class: "mono" }, d.bundles.map(b => Object.entries(b).map(([k, v]) => k + ":" + v).join(" ")).join(" | ")));

@@ -1,0 +1,117 @@
+"""The cluster raywatch watches and its sessions (Ray's session_name: one per start of the
+head). A poll that answers notes its session: a new name ends the session before it (the
+head restarted; its nodes, actors and pids are then gone, and the Ray poll marks them so).
+A poll that fails makes the cluster unreachable, and after RAYWATCH_CLUSTER_ENDED_S of that,
+ended: its rows stay, browsable, and it comes back active if it answers again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from collectors.records import RaySession
+from dashboard.cluster.models import Cluster, ClusterSession
+from dashboard.core.templatetags.rw import age
+
+
+@contextmanager
+def held(now: datetime) -> Iterator[Cluster | None]:
+    """The cluster's row for one poll's writes, in one transaction. On Postgres it is
+    locked, and a second poll of the same cluster gets None and stores nothing: two Celery
+    workers polling at once raced to create the same new node (IntegrityError). The
+    embedded scheduler polls one at a time (SQLite has no row locks)."""
+    with transaction.atomic():
+        yield _claim(now)
+
+
+def _claim(now: datetime) -> Cluster | None:
+    mine = Cluster.objects.select_for_update(skip_locked=True).filter(
+        name=settings.CLUSTER_NAME).first()
+    if mine is not None:
+        return mine
+    if Cluster.objects.filter(name=settings.CLUSTER_NAME).exists():
+        return None  # there, and held by another poll
+    cluster, _ = Cluster.objects.get_or_create(
+        name=settings.CLUSTER_NAME, defaults={"first_seen_at": now, "state_since": now})
+    return Cluster.objects.select_for_update().get(pk=cluster.pk)
+
+
+def note_answer(cluster: Cluster, session: RaySession, dashboard_url: str,
+                now: datetime) -> bool:
+    """The cluster answered as `session`; True when that changed what an operator sees
+    (a new session, the cluster back from unreachable or ended)."""
+    changed = _reachable(cluster, session, dashboard_url, now)
+    current = cluster.sessions.filter(ended_at__isnull=True).first()
+    if current is not None and current.session_name == session.session_name:
+        current.last_seen_at = now
+        current.save(update_fields=["last_seen_at"])
+        return changed
+    if current is not None:
+        _end_session(current, f"the head restarted: a new session, {session.session_name}")
+    row, created = ClusterSession.objects.get_or_create(
+        cluster=cluster, session_name=session.session_name,
+        defaults={"ray_version": session.ray_version or "", "first_seen_at": now,
+                  "ray_commit": session.ray_commit or "", "last_seen_at": now})
+    if not created:  # a session thought over answers again
+        row.ended_at, row.end_reason, row.last_seen_at = None, "", now
+        row.save(update_fields=["ended_at", "end_reason", "last_seen_at"])
+    return True
+
+
+def note_failure(cluster: Cluster, error: str, now: datetime) -> bool:
+    """The cluster did not answer; True when its state changed. One that never answered
+    is unreachable, never ended: there is nothing of it that could have ended."""
+    if cluster.state == Cluster.ACTIVE:
+        cluster.state, cluster.state_since = Cluster.UNREACHABLE, now
+    elif cluster.state == Cluster.UNREACHABLE and cluster.last_seen_at is not None and \
+            now - cluster.last_seen_at >= timedelta(seconds=settings.CLUSTER_ENDED_S):
+        _end(cluster, now)
+    else:
+        return _save_error(cluster, error)
+    cluster.last_error = error[:2000]
+    cluster.save()
+    return True
+
+
+def _end(cluster: Cluster, now: datetime) -> None:
+    since = cluster.last_seen_at
+    cluster.state, cluster.state_since, cluster.ended_at = Cluster.ENDED, now, since
+    cluster.end_reason = (f"its head was lost or the cluster torn down: no answer since "
+                          f"{since:%Y-%m-%d %H:%M:%S} UTC ({age((now - since).total_seconds())})"
+                          if since else "")
+    current = cluster.sessions.filter(ended_at__isnull=True).first()
+    if current is not None:
+        _end_session(current, "its cluster stopped answering")
+
+
+def _end_session(session: ClusterSession, reason: str) -> None:
+    session.ended_at, session.end_reason = session.last_seen_at, reason
+    session.save(update_fields=["ended_at", "end_reason"])
+
+
+def _reachable(cluster: Cluster, session: RaySession, dashboard_url: str,
+               now: datetime) -> bool:
+    back = cluster.state != Cluster.ACTIVE or cluster.last_seen_at is None
+    if back:
+        cluster.state, cluster.state_since = Cluster.ACTIVE, now
+        cluster.ended_at, cluster.end_reason, cluster.last_error = None, "", ""
+    cluster.last_seen_at, cluster.dashboard_url = now, dashboard_url[:500]
+    cluster.ray_version = session.ray_version or cluster.ray_version
+    cluster.save()
+    return back
+
+
+def _save_error(cluster: Cluster, error: str) -> bool:
+    if cluster.last_error != error[:2000]:
+        cluster.last_error = error[:2000]
+        cluster.save(update_fields=["last_error"])
+    return False
+
+
+def current_cluster() -> Cluster | None:
+    """The cluster RAY_ADDRESS points at, once raywatch has polled it."""
+    return Cluster.objects.filter(name=settings.CLUSTER_NAME).first()
