@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/agent_trial_logs_bench.py
 	$(BIN)/python bench/alert_bench.py
+	$(BIN)/python bench/first_ingest_bench.py
 	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/metrics_bench.py
@@ -66,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/page_load_bench.py
 	$(BIN)/python bench/push_latency.py
 	$(BIN)/python bench/quiet_history_bench.py
+	$(BIN)/python bench/ray_cap_bench.py
 	$(BIN)/python bench/terminate_bench.py
 	$(BIN)/python bench/trial_logs_bench.py
 

@@ -35,10 +35,16 @@ class LocalCluster:
 class LocalRay:
     """Handle on the child process that owns a local cluster."""
 
-    def __init__(self, info_file: Path, num_cpus: int | None = None, num_gpus: int = 0) -> None:
+    def __init__(self, info_file: Path, num_cpus: int | None = None, num_gpus: int = 0,
+                 temp_dir: Path | None = None) -> None:
         self.info_file = info_file
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
+        # None: Ray's own (/tmp/ray), where `ray status` and the node agents look. A temp
+        # dir of its own keeps a job submitted to this cluster from running its driver on
+        # another cluster of the host (docs/ray-facts.md: "A job's driver and
+        # ray_current_cluster"); keep it short, Ray's socket paths live in it.
+        self.temp_dir = temp_dir
         self.process: subprocess.Popen[bytes] | None = None
         self.cluster: LocalCluster | None = None
 
@@ -49,6 +55,8 @@ class LocalRay:
         if self.num_cpus is not None:
             cmd += ["--num-cpus", str(self.num_cpus)]
         cmd += ["--num-gpus", str(self.num_gpus), "--parent-pid", str(os.getpid())]
+        if self.temp_dir is not None:
+            cmd += ["--temp-dir", str(self.temp_dir)]
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         # Its own session: a Ctrl-C in the terminal reaches raywatch, which then
         # stops the cluster in order, instead of tearing both down at once.
@@ -96,7 +104,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None) -> None:
+def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None,
+           temp_dir: Path | None = None) -> None:
     import ray
 
     _own_agent_port()
@@ -114,6 +123,7 @@ def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int
         dashboard_port=free_port(),
         log_to_driver=False,
         configure_logging=False,
+        **({"_temp_dir": str(temp_dir)} if temp_dir is not None else {}),
     )
     info = {
         "dashboard_url": f"http://{ctx.dashboard_url}",
@@ -121,6 +131,10 @@ def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int
         "session_dir": ctx.address_info["session_dir"],
         "node_id": ctx.address_info["node_id"],
     }
+    if temp_dir is not None:
+        # What `ray start --head` writes and ray.init() does not: without it, a submitted
+        # job's driver ("auto") joins whichever cluster of the host it finds first.
+        (temp_dir / "ray_current_cluster").write_text(info["gcs_address"])
     tmp = info_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     tmp.replace(info_file)
@@ -173,8 +187,9 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=None)
     parser.add_argument("--num-gpus", type=int, default=0)
     parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--temp-dir", type=Path, default=None)
     args = parser.parse_args()
-    _serve(args.info_file, args.num_cpus, args.num_gpus, args.parent_pid)
+    _serve(args.info_file, args.num_cpus, args.num_gpus, args.parent_pid, args.temp_dir)
 
 
 if __name__ == "__main__":

@@ -66,13 +66,14 @@ def pages(page: Any) -> list[tuple[str, str, str]]:
                    "tr[data-trial-id]"),
                   ("trial", f"/trials/{trial['id']}/", ".js-plotly-plot")]
     shots.append(("gpus", "/gpus/", ".gpu-tile"))
+    shots.append(("cluster", "/cluster/", "#sessions-table tr[data-session]"))
     return shots
 
 
-def capture(page: Any, out: Path, settle_ms: int = 2500) -> list[Path]:
-    """Each page of pages() at WIDTHxHEIGHT into `out`/NAME.png; the files written."""
+def capture(page: Any, out: Path, settle_ms: int = 2500, width: int = WIDTH) -> list[Path]:
+    """Each page of pages() at `width`xHEIGHT into `out`/NAME.png; the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
+    page.set_viewport_size({"width": width, "height": HEIGHT})
     written = []
     for name, path, ready in pages(page):
         page.goto(path)
@@ -114,6 +115,9 @@ def answering(url: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make screenshots", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--width", type=int, default=WIDTH,
+                        help=f"the window's width in px (default {WIDTH}; 1280 to check a "
+                             "narrower screen)")
     parser.add_argument("--wait", type=float, default=180,
                         help="seconds to wait for the demo's failures to show (default 180)")
     args = parser.parse_args(argv)
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 page.wait_for_url(f"{url}/")
                 wait(f"all of {', '.join(KINDS)}",
                      lambda: set(KINDS) <= firing_kinds(page), args.wait, demo, log)
-                written = capture(page, args.out)
+                written = capture(page, args.out, width=args.width)
                 browser.close()
         finally:
             if demo.poll() is None:

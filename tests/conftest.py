@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -156,10 +158,15 @@ def hung_process() -> Iterator[subprocess.Popen]:
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A real local Ray cluster (random ports, never 6379) for the whole session."""
     where = tmp_path_factory.mktemp("ray")
-    local = LocalRay(where / "local-ray.json", num_cpus=2)
+    # A Ray temp dir of its own: a job submitted to this cluster resolves its driver's
+    # address from the temp dir's ray_current_cluster, which every other cluster started
+    # on the host (the demo's, `serve`'s, a second pytest run's) overwrites in /tmp/ray.
+    temp_dir = Path(tempfile.mkdtemp(prefix="rwt-", dir="/tmp"))  # short: socket paths
+    local = LocalRay(where / "local-ray.json", num_cpus=2, temp_dir=temp_dir)
     cluster = local.start(log_path=where / "local-ray.log")
     yield cluster
     local.stop()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,6 +4,10 @@ Postgres and Redis come from DATABASE_URL and REDIS_URL, defaulting to the
 standard local ports. If nothing answers there, throwaway instances are started
 from the installed binaries and removed afterwards; if there are none, this
 says what to install. pytest's "no tests ran" (exit 5) counts as a failure.
+
+The whole suite runs as two pytest processes at once (BESIDE: the files that mostly
+wait on servers of their own), each with its own test database and Redis db; the last
+line counts both. Named files or tests run in one process, as asked.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
+from xml.etree import ElementTree
 
 CHROMIUM = "/usr/bin/chromium"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/raywatch"
@@ -123,6 +129,18 @@ def _stop(process: subprocess.Popen) -> None:
         process.kill()
 
 
+# Files that mostly wait: on raywatch, the demo or Celery started as processes of their own,
+# or on real Tune searches. The whole suite runs them in a second pytest process beside the
+# rest (its own test database, Redis db, data dir and Ray cluster), so those minutes overlap.
+# Chosen by duration (--durations): both processes take about the same time.
+BESIDE = (
+    "tests/test_agent_outage.py", "tests/test_demo.py", "tests/test_two_nodes.py",
+    "tests/test_end_to_end.py", "tests/test_production_topology.py",
+    "tests/test_serve_command.py", "tests/test_trial_detection.py",
+    "tests/test_terminate_trial.py", "tests/test_api_fuzz.py",
+)
+
+
 def main(argv: list[str]) -> int:
     ensure_chromium()
     with ExitStack() as stack:
@@ -134,16 +152,70 @@ def main(argv: list[str]) -> int:
         parsed = urlparse(redis_url)
         if not answers(parsed.hostname or "127.0.0.1", parsed.port or 6379):
             redis_url = start_throwaway_redis(stack)
-        env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
-               "RAYWATCH_DATA_DIR": tempfile.mkdtemp(prefix="raywatch-test-data-"),
-               # Server threads in the tests must not hold the test database open.
-               "RAYWATCH_DB_CONN_MAX_AGE": "0"}
         say(f"Postgres {urlparse(db_url).netloc}, Redis {urlparse(redis_url).netloc}")
-        code = subprocess.call([sys.executable, "-m", "pytest", *argv], env=env)
-    if code == 5:
-        print("[make test] ERROR: pytest collected no tests: that is a failure", file=sys.stderr)
+        if any(not arg.startswith("-") for arg in argv):  # files or tests named: as asked
+            return verdict([pytest_run(argv, db_url, redis_url).wait()])
+        scratch = Path(tempfile.mkdtemp(prefix="raywatch-test-runs-"))
+        say(f"{len(BESIDE)} files that wait on processes of their own run beside the rest; "
+            f"their output follows the main run's (as it goes: {scratch / 'beside.log'})")
+        with (scratch / "beside.log").open("wb") as sink:
+            beside = pytest_run([*argv, f"--junitxml={scratch / 'beside.xml'}", *BESIDE],
+                                other_database(db_url), other_redis_db(redis_url), sink)
+            main_run = pytest_run([*argv, f"--junitxml={scratch / 'main.xml'}",
+                                   *(f"--ignore={f}" for f in BESIDE)], db_url, redis_url)
+            codes = [main_run.wait(), beside.wait()]
+        print(f"\n[make test] ===== beside the main run: {' '.join(BESIDE)} =====", flush=True)
+        print((scratch / "beside.log").read_text(errors="replace"), flush=True)
+        print(totals([scratch / "main.xml", scratch / "beside.xml"]), flush=True)
+        return verdict(codes)
+
+
+def pytest_run(args: list[str], db_url: str, redis_url: str, stdout: Any = None
+               ) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
+           "RAYWATCH_DATA_DIR": tempfile.mkdtemp(prefix="raywatch-test-data-"),
+           # Server threads in the tests must not hold the test database open.
+           "RAYWATCH_DB_CONN_MAX_AGE": "0"}
+    return subprocess.Popen([sys.executable, "-m", "pytest", *args], env=env, stdout=stdout,
+                            stderr=subprocess.STDOUT if stdout is not None else None)
+
+
+def totals(reports: list[Path]) -> str:
+    """Both runs' counts in one line, from their JUnit reports."""
+    count = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for report in reports:
+        try:
+            suites = ElementTree.parse(report).getroot().iter("testsuite")
+        except (OSError, ElementTree.ParseError):
+            return f"[make test] ERROR: no test report at {report}"
+        for suite in suites:
+            for key in count:
+                count[key] += int(suite.get(key, 0))
+    failed = count["failures"] + count["errors"]
+    passed = count["tests"] - failed - count["skipped"]
+    return f"raywatch: {passed} passed, {failed} failed, {count['skipped']} skipped"
+
+
+def other_database(url: str) -> str:
+    parsed = urlparse(url)
+    return parsed._replace(path=f"{parsed.path.rstrip('/') or '/raywatch'}_beside").geturl()
+
+
+def other_redis_db(url: str) -> str:
+    """Two below the main run's db: the one just below belongs to the bench smokes that
+    the main run starts in the background, and they flush it."""
+    parsed = urlparse(url)
+    db = int(parsed.path.strip("/") or 0)
+    return parsed._replace(path=f"/{db - 2 if db >= 2 else db + 2}").geturl()
+
+
+def verdict(codes: list[int]) -> int:
+    """pytest's "no tests ran" (exit 5) counts as a failure; any other failure wins."""
+    if 5 in codes:
+        print("[make test] ERROR: pytest collected no tests: that is a failure",
+              file=sys.stderr, flush=True)
         return 1
-    return code
+    return next((code for code in codes if code != 0), 0)
 
 
 if __name__ == "__main__":

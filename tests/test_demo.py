@@ -245,7 +245,8 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         shoot(page, "home")
         # `make screenshots` takes the README's pictures of these pages, the same way.
         pictures = capture(page, tmp_path / "readme", settle_ms=500)
-        assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "gpus"]
+        assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "gpus",
+                                              "cluster"]
         assert {png_size(p)[0] for p in pictures} == {WIDTH}
         # The slow judge leaves its GPU idle through each long step: said, honestly.
         wait_for(lambda: trials["slow"]["trial_id"] in {i["trial_id"] for i in api(

@@ -24,11 +24,13 @@ ON_BOTH_BACKENDS = (
     "tests/test_trial_api.py",
     "tests/test_trial_ingest.py",
     "tests/test_quiet_history.py",
+    "tests/test_first_ingest_copy.py",
     "tests/test_api_pagination.py",
     "tests/test_audit_trail.py",
     "tests/test_agent_tokens.py",  # an in-process ASGI server on the SQLite test database
     "tests/test_agent_token_admin.py",
     "tests/test_metrics_export.py",
+    "tests/test_cluster_sessions.py",
 )
 TIMEOUT_S = 900
 

@@ -231,9 +231,17 @@ def coverage_of(rw: Raywatch, node_id: str) -> str | None:
     return None
 
 
-def result_lines(home: Path, name: str, trial_id: str) -> int:
+def written_iterations(home: Path, name: str, trial_id: str) -> set[int]:
+    """The iterations of the lines a trial has written to its result.json on B so far (a
+    line still being written is not one yet)."""
     files = list((home / "ray_results" / name).glob(f"*{trial_id}*/result.json"))
-    return sum(1 for line in files[0].read_text().splitlines() if line.strip()) if files else 0
+    iterations = set()
+    for line in files[0].read_text().splitlines() if files else []:
+        try:
+            iterations.add(int(json.loads(line)["training_iteration"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return iterations
 
 
 def test_a_hang_on_node_b_is_seen_explained_and_ended_through_its_agent(  # type: ignore[no-untyped-def]
@@ -291,14 +299,26 @@ def test_a_hang_on_node_b_is_seen_explained_and_ended_through_its_agent(  # type
         with running_agent(env_b, tmp_path / "agent-b.log"):
             expect(b_row.locator("td.agent")).to_have_attribute("data-coverage", "connected",
                                                                 timeout=30_000)
-            # Every line the healthy trial wrote on B is stored, once.
-            def caught_up() -> bool:
-                lines = result_lines(node_b.home, name, healthy["trial_id"])
-                stored = rw.api(f"/api/trials/{healthy['trial_id']}/results/?page_size=1000")
-                iterations = [r["iteration"] for r in stored]
-                return lines > 0 and len(iterations) == len(set(iterations)) >= lines - 1
+            # Every line the healthy trial had written on B by now is stored, once. (Not
+            # "as many as the file holds" at each look: the trial goes on writing, a line
+            # every 0.3 s, faster than a line travels.)
+            written = written_iterations(node_b.home, name, healthy["trial_id"])
+            assert written, "the healthy trial wrote nothing on node B"
+            seen: dict[str, object] = {}
 
-            wait_for(caught_up, 60, 1, "raywatch to have every line written on node B")
+            def caught_up() -> bool:
+                stored = rw.api(f"/api/trials/{healthy['trial_id']}/results/?page_size=1000")
+                keys = [(r["attempt"], r["iteration"]) for r in stored]
+                missing = sorted(written - {i for _, i in keys})
+                doubled = sorted({k for k in keys if keys.count(k) > 1})
+                seen.update(written=len(written), stored=len(keys), missing=missing[:20],
+                            doubled=doubled[:20])
+                assert not doubled, f"results stored twice: {seen}"
+                return not missing
+
+            wait_for(caught_up, 60, 1, "raywatch to have every line written on node B",
+                     explain=lambda: f"{seen}; agent B: "
+                                     f"{(tmp_path / 'agent-b.log').read_text()[-1500:]}")
 
             # Terminate the hung trial: it goes through B's agent and ends the process.
             action = api_post(f"{rw.url}/api/trials/{hung['trial_id']}/terminate", rw.token,

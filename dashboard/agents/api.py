@@ -212,15 +212,18 @@ async def _first_of(tasks: list[asyncio.Future[Any]], timeout: float) -> set[asy
     """Wait for the first of `tasks` or the server stopping, at most `timeout`; the
     others are cancelled. The ones done."""
     waits = {*tasks, asyncio.ensure_future(stopping.event().wait())}
-    done, pending = await asyncio.wait(waits, timeout=timeout,
-                                       return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        # Take what a cancelled one ends with, without waiting for it: redis turns a
-        # cancelled read into a TimeoutError, which, never retrieved, is logged from the
-        # garbage collector at some random later moment (and mid-way through whatever
-        # runs then: it broke a test's ast.parse on Python 3.11).
-        task.add_done_callback(_retrieved)
-        task.cancel()
+    pending = waits  # also when this wait is itself cancelled (the request ends)
+    try:
+        done, pending = await asyncio.wait(waits, timeout=timeout,
+                                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in pending:
+            # Take what a cancelled one ends with, without waiting for it: redis turns a
+            # cancelled read into a TimeoutError, which, never retrieved, is logged from
+            # the garbage collector at some random later moment (and mid-way through
+            # whatever runs then: it broke a test's ast.parse on Python 3.11).
+            task.add_done_callback(_retrieved)
+            task.cancel()
     return done
 
 
