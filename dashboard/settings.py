@@ -99,6 +99,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "dashboard.core.context_processors.raywatch",
+                "dashboard.cluster.scope.switcher",
             ],
         },
     },

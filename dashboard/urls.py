@@ -76,6 +76,7 @@ urlpatterns = [
          name="api-action"),
     path("api/audit/", actions_api.AuditList.as_view(), name="api-audit"),
     path("api/cluster/", cluster_api.ClusterView.as_view(), name="api-cluster"),
+    path("api/clusters/", cluster_api.ClusterList.as_view(), name="api-clusters"),
     path("api/triage/", triage_views.TriageView.as_view(), name="api-triage"),
     path("api/sources/", core_api.SourceHealthList.as_view(), name="api-sources"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -137,7 +137,7 @@ BESIDE = (
     "tests/test_agent_outage.py", "tests/test_demo.py", "tests/test_two_nodes.py",
     "tests/test_end_to_end.py", "tests/test_production_topology.py",
     "tests/test_serve_command.py", "tests/test_trial_detection.py",
-    "tests/test_terminate_trial.py", "tests/test_api_fuzz.py",
+    "tests/test_terminate_trial.py", "tests/test_many_clusters.py",
 )
 
 

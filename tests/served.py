@@ -13,7 +13,9 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
@@ -23,6 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 # choice, a Ray address, pytest-django's settings, Playwright's async escape hatch.
 NOT_INHERITED = {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE",
                  "DJANGO_ALLOW_ASYNC_UNSAFE"}
+
+
+@dataclass(frozen=True)
+class Raywatch:
+    """A raywatch served by `manage.py serve` for a test: its URL, an API token, the
+    admin's password and the environment it runs with."""
+
+    url: str
+    token: str
+    password: str
+    env: dict[str, str]
+
+    def api(self, path: str) -> Any:
+        """GET an API path; a paginated list's rows."""
+        reply = api_get(f"{self.url}{path}", self.token)
+        return reply["results"] if isinstance(reply, dict) and "results" in reply else reply
 
 
 def embedded_env(data_dir: Path, **extra: str) -> dict[str, str]:

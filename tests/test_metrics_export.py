@@ -28,7 +28,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.records import GpuPoll, GpuProcessRecord, GpuSampleRecord
-from dashboard.cluster.models import Node
+from dashboard.cluster.models import Cluster, Node
 from dashboard.core.health import record
 from dashboard.gpus.ingest import ingest_gpu_poll
 from dashboard.gpus.tasks import poll_gpus
@@ -120,7 +120,8 @@ def cluster(fake_gpus) -> dict[str, Any]:  # type: ignore[no-untyped-def]
 
 # --- what a scrape says -----------------------------------------------------------------------
 def test_gpu_series_match_the_gpu_api(cluster, viewer, settings) -> None:  # type: ignore[no-untyped-def]
-    settings.CLUSTER_NAME = "lab-a"
+    settings.CLUSTER_NAME = "lab-a"  # as if raywatch had been started with it
+    Cluster.objects.filter(name="default").update(name="lab-a")
     families = scrape()
     gpus = api(token_client(viewer), "/api/gpus/")
     assert len(gpus) == 5

@@ -34,7 +34,8 @@ def stalled(alert_settings, receivers):  # type: ignore[no-untyped-def]
 
 def item(incident) -> dict:  # type: ignore[no-untyped-def]
     return {
-        "id": incident.pk, "kind": "test_stalled", "severity": "critical", "state": "firing",
+        "id": incident.pk, "cluster": "default", "kind": "test_stalled", "severity": "critical",
+        "state": "firing",
         "new": True, "subject": "trial:asha/t_0001",
         "summary": "trial t_0001: no result for 12 min <b>", "experiment": "asha",
         "node_ip": "10.0.0.5", "trial_id": "", "gpu": "GPU-abc",
@@ -54,7 +55,7 @@ def test_generic_webhook_gets_the_documented_payload_signed(stalled) -> None:  #
     delivery = Delivery.objects.get(channel__kind="webhook")
     assert request.json == {
         "version": 1, "id": str(delivery.pk), "status": "firing", "repeat": False,
-        "group": {"key": "experiment:asha", "label": "experiment asha"},
+        "cluster": "default", "group": {"key": "experiment:asha", "label": "experiment asha"},
         "title": "[FIRING:1] experiment asha", "severity": "critical",
         "url": f"{BASE}/alerts/?group=experiment%3Aasha", "firing": 1, "resolved": 0,
         "incidents": [item(incident)], "truncated": 0,

@@ -28,7 +28,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import expect
@@ -38,6 +37,7 @@ from tests.agents import agent_env, running_agent, stop_agent
 from tests.conftest import stop_ray_start, wait_for, worker_ports
 from tests.served import (
     ROOT,
+    Raywatch,
     api_get,
     api_post,
     embedded_env,
@@ -167,18 +167,6 @@ def search_on_b(ray_cluster: LocalCluster, node_b: NodeB) -> Iterator[tuple[str,
         yield name, job
     finally:
         client.stop_job(job)  # Ray ends the driver and its trials; no need to wait here
-
-
-@dataclass(frozen=True)
-class Raywatch:
-    url: str
-    token: str
-    password: str
-    env: dict[str, str]
-
-    def api(self, path: str) -> Any:
-        reply = api_get(f"{self.url}{path}", self.token)
-        return reply["results"] if isinstance(reply, dict) and "results" in reply else reply
 
 
 @pytest.fixture(params=["embedded", "production"])

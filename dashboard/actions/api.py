@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from dashboard.actions import plans
 from dashboard.actions.models import AuditEntry, AuditStep
 from dashboard.actions.service import Plan, active, request
+from dashboard.cluster.scope import CLUSTER_PARAMETER, requested_cluster
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import ADMIN, OPERATOR
 
@@ -102,13 +103,17 @@ class TerminateTrial(APIView):
 class StopJob(APIView):
     """Stop a Ray job through the Jobs API (operators)."""
 
-    @extend_schema(responses={200: Preview, 404: None, 409: None})
+    @extend_schema(parameters=[CLUSTER_PARAMETER],
+                   responses={200: Preview, 404: None, 409: None})
     def get(self, req: Request, job_id: str) -> Response:
-        return preview(lambda: plans.job_plan(job_id, timezone.now()))
+        cluster = req.query_params.get("cluster", "")
+        return preview(lambda: plans.job_plan(job_id, timezone.now(), cluster))
 
-    @extend_schema(request=ActionRequest, responses={202: Accepted, **REFUSALS})
+    @extend_schema(parameters=[CLUSTER_PARAMETER], request=ActionRequest,
+                   responses={202: Accepted, **REFUSALS})
     def post(self, req: Request, job_id: str) -> Response:
-        return act(req, lambda: plans.job_plan(job_id, timezone.now()), OPERATOR)
+        cluster = req.query_params.get("cluster", "")
+        return act(req, lambda: plans.job_plan(job_id, timezone.now(), cluster), OPERATOR)
 
 
 class KillProcess(APIView):
@@ -142,11 +147,14 @@ class AuditList(APIView):
                                                         enum=[k for k, _ in AuditEntry.KINDS]),
         OpenApiParameter("state", str, enum=list(AuditEntry.STATES)),
         OpenApiParameter("target", str),
-        OpenApiParameter("since", str, description="ISO 8601"), *PAGE_PARAMETERS],
-        responses=ActionSerializer(many=True))
+        OpenApiParameter("since", str, description="ISO 8601"), CLUSTER_PARAMETER,
+        *PAGE_PARAMETERS],
+        responses={200: ActionSerializer(many=True), 400: None})
     def get(self, req: Request) -> Response:
         entries = AuditEntry.objects.prefetch_related("steps")
         params = req.query_params
+        if cluster := requested_cluster(params):  # the target's cluster, as it was recorded
+            entries = entries.filter(target__cluster=cluster.name)
         if user := params.get("user"):
             entries = entries.filter(username=user)
         for name in ("kind", "state"):

@@ -30,7 +30,7 @@ from dashboard.actions.models import AuditEntry
 from dashboard.actions.targets import create_time
 from dashboard.agents.remote import RemoteProcess, node_with_agent
 from dashboard.celery import app as celery_app
-from dashboard.cluster.endpoint import gcs_address, ray_endpoint
+from dashboard.cluster.endpoint import endpoint_of, gcs_of
 from dashboard.cluster.models import Job
 from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
@@ -96,14 +96,15 @@ def signal_through(queue: str | None, pid: int, sig: int) -> None:
     celery_app.send_task(SIGNAL_PROCESS, args=[pid, int(sig)], queue=queue, expires=30)
 
 
-def agent_serves(node_ip: str, node: str) -> bool:
-    """Whether the node runs an HTTP agent that reported lately (it can signal there)."""
-    return node_with_agent(node_ip, node) is not None
+def agent_serves(node_ip: str, node: str, cluster: str = "") -> bool:
+    """Whether the node (of `cluster`, when given) runs an HTTP agent that reported lately
+    (it can signal there)."""
+    return node_with_agent(node_ip, node, cluster) is not None
 
 
 def through_agent(entry: AuditEntry, t: dict[str, Any], node: str) -> RemoteProcess | None:
     """The process's node runs an HTTP agent (docs/agent-protocol.md): it signals there."""
-    name = None if t["local"] else node_with_agent(t["node_ip"], node)
+    name = None if t["local"] else node_with_agent(t["node_ip"], node, t.get("cluster", ""))
     return RemoteProcess(entry, name, t["pid"]) if name else None
 
 
@@ -126,10 +127,10 @@ def terminate_trial(entry: AuditEntry) -> None:
         gone, how = remote.gone, remote.send(signal.SIGTERM)
         advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
     else:
-        address, token = gcs_address(), ray_endpoint().token
+        address, token = gcs_of(t.get("cluster")), endpoint_of(t.get("cluster")).token
         if not (address and t["actor_id"]):
             raise SourceError("the trial runs on another host and no GCS address or actor "
-                              "is known: set RAY_GCS_ADDRESS")
+                              "is known: set RAY_GCS_ADDRESS (or the cluster's --gcs)")
         gone = actor_dead(address, token, t["actor_id"])
         if queue := agent_queue(t["node_ip"]):  # the node's agent can send the SIGTERM
             signal_through(queue, t["pid"], signal.SIGTERM)
@@ -167,10 +168,11 @@ def agent_queue(node_ip: str) -> str | None:
 
 
 def force_trial(t: dict[str, Any]) -> None:
-    address = gcs_address()
+    address = gcs_of(t.get("cluster"))
     if t["actor_id"] and address:
         try:
-            raykill.kill_actor(address, ray_endpoint().token, t["actor_id"], force=True)
+            raykill.kill_actor(address, endpoint_of(t.get("cluster")).token, t["actor_id"],
+                               force=True)
             return
         except SourceError:
             if not t["local"]:
@@ -204,7 +206,7 @@ def tune_outcome(t: dict[str, Any], wait_s: float = 20.0) -> tuple[str, str]:
 # --- stop a job ----------------------------------------------------------------------------
 def stop_job(entry: AuditEntry) -> None:
     t = entry.target
-    endpoint = ray_endpoint()
+    endpoint = endpoint_of(t.get("cluster"))
     stopped = raykill.stop_job(endpoint, t["submission_id"])
     advance(entry, AuditEntry.SIGNALLED, timezone.now(),
             "Ray's Jobs API accepted the stop" if stopped else "Ray says the job had ended")
@@ -222,7 +224,10 @@ def stop_job(entry: AuditEntry) -> None:
         advance(entry, AuditEntry.FAILED, timezone.now(),
                 f"the job is still {status.get('now') or 'running'} after the stop")
         return
-    Job.objects.filter(key=t["key"]).update(status=status["now"])
+    jobs = Job.objects.filter(key=t["key"])
+    if t.get("cluster"):
+        jobs = jobs.filter(cluster__name=t["cluster"])
+    jobs.update(status=status["now"])
     advance(entry, AuditEntry.SUCCEEDED, timezone.now(), f"Ray reports the job {status['now']}")
 
 

@@ -15,7 +15,7 @@ from dashboard.actions.executor import agent_queue, agent_serves
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
 from dashboard.actions.targets import TargetError
-from dashboard.cluster.endpoint import gcs_address, ray_endpoint
+from dashboard.cluster.endpoint import endpoint_of, gcs_of
 from dashboard.cluster.models import Job
 from dashboard.core.roles import ADMIN, OPERATOR
 from dashboard.gpus.models import GpuProcess
@@ -35,33 +35,48 @@ def trial_plan(trial_id: str, now: datetime) -> Plan:
 
 
 def trial_unreachable(target: dict[str, Any]) -> str | None:
-    if target["local"] or agent_serves(target["node_ip"], target["hostname"]):
+    if target["local"] or agent_serves(target["node_ip"], target["hostname"],
+                                       target.get("cluster", "")):
         return None  # signalled from this host, or by the node's agent
-    address = gcs_address()
+    address = gcs_of(target.get("cluster"))
     if not address:
         return ("the trial runs on another host and raywatch knows no GCS address to kill "
-                "its actor through (set RAY_GCS_ADDRESS)")
+                f"its actor through (set RAY_GCS_ADDRESS, or give cluster "
+                f"{target.get('cluster')}'s with `manage.py cluster add --gcs`)")
     if not target["actor_id"]:
         return "Ray lists no live actor with the trial's pid: wait for the next poll"
     try:
-        raykill.actor_state(address, _token(), target["actor_id"])
+        raykill.actor_state(address, endpoint_of(target.get("cluster")).token,
+                            target["actor_id"])
     except SourceError as exc:
         return exc.message
     return None
 
 
-def job_plan(job_id: str, now: datetime) -> Plan:
-    job = Job.objects.filter(Q(key=job_id) | Q(job_id=job_id) | Q(submission_id=job_id)).first()
-    if job is None:
-        raise TargetError(f"no job {job_id!r}", 404)
+def job_plan(job_id: str, now: datetime, cluster: str = "") -> Plan:
+    """The job of this id (key, job id or submission id); `cluster` names its cluster
+    when more than one has a job of that id (job ids restart at 01000000 on every cluster)."""
+    jobs = Job.objects.select_related("cluster").filter(
+        Q(key=job_id) | Q(job_id=job_id) | Q(submission_id=job_id))
+    if cluster:
+        jobs = jobs.filter(cluster__name=cluster)
+    found = list(jobs[:20])
+    if not found:
+        raise TargetError(f"no job {job_id!r}" + (f" on cluster {cluster}" if cluster else ""),
+                          404)
+    clusters = sorted({j.cluster.name for j in found})
+    if len(clusters) > 1:
+        raise TargetError(f"clusters {', '.join(clusters)} each have a job {job_id!r}: name "
+                          "the one to stop (?cluster=NAME)", 409)
+    job = found[0]
     return Plan(AuditEntry.STOP_JOB, f"job:{job.key}", targets.job_target(job), OPERATOR,
-                lambda: job_unreachable(job.submission_id),
+                lambda: job_unreachable(job.submission_id, job.cluster.name),
                 lambda expected: targets.check_job(job, expected))
 
 
-def job_unreachable(submission_id: str) -> str | None:
+def job_unreachable(submission_id: str, cluster: str = "") -> str | None:
     try:
-        endpoint = ray_endpoint()
+        endpoint = endpoint_of(cluster)
         get_json(f"{endpoint.dashboard_url}/api/jobs/{submission_id}",
                  headers=endpoint.headers(), timeout=endpoint.timeout_s)
     except SourceError as exc:
@@ -86,6 +101,3 @@ def process_unreachable(target: dict[str, Any]) -> str | None:
         return None
     return f"the agent of node {target['node']} is not answering: it cannot be signalled"
 
-
-def _token() -> str | None:
-    return ray_endpoint().token

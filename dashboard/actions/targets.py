@@ -42,12 +42,16 @@ def gpus_held(node_ip: str, pid: int | None) -> list[dict[str, Any]]:
 
 
 def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:
-    node_ids = list(Node.objects.filter(node_ip=trial.node_ip).values_list("node_id", flat=True))
-    actor = (Actor.objects.filter(node_id__in=node_ids, pid=trial.pid, state="ALIVE").first()
+    cluster_id = trial.experiment.cluster_id
+    node_ids = list(Node.objects.filter(cluster_id=cluster_id, node_ip=trial.node_ip)
+                    .values_list("node_id", flat=True))
+    actor = (Actor.objects.filter(cluster_id=cluster_id, node_id__in=node_ids, pid=trial.pid,
+                                  state="ALIVE").first()
              if trial.pid else None)
     local = bool(trial.hostname) and trial.hostname == this_host()
     silent = (now - trial.last_result_at).total_seconds() if trial.last_result_at else None
     return {
+        "cluster": trial.experiment.cluster.name,
         "trial_pk": trial.pk, "trial_id": trial.trial_id, "experiment": trial.experiment.name,
         "status": trial.status, "attempt": trial.attempt, "pid": trial.pid,
         "node_ip": trial.node_ip, "hostname": trial.hostname, "local": local,
@@ -81,7 +85,8 @@ def _check_expected(target: dict[str, Any], expected: dict[str, Any], keys: tupl
 
 
 def job_target(job: Job) -> dict[str, Any]:
-    return {"key": job.key, "submission_id": job.submission_id, "job_id": job.job_id,
+    return {"cluster": job.cluster.name, "key": job.key, "submission_id": job.submission_id,
+            "job_id": job.job_id,
             "status": job.status, "entrypoint": job.entrypoint[:500],
             "driver_pid": job.driver_pid, "driver_node_ip": job.driver_node_ip}
 

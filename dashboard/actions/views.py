@@ -5,6 +5,7 @@ from django.shortcuts import render
 from django.utils.dateparse import parse_date
 
 from dashboard.actions.models import AuditEntry
+from dashboard.cluster.scope import page_cluster
 from dashboard.cluster.workload import jobs_payload
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
@@ -37,5 +38,7 @@ def audit_page(request: HttpRequest) -> HttpResponse:
 def jobs_page(request: HttpRequest) -> HttpResponse:
     """Ray jobs (training runs submitted with `ray job submit`), newest first; operators
     stop a running one through the confirm dialog."""
+    scope = page_cluster(request)
     return render(request, "actions/jobs.html", {
-        "jobs": jobs_payload(), "can_act": has_role(request.user, OPERATOR)})
+        "jobs": jobs_payload(scope.name if scope else None),
+        "can_act": has_role(request.user, OPERATOR)})

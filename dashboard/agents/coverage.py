@@ -47,6 +47,7 @@ class RayNode:
     node_ip: str
     state: str
     is_head: bool
+    cluster: str = ""  # its cluster's name: an agent of another cluster is never its own
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class AgentFacts:
     gpus: int = 0
     processes: int = 0
     nvml_error: str | None = None
+    cluster: str = ""  # the cluster its token is for
 
     def fresh(self, now: datetime, stale_s: float) -> bool:
         return self.heard_at is not None and now - self.heard_at <= timedelta(seconds=stale_s)
@@ -75,6 +77,11 @@ class Local:
 
     host: str
     gpu_pollers: tuple[tuple[str, str], ...] = ()
+    # The cluster RAY_ADDRESS points at: raywatch's own readers count for its nodes only.
+    cluster: str = ""
+
+    def serves(self, node: RayNode) -> bool:
+        return not (self.cluster and node.cluster) or node.cluster == self.cluster
 
 
 def match(node: RayNode, agents: Sequence[AgentFacts], now: datetime, stale_s: float
@@ -89,6 +96,8 @@ def match(node: RayNode, agents: Sequence[AgentFacts], now: datetime, stale_s: f
 
 
 def _match_in(node: RayNode, agents: Sequence[AgentFacts]) -> tuple[list[AgentFacts], str | None]:
+    # Two clusters may reuse a host name or an address: only the node's cluster's agents.
+    agents = [a for a in agents if not (a.cluster and node.cluster) or a.cluster == node.cluster]
     named = [a for a in agents if node.hostname and a.node == node.hostname]
     if named:
         return named, "name"
@@ -118,7 +127,8 @@ def node_coverage(node: RayNode, agents: Sequence[AgentFacts], local: Local, now
         "is_head": node.is_head, "ray_state": node.state,
         "state": state, "label": LABELS[state], "matched_by": how,
         "agent": agent_payload(_freshest(found), now, stale_s) if found else None,
-        "raywatch_host": bool(local.host) and node.hostname == local.host,
+        "raywatch_host": bool(local.host) and node.hostname == local.host
+        and local.serves(node),
         "covered_here": kept,
         "lost": lost,
     }
@@ -130,7 +140,7 @@ def _covered_here(node: RayNode, local: Local) -> dict[str, str]:
     if any(node.hostname == name or (ip and node.node_ip == ip)
            for name, ip in local.gpu_pollers):
         covered["gpus"] = CELERY_GPU_AGENT
-    if local.host and node.hostname == local.host:
+    if local.host and node.hostname == local.host and local.serves(node):
         # The trial-log reader (RAYWATCH_LOG_DIRS, else ~/ray_results and the Ray temp
         # dir), the host probes (state, py-spy) and local signals act on raywatch's host.
         covered.update(dict.fromkeys(("trial_logs", "process_state", "stacks", "signals"),

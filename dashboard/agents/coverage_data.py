@@ -27,12 +27,13 @@ def coverage_payload(now: datetime) -> dict[str, Any]:
 
 
 def ray_nodes() -> list[RayNode]:
-    return [RayNode(n.node_id, n.hostname, n.node_ip, n.state, n.is_head)
-            for n in Node.objects.only("node_id", "hostname", "node_ip", "state", "is_head")]
+    return [RayNode(n.node_id, n.hostname, n.node_ip, n.state, n.is_head, n.cluster.name)
+            for n in Node.objects.select_related("cluster").only(
+                "node_id", "hostname", "node_ip", "state", "is_head", "cluster__name")]
 
 
 def agent_facts(now: datetime) -> list[AgentFacts]:
-    tokens = list(NodeToken.objects.filter(revoked_at=None)
+    tokens = list(NodeToken.objects.filter(revoked_at=None).select_related("cluster")
                   .annotate(reported_at=Max("streams__updated_at")).order_by("node", "pk"))
     nodes = [t.node for t in tokens]
     gpus = _count_by_node(Gpu.objects.filter(node__in=nodes))
@@ -44,14 +45,15 @@ def agent_facts(now: datetime) -> list[AgentFacts]:
         heard_at=_latest(t.last_seen_at, t.reported_at), reported_at=t.reported_at,
         version=t.agent_version, spool_dropped=t.spool_dropped, gpus=gpus.get(t.node, 0),
         processes=processes.get(t.node, 0),
-        nvml_error=_nvml_error(nvml.get(t.node))) for t in tokens]
+        nvml_error=_nvml_error(nvml.get(t.node)), cluster=t.cluster.name) for t in tokens]
 
 
 def local_facts(now: datetime, stale_s: float) -> Local:
     recent = now - timedelta(seconds=max(stale_s, settings.POLL_GPU_S * 5))
     pollers = Agent.objects.exclude(queue="").filter(last_poll_at__gte=recent)
     return Local(host=this_host(),
-                 gpu_pollers=tuple(pollers.values_list("node", "node_ip")))
+                 gpu_pollers=tuple(pollers.values_list("node", "node_ip")),
+                 cluster=settings.CLUSTER_NAME)
 
 
 def _count_by_node(rows: Any) -> dict[str, int]:

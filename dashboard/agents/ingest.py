@@ -67,7 +67,7 @@ def ingest_report(token: NodeToken, body: Any, now: datetime) -> dict[str, Any]:
         new = [b for b in batches if b.seq in stored]
         _store_polls(token, agent, [p for b in new for p in b.polls], now)
         _store_processes(token, [s for b in new for s in b.snapshots])
-        trials = store_updates([u for b in new for u in b.trial_logs], now)
+        trials = store_updates([u for b in new for u in b.trial_logs], now, token.cluster_id)
         _save_seqs(token, last, now)
     _push(trials)
     return {"version": wire.VERSION, "node": token.node, "stored": stored,
@@ -190,6 +190,7 @@ def _store_polls(token: NodeToken, agent: dict[str, Any],
     record_health("nvml", token.node, settings.POLL_GPU_S, 0.0, error, warnings)
     if error is None:
         values = {"node_ip": node_ip, "queue": "", "last_poll_at": now,
+                  "cluster_id": token.cluster_id,
                   "source": "simulated" if poll.simulated else "nvml",
                   "driver_version": (poll.driver_version or "")[:64]}
         Agent.objects.update_or_create(node=token.node, defaults=values,

@@ -7,12 +7,15 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from dashboard.cluster.models import cluster_field
+
 
 class NodeToken(models.Model):
     """What lets one node's agent report that node and take its commands. Only the
     token's SHA-256 is kept: the token itself is shown once, when it is issued."""
 
     node = models.CharField(max_length=200)  # the node's name, as its GPUs and pages show it
+    cluster = cluster_field()  # the cluster the node is in: what it reports belongs there
     # The node's address: set when issued, or pinned by the first report (then fixed).
     node_ip = models.CharField(max_length=64, blank=True, default="")
     ray_node_id = models.CharField(max_length=64, blank=True, default="")

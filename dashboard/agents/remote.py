@@ -18,10 +18,13 @@ from dashboard.agents.tokens import live_tokens
 POLL_S = 0.1
 
 
-def node_with_agent(node_ip: str, node: str = "") -> str | None:
+def node_with_agent(node_ip: str, node: str = "", cluster: str = "") -> str | None:
     """The node (by name, else by address when one node there has one) whose HTTP agent
-    reported lately, or None: then the action goes another way."""
+    reported lately, or None: then the action goes another way. `cluster`: of that cluster
+    only (two clusters may reuse an address)."""
     tokens = live_tokens()
+    if cluster:
+        tokens = tokens.filter(cluster__name=cluster)
     if node and tokens.filter(node=node).exists():
         return node
     named = set(tokens.filter(node_ip=node_ip).values_list("node", flat=True)) if node_ip else ()

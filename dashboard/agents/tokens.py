@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from collectors.agent.wire import token_key
 from dashboard.agents.models import NodeToken
+from dashboard.cluster.models import Cluster
 from dashboard.core.errors import ApiError
 
 log = logging.getLogger("raywatch.agents")
@@ -21,15 +22,25 @@ PREFIX = "rwa_"
 SEEN_EVERY_S = 5  # last_seen_at is written at most this often per token
 
 
-def issue(node: str, user: Any, now: datetime, node_ip: str = "") -> tuple[NodeToken, str]:
-    """A new token for `node`: the row and the token, which is never shown again."""
+def issue(node: str, user: Any, now: datetime, node_ip: str = "",
+          cluster: str = "") -> tuple[NodeToken, str]:
+    """A new token for `node` of `cluster` (a name; default: the cluster RAY_ADDRESS points
+    at): the row and the token, which is never shown again."""
     node = node.strip()
     if not node or len(node) > 200:
         raise ApiError("a node name is needed (at most 200 characters)")
+    in_cluster = {}
+    if cluster.strip():
+        found = Cluster.objects.filter(name=cluster.strip()).first()
+        if found is None:
+            known = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none yet"
+            raise ApiError(f"no cluster named {cluster.strip()!r} (known: {known})")
+        in_cluster = {"cluster": found}
     token = PREFIX + secrets.token_urlsafe(32)
     row = NodeToken.objects.create(
         node=node, node_ip=node_ip.strip(), token_hash=token_key(token), prefix=token[:12],
-        created_by=user if user and user.is_authenticated else None, created_at=now)
+        created_by=user if user and user.is_authenticated else None, created_at=now,
+        **in_cluster)
     log.warning("agent token %s… issued for node %s by %s", row.prefix, node, _who(user))
     return row, token
 

@@ -25,7 +25,7 @@ ANSWER_GRACE_S = 10.0  # after py-spy's own timeout, for the answer to come back
 def agent_activity(trial: Trial, now: datetime) -> Activity | str | None:
     if trial.pid is None:
         return None
-    node = node_with_agent(trial.node_ip, trial.hostname)
+    node = node_with_agent(trial.node_ip, trial.hostname, trial.experiment.cluster.name)
     if node is None:
         return no_agent(trial)
     fact = NodeProcess.objects.filter(node=node, pid=trial.pid).exclude(state="Z").first()
@@ -53,7 +53,7 @@ def no_agent(trial: Trial) -> str:
 def agent_stack(trial: Trial) -> Stack | str | None:
     if trial.pid is None:
         return None
-    node = node_with_agent(trial.node_ip, trial.hostname)
+    node = node_with_agent(trial.node_ip, trial.hostname, trial.experiment.cluster.name)
     if node is None:
         return no_agent(trial)
     fact = NodeProcess.objects.filter(node=node, pid=trial.pid).first()

@@ -18,6 +18,7 @@ from dashboard.alerts.models import Silence, silenced_by
 from dashboard.alerts.reach import nobody_told, reach_context
 from dashboard.alerts.service import acknowledge, create_silence, matcher_problems, would_mute
 from dashboard.alerts.timeline import timeline
+from dashboard.cluster.scope import CLUSTER_PARAMETER, scoped
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import IsOperator, IsViewer
 from dashboard.incidents.models import SEVERITIES, Incident
@@ -26,6 +27,8 @@ FILTERS = ("kind", "severity", "experiment", "node", "group")
 
 
 class IncidentSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True,
+                                    help_text="the cluster its subject is in")
     trial_id = serializers.CharField(source="trial.trial_id", allow_null=True, default=None)
     trial_pk = serializers.IntegerField(source="trial.pk", allow_null=True, default=None)
     acknowledged_by = serializers.CharField(source="acknowledged_by.username", allow_null=True,
@@ -37,7 +40,7 @@ class IncidentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Incident
-        fields = ["id", "kind", "state", "severity", "subject", "trial_id", "trial_pk",
+        fields = ["id", "cluster", "kind", "state", "severity", "subject", "trial_id", "trial_pk",
                   "experiment", "node_ip", "group_key", "summary", "details", "opened_at",
                   "updated_at", "resolved_at", "acknowledged_at", "acknowledged_by", "ack_note",
                   "silenced_by", "nobody_told"]
@@ -74,7 +77,8 @@ class IncidentDetailSerializer(IncidentSerializer):
 
 
 def filtered(params: Any) -> QuerySet[Incident]:
-    incidents = Incident.objects.select_related("trial", "acknowledged_by")
+    incidents = scoped(Incident.objects.select_related("trial", "acknowledged_by", "cluster"),
+                       params)
     if state := params.get("state"):
         if state not in (Incident.FIRING, Incident.RESOLVED):
             raise ValidationError({"state": "firing or resolved"})
@@ -97,7 +101,7 @@ class AlertList(APIView):
             OpenApiParameter("state", str, enum=[Incident.FIRING, Incident.RESOLVED]),
             OpenApiParameter("severity", str, enum=list(SEVERITIES)),
             *[OpenApiParameter(name, str) for name in ("kind", "experiment", "node", "group")],
-            *PAGE_PARAMETERS,
+            CLUSTER_PARAMETER, *PAGE_PARAMETERS,
         ],
         responses={200: IncidentSerializer(many=True), 400: None},
     )
@@ -114,7 +118,7 @@ class AlertDetail(APIView):
 
     @extend_schema(responses={200: IncidentDetailSerializer, 404: None})
     def get(self, request: Request, pk: int) -> Response:
-        incident = get_object_or_404(Incident.objects.select_related("trial"), pk=pk)
+        incident = get_object_or_404(Incident.objects.select_related("trial", "cluster"), pk=pk)
         context = reach_context([incident], Silence.active_at(timezone.now()))
         return Response(IncidentDetailSerializer(incident, context=context).data)
 

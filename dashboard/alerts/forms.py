@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from dashboard.alerts.models import Channel
 from dashboard.alerts.urlguard import InvalidUrl, check_url, mask_url
+from dashboard.cluster.models import Cluster
 from dashboard.incidents.kinds import FAMILIES, KINDS
 from dashboard.incidents.models import SEVERITIES, Incident
 
@@ -35,11 +36,14 @@ class ChannelForm(forms.ModelForm):
     kinds = forms.MultipleChoiceField(label="Incident kinds", required=False,
                                       widget=forms.CheckboxSelectMultiple,
                                       help_text="none ticked: every kind")
+    clusters = forms.MultipleChoiceField(label="Clusters", required=False,
+                                         widget=forms.CheckboxSelectMultiple,
+                                         help_text="none ticked: every cluster")
 
     class Meta:
         model = Channel
-        fields = ["name", "kind", "url", "secret", "kinds", "min_severity", "send_resolved",
-                  "disabled"]
+        fields = ["name", "kind", "url", "secret", "kinds", "clusters", "min_severity",
+                  "send_resolved", "disabled"]
         labels = {"kind": "Service", "min_severity": "Minimum severity",
                   "send_resolved": "Send resolved notices",
                   "disabled": "Disabled (sends nothing)"}
@@ -47,6 +51,9 @@ class ChannelForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["kinds"].choices = kind_choices(*self.instance.kinds)
+        names = [*Cluster.objects.values_list("name", flat=True)]
+        self.fields["clusters"].choices = [(n, n) for n in
+                                           dict.fromkeys([*names, *self.instance.clusters])]
         self.fields["kind"].choices = [("", "choose a service"), *Channel.KINDS]
         if self.instance.pk:
             self.initial["url"] = ""
@@ -88,6 +95,8 @@ class SilenceForm(forms.Form):
     experiment = forms.CharField(required=False, max_length=300)
     node = forms.CharField(label="Node IP", required=False, max_length=200,
                            help_text="exact, or a glob: 10.0.0.*")
+    cluster = forms.CharField(required=False, max_length=200,
+                              help_text="its name, or a glob: gpu-*")
     hours = forms.FloatField(label="Lasts (hours)", min_value=0.05, max_value=24 * 90, initial=2,
                              help_text="from now")
     comment = forms.CharField(label="Why", widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),

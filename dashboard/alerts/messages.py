@@ -9,6 +9,7 @@ from urllib.parse import quote, urlencode
 from django.conf import settings
 from django.urls import reverse
 
+from dashboard.cluster.models import Cluster
 from dashboard.incidents.models import Incident, severity_rank
 
 # A grouped message lists at most this many incidents; the count says how many more.
@@ -42,7 +43,8 @@ def gpu_of(incident: Incident) -> str:
 
 def incident_item(incident: Incident, new: bool) -> dict[str, Any]:
     return {
-        "id": incident.pk, "kind": incident.kind, "severity": incident.severity,
+        "id": incident.pk, "cluster": incident.cluster.name, "kind": incident.kind,
+        "severity": incident.severity,
         "state": incident.state, "new": new, "subject": incident.subject,
         "summary": incident.summary, "experiment": incident.experiment,
         "node_ip": incident.node_ip, "trial_id": incident.trial.trial_id if incident.trial else "",
@@ -56,7 +58,10 @@ def incident_item(incident: Incident, new: bool) -> dict[str, Any]:
 
 
 def group_label(key: str) -> str:
+    """"experiment asha" for experiment:asha (a cluster's prefix, CLUSTER/, left out: the
+    message names its cluster)."""
     kind, _, value = key.partition(":")
+    kind = kind.rpartition("/")[2]
     return f"{kind} {value}" if kind in ("experiment", "node") else value
 
 
@@ -66,17 +71,20 @@ def build_message(group_key: str, firing: list[Incident], resolved: list[Inciden
     ordered = sorted(firing, key=lambda i: (-severity_rank(i.severity), i.opened_at, i.pk))
     ordered += sorted(resolved, key=lambda i: (i.resolved_at, i.pk))
     label = group_label(group_key)
+    cluster = ordered[0].cluster.name if ordered else settings.CLUSTER_NAME
+    # Named where it tells something: raywatch watches (or watched) more than one cluster.
+    where = f" on cluster {cluster}" if _many_clusters() else ""
     if firing:
-        title = f"[FIRING:{len(firing)}] {label}"
+        title = f"[FIRING:{len(firing)}] {label}{where}"
         if resolved:
             title += f" ({len(resolved)} resolved)"
     else:
-        title = f"[RESOLVED:{len(resolved)}] {label}"
+        title = f"[RESOLVED:{len(resolved)}] {label}{where}"
     if repeat:
         title += " (still firing)"
     worst = max((i.severity for i in firing), key=severity_rank, default="info")
     return {
-        "version": 1, "status": status, "repeat": repeat,
+        "version": 1, "status": status, "repeat": repeat, "cluster": cluster,
         "group": {"key": group_key, "label": label},
         "title": title, "severity": worst,
         "url": absolute(reverse("alerts") + "?" + urlencode({"group": group_key},
@@ -85,6 +93,10 @@ def build_message(group_key: str, firing: list[Incident], resolved: list[Inciden
         "incidents": [incident_item(i, i.pk in new_ids) for i in ordered[:MAX_LISTED]],
         "truncated": max(0, len(ordered) - MAX_LISTED),
     }
+
+
+def _many_clusters() -> bool:
+    return Cluster.objects.count() > 1
 
 
 def test_message(channel_name: str, by: str) -> dict[str, Any]:

@@ -27,8 +27,10 @@ class Channel(models.Model):
     # The URL of a chat webhook is itself a credential: shown masked, never logged.
     url = models.TextField()
     secret = models.CharField(max_length=200, blank=True, default="")
-    # Routing: glob patterns of incident kinds (empty: all kinds), and a minimum severity.
+    # Routing: glob patterns of incident kinds (empty: all kinds), of cluster names (empty:
+    # every cluster), and a minimum severity.
     kinds = models.JSONField(default=list, blank=True)
+    clusters = models.JSONField(default=list, blank=True)
     min_severity = models.CharField(max_length=16, default="warning",
                                     choices=[(s, s) for s in SEVERITIES])
     send_resolved = models.BooleanField(default=True)
@@ -49,6 +51,9 @@ class Channel(models.Model):
     def routes(self, incident: Incident) -> bool:
         if severity_rank(incident.severity) < severity_rank(self.min_severity):
             return False
+        if self.clusters and not any(fnmatch.fnmatchcase(incident.cluster.name, p)
+                                     for p in self.clusters):
+            return False
         return not self.kinds or any(fnmatch.fnmatchcase(incident.kind, p) for p in self.kinds)
 
 
@@ -56,13 +61,14 @@ class Silence(models.Model):
     """Mutes matching incidents between starts_at and ends_at. Each matcher is exact or
     a glob (`trial_*`, `10.0.0.*`); an empty matcher matches anything."""
 
-    MATCHERS = ("kind", "severity", "subject", "experiment", "node")
+    MATCHERS = ("kind", "severity", "subject", "experiment", "node", "cluster")
 
     kind = models.CharField(max_length=200, blank=True, default="")
     severity = models.CharField(max_length=200, blank=True, default="")
     subject = models.CharField(max_length=500, blank=True, default="")
     experiment = models.CharField(max_length=300, blank=True, default="")
     node = models.CharField(max_length=200, blank=True, default="")
+    cluster = models.CharField(max_length=200, blank=True, default="")  # its name, or a glob
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True,
@@ -85,10 +91,11 @@ class Silence(models.Model):
         return self.starts_at <= now < self.ends_at
 
     def matches(self, incident: Incident) -> bool:
-        values = {"kind": incident.kind, "severity": incident.severity,
-                  "subject": incident.subject, "experiment": incident.experiment,
-                  "node": incident.node_ip}
-        return all(fnmatch.fnmatchcase(values[m], getattr(self, m))
+        values = {"kind": lambda: incident.kind, "severity": lambda: incident.severity,
+                  "subject": lambda: incident.subject, "experiment": lambda: incident.experiment,
+                  "node": lambda: incident.node_ip,
+                  "cluster": lambda: incident.cluster.name}  # read only when a silence asks
+        return all(fnmatch.fnmatchcase(values[m](), getattr(self, m))
                    for m in self.MATCHERS if getattr(self, m))
 
     @classmethod

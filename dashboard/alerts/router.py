@@ -115,12 +115,13 @@ def flush_due(now: datetime) -> list[Delivery]:
 
 def flush(group: AlertGroup, silences: list[Silence], now: datetime) -> Delivery | None:
     channel = group.channel
-    firing = [i for i in Incident.objects.select_related("trial", "acknowledged_by")
+    firing = [i for i in Incident.objects.select_related("trial", "acknowledged_by", "cluster")
               .filter(group_key=group.key, state=Incident.FIRING)
               if channel.routes(i) and not silenced_by(i, silences)]
     resolved = []
     if channel.send_resolved and group.notified:
-        resolved = [i for i in Incident.objects.select_related("trial", "acknowledged_by")
+        resolved = [i for i in Incident.objects.select_related("trial", "acknowledged_by",
+                                                               "cluster")
                     .filter(pk__in=[int(k) for k in group.notified], state=Incident.RESOLVED)
                     if not silenced_by(i, silences)]
     told = group.notified

@@ -93,8 +93,8 @@ def would_mute(matchers: dict[str, str]) -> list[Incident]:
     """The firing incidents a silence with these matchers would mute, matched as the
     silence itself will match them (Silence.matches), before it is made."""
     candidate = Silence(**{m: (matchers.get(m) or "").strip() for m in Silence.MATCHERS})
-    firing = Incident.objects.filter(state=Incident.FIRING).select_related("trial",
-                                                                         "acknowledged_by")
+    firing = Incident.objects.filter(state=Incident.FIRING).select_related(
+        "trial", "acknowledged_by", "cluster")
     return [i for i in firing.order_by("-opened_at", "-id") if candidate.matches(i)]
 
 

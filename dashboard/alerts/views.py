@@ -16,6 +16,8 @@ from dashboard.alerts.models import Channel, Delivery, Silence
 from dashboard.alerts.service import ActionError, create_silence, end_silence
 from dashboard.alerts.testsend import send_test
 from dashboard.alerts.urlguard import mask_url
+from dashboard.cluster.models import Cluster
+from dashboard.cluster.scope import page_cluster
 from dashboard.core.roles import ADMIN, OPERATOR, has_role
 from dashboard.core.views import viewer_required
 from dashboard.incidents.models import SEVERITIES, Incident
@@ -35,11 +37,14 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         "nodes": sorted(set(Incident.objects.exclude(node_ip="")
                             .values_list("node_ip", flat=True))),
         "severities": SEVERITIES,
+        "clusters": list(Cluster.objects.order_by("name").values_list("name", flat=True)),
     }
+    filters = {k: request.GET.get(k, "") for k in
+               ("state", "kind", "severity", "experiment", "node", "group")}
+    scope = page_cluster(request)  # the header's switcher; the form can widen it
+    filters["cluster"] = scope.name if scope else ""
     return render(request, "alerts/alerts.html", {
-        "choices": choices, "filters": {k: request.GET.get(k, "") for k in
-                                        ("state", "kind", "severity", "experiment", "node",
-                                         "group")},
+        "choices": choices, "filters": filters,
         "can_act": has_role(request.user, OPERATOR)})
 
 

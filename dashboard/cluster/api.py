@@ -1,39 +1,52 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dashboard.cluster.models import Actor, Demand, Job, Node
+from dashboard.cluster.registry import add_cluster
+from dashboard.cluster.scope import CLUSTER_PARAMETER, requested_cluster, scoped
 from dashboard.cluster.serializers import (
     ActorSerializer,
     ClusterSerializer,
+    ClusterSummarySerializer,
     DemandSerializer,
     JobSerializer,
     NodeSerializer,
 )
-from dashboard.cluster.state import cluster_payload
+from dashboard.cluster.state import cluster_payload, overview
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
+from dashboard.core.roles import IsAdmin, IsViewer
 
 
 class NodeList(APIView):
     """Every Ray node raywatch knows, alive or dead, head first."""
 
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=NodeSerializer(many=True))
+    @extend_schema(parameters=[CLUSTER_PARAMETER, *PAGE_PARAMETERS],
+                   responses={200: NodeSerializer(many=True), 400: None})
     def get(self, request: Request) -> Response:
-        return paginated(request, Node.objects.all(),
+        return paginated(request, scoped(Node.objects.select_related("cluster"),
+                                         request.query_params),
                          lambda page: NodeSerializer(page, many=True).data)
 
 
 class ClusterView(APIView):
-    """Cluster totals and every node: what the cluster page shows."""
+    """What the Cluster page shows: one cluster's totals, nodes and identity (?cluster=;
+    without it, the only cluster, or with several every cluster's nodes and an overview
+    of each)."""
 
-    @extend_schema(responses=ClusterSerializer)
+    @extend_schema(parameters=[CLUSTER_PARAMETER], responses={200: ClusterSerializer,
+                                                               400: None})
     def get(self, request: Request) -> Response:
-        return Response(cluster_payload())
+        cluster = requested_cluster(request.query_params)
+        return Response(cluster_payload(cluster.name if cluster else None))
 
 
 ACTOR_STATES = ("ALIVE", "PENDING_CREATION", "RESTARTING", "DEPENDENCIES_UNREADY", "DEAD")
@@ -44,11 +57,12 @@ class ActorList(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("state", str, enum=list(ACTOR_STATES)),
-                    OpenApiParameter("node_id", str), *PAGE_PARAMETERS],
+                    OpenApiParameter("node_id", str), CLUSTER_PARAMETER, *PAGE_PARAMETERS],
         responses={200: ActorSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        actors = Actor.objects.order_by("-first_seen_at", "-id")
+        actors = scoped(Actor.objects.select_related("cluster").order_by("-first_seen_at", "-id"),
+                        request.query_params)
         if state := request.query_params.get("state"):
             if state.upper() not in ACTOR_STATES:
                 raise ValidationError({"state": f"one of {', '.join(ACTOR_STATES)}"})
@@ -61,9 +75,11 @@ class ActorList(APIView):
 class JobList(APIView):
     """Ray jobs, newest first."""
 
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=JobSerializer(many=True))
+    @extend_schema(parameters=[CLUSTER_PARAMETER, *PAGE_PARAMETERS],
+                   responses={200: JobSerializer(many=True), 400: None})
     def get(self, request: Request) -> Response:
-        return paginated(request, Job.objects.order_by("-start_time", "-id"),
+        jobs = Job.objects.select_related("cluster").order_by("-start_time", "-id")
+        return paginated(request, scoped(jobs, request.query_params),
                          lambda page: JobSerializer(page, many=True).data)
 
 
@@ -71,8 +87,45 @@ class DemandList(APIView):
     """Pending work Ray cannot place yet, longest waiting first, each with what it asks
     for, whether any node could ever fit it, and what it waits behind."""
 
-    @extend_schema(parameters=PAGE_PARAMETERS, responses=DemandSerializer(many=True))
+    @extend_schema(parameters=[CLUSTER_PARAMETER, *PAGE_PARAMETERS],
+                   responses={200: DemandSerializer(many=True), 400: None})
     def get(self, request: Request) -> Response:
         context = {"now": timezone.now()}
-        return paginated(request, Demand.objects.order_by("first_seen_at", "id"),
+        demands = Demand.objects.select_related("cluster").order_by("first_seen_at", "id")
+        return paginated(request, scoped(demands, request.query_params),
                          lambda page: DemandSerializer(page, many=True, context=context).data)
+
+
+class AddClusterRequest(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    address = serializers.CharField(max_length=500, help_text="its dashboard's URL, "
+                                                              "http://HEAD:8265")
+    token = serializers.CharField(required=False, allow_blank=True, default="",
+                                  help_text="Ray's auth token for it, if it wants one")
+    gcs_address = serializers.CharField(required=False, allow_blank=True, default="",
+                                        max_length=200,
+                                        help_text="its GCS, HOST:PORT (to kill a trial's actor)")
+
+
+class ClusterList(APIView):
+    """Every cluster raywatch watches or watched ("all clusters"): whether it answers,
+    its nodes, Ray's GPUs busy and idle, open incidents. Admins add one with POST."""
+
+    def get_permissions(self) -> list[Any]:
+        return [IsAdmin()] if self.request.method == "POST" else [IsViewer()]
+
+    @extend_schema(responses=ClusterSummarySerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(ClusterSummarySerializer(overview(), many=True).data)
+
+    @extend_schema(request=AddClusterRequest,
+                   responses={201: ClusterSummarySerializer, 400: None, 403: None})
+    def post(self, request: Request) -> Response:
+        body = AddClusterRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        cluster = add_cluster(body.validated_data["name"], body.validated_data["address"],
+                              body.validated_data["token"], timezone.now(),
+                              by=request.user.get_username(),
+                              gcs_address=body.validated_data["gcs_address"])
+        row = next(r for r in overview() if r["name"] == cluster.name)
+        return Response(ClusterSummarySerializer(row).data, status=201)

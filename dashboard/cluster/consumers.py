@@ -12,11 +12,11 @@ class ClusterConsumer(LiveConsumer):
     topics = (CLUSTER_GROUP,)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"cluster": cluster_payload()}
+        return {"cluster": cluster_payload(self.cluster or None)}
 
 
 class JobsConsumer(LiveConsumer):
     topics = (JOBS_GROUP,)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"jobs": jobs_payload()}
+        return {"jobs": jobs_payload(self.cluster or None)}

@@ -8,9 +8,16 @@ from django.conf import settings
 
 from collectors import rayaddress
 from collectors.raystate import RayEndpoint, read_token
+from dashboard.cluster.models import Cluster
 
 
-def ray_endpoint() -> RayEndpoint:
+def ray_endpoint(cluster: Cluster | None = None) -> RayEndpoint:
+    """Where to reach `cluster` (default: the one RAY_ADDRESS points at). A cluster an
+    admin added or that registered itself has its dashboard URL and token stored."""
+    if cluster is not None and cluster.address:
+        return RayEndpoint(dashboard_url=cluster.address.rstrip("/"),
+                           token=cluster.token or None,
+                           timeout_s=settings.RAY_HTTP_TIMEOUT_S)
     return RayEndpoint(
         dashboard_url=rayaddress.dashboard_url(
             settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS, settings.LOCAL_RAY_FILE
@@ -25,3 +32,24 @@ def gcs_address() -> str | None:
     when raywatch was given only the dashboard's URL."""
     return rayaddress.gcs_address(settings.RAY_ADDRESS, settings.RAY_GCS_ADDRESS,
                                   settings.LOCAL_RAY_FILE)
+
+
+def named(name: str | None) -> Cluster | None:
+    """The cluster of this name, None for the one RAY_ADDRESS points at (or no name)."""
+    if not name or name == settings.CLUSTER_NAME:
+        return None
+    return Cluster.objects.filter(name=name).first()
+
+
+def endpoint_of(name: str | None) -> RayEndpoint:
+    """Where the named cluster's dashboard is (an action's target names its cluster)."""
+    return ray_endpoint(named(name))
+
+
+def gcs_of(name: str | None) -> str | None:
+    """HOST:PORT of the named cluster's GCS: RAY_ADDRESS's for the one it points at, the
+    one an admin gave (`cluster add --gcs`) or its head agent announced for another."""
+    cluster = named(name)
+    if cluster is None:
+        return gcs_address() if not name or name == settings.CLUSTER_NAME else None
+    return cluster.gcs_address or None

@@ -3,12 +3,73 @@ from __future__ import annotations
 from django.db import models
 
 
+class Cluster(models.Model):
+    """A Ray cluster raywatch watches. The one RAY_ADDRESS points at is named
+    RAYWATCH_CLUSTER_NAME (origin "settings": the single-cluster shortcut); an admin adds
+    others (`manage.py cluster add`, POST /api/clusters/), and a head node's agent can
+    announce its own (origin "registered", polled once an admin approves it).
+
+    It outlives its Ray: a cluster that stops answering is UNREACHABLE, and ENDED once it
+    has been for RAYWATCH_CLUSTER_ENDED_S; everything raywatch stored of it stays
+    browsable. It comes back ACTIVE when it answers again (a new session if its head
+    restarted)."""
+
+    ACTIVE, UNREACHABLE, ENDED = "active", "unreachable", "ended"
+    SETTINGS, ADMIN, REGISTERED = "settings", "admin", "registered"
+    APPROVED, PENDING, REFUSED = "approved", "pending", "refused"
+
+    name = models.CharField(max_length=200, unique=True)
+    origin = models.CharField(max_length=16, default=SETTINGS)
+    approval = models.CharField(max_length=16, default=APPROVED)  # only approved ones are polled
+    # Where its dashboard is (http://host:8265, or the GCS's host:port as RAY_ADDRESS
+    # takes it); empty for the settings cluster, whose address is RAY_ADDRESS.
+    address = models.CharField(max_length=500, blank=True, default="")
+    token = models.TextField(blank=True, default="")  # Ray's auth token: never shown
+    gcs_address = models.CharField(max_length=200, blank=True, default="")
+    kuberay = models.JSONField(default=dict, blank=True)  # {"name": ..., "namespace": ...}
+    dashboard_url = models.CharField(max_length=500, blank=True, default="")
+    ray_version = models.CharField(max_length=64, blank=True, default="")
+    state = models.CharField(max_length=16, default=ACTIVE)
+    state_since = models.DateTimeField()
+    last_error = models.TextField(blank=True, default="")
+    end_reason = models.TextField(blank=True, default="")
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(null=True)  # its last answer
+    ended_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+
+def settings_cluster_pk() -> int:
+    """The cluster a row belongs to when its writer names none: the one RAY_ADDRESS
+    points at (created on first use). Collectors always name theirs."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    now = timezone.now()
+    cluster, _ = Cluster.objects.get_or_create(
+        name=settings.CLUSTER_NAME, defaults={"first_seen_at": now, "state_since": now})
+    return cluster.pk
+
+
+def cluster_field() -> models.ForeignKey:
+    """Every row of what Ray and Tune report belongs to a cluster."""
+    return models.ForeignKey(Cluster, on_delete=models.CASCADE, default=settings_cluster_pk,
+                             related_name="+")
+
+
+
 class Node(models.Model):
     """A Ray node as the Ray state API last described it."""
 
     ALIVE, DEAD = "ALIVE", "DEAD"
 
-    node_id = models.CharField(max_length=64, unique=True)
+    cluster = cluster_field()
+    node_id = models.CharField(max_length=64)
     node_ip = models.CharField(max_length=64)
     hostname = models.CharField(max_length=255, blank=True, default="")
     is_head = models.BooleanField(default=False)
@@ -33,6 +94,11 @@ class Node(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        # Per cluster: ids Ray derives (a driver's worker id comes from its job id, which
+        # every cluster numbers from 01000000) repeat across clusters.
+        constraints = [models.UniqueConstraint(fields=["cluster", "node_id"],
+                                               name="one_node_row")]
+        indexes = [models.Index(fields=["node_id"], name="node_node_id")]
         ordering = ["-is_head", "state", "node_ip", "node_id"]
 
     def __str__(self) -> str:
@@ -44,7 +110,8 @@ class Actor(models.Model):
     DEAD; one it stops listing is kept here as DEAD for a day (`ended_at`), so that
     a process still holding a GPU can be told apart as a dead actor's leftover."""
 
-    actor_id = models.CharField(max_length=64, unique=True)
+    cluster = cluster_field()
+    actor_id = models.CharField(max_length=64)
     state = models.CharField(max_length=32)
     pid = models.IntegerField(null=True)
     node_id = models.CharField(max_length=64, blank=True, default="")
@@ -60,7 +127,10 @@ class Actor(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["node_id", "pid"], name="actor_node_pid")]
+        constraints = [models.UniqueConstraint(fields=["cluster", "actor_id"],
+                                               name="one_actor_row")]
+        indexes = [models.Index(fields=["node_id", "pid"], name="actor_node_pid"),
+                   models.Index(fields=["actor_id"], name="actor_actor_id")]
 
     def __str__(self) -> str:
         return f"{self.label} {self.actor_id[:8]} ({self.state})"
@@ -74,20 +144,24 @@ class Actor(models.Model):
 class Worker(models.Model):
     """A live Ray worker process (task or actor worker, or a driver)."""
 
-    worker_id = models.CharField(max_length=64, unique=True)
+    cluster = cluster_field()
+    worker_id = models.CharField(max_length=64)
     node_id = models.CharField(max_length=64)
     pid = models.IntegerField()
     worker_type = models.CharField(max_length=32)
     job_id = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "worker_id"],
+                                               name="one_worker_row")]
         indexes = [models.Index(fields=["node_id", "pid"], name="worker_node_pid")]
 
 
 class Job(models.Model):
     """A Ray job (a driver), from the Jobs API."""
 
-    key = models.CharField(max_length=128, unique=True)  # submission id, else job id
+    cluster = cluster_field()
+    key = models.CharField(max_length=128)  # submission id, else job id
     job_id = models.CharField(max_length=64, blank=True, default="")
     submission_id = models.CharField(max_length=128, blank=True, default="")
     type = models.CharField(max_length=16)
@@ -104,13 +178,15 @@ class Job(models.Model):
     RUNNING_STATES = ("PENDING", "RUNNING")
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "key"], name="one_job_row")]
         ordering = ["-start_time"]
 
 
 class PlacementGroup(models.Model):
     """A placement group that is not REMOVED."""
 
-    placement_group_id = models.CharField(max_length=64, unique=True)
+    cluster = cluster_field()
+    placement_group_id = models.CharField(max_length=64)
     name = models.CharField(max_length=500, blank=True, default="")
     state = models.CharField(max_length=32)
     strategy = models.CharField(max_length=32, blank=True, default="")
@@ -121,6 +197,10 @@ class PlacementGroup(models.Model):
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "placement_group_id"],
+                                               name="one_placement_group_row")]
+
 
 class Demand(models.Model):
     """Work Ray cannot place yet: a pending actor, placement group or task shape.
@@ -129,6 +209,7 @@ class Demand(models.Model):
     Feasibility is worked out against the alive nodes' totals at each poll.
     """
 
+    cluster = cluster_field()
     kind = models.CharField(max_length=32)
     key = models.CharField(max_length=500)
     name = models.CharField(max_length=500, blank=True, default="")
@@ -144,32 +225,9 @@ class Demand(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["kind", "key"], name="one_demand_row")]
+        constraints = [models.UniqueConstraint(fields=["cluster", "kind", "key"],
+                                               name="one_demand_row_per_cluster")]
         ordering = ["first_seen_at"]
-
-
-class Cluster(models.Model):
-    """A Ray cluster raywatch watches, by the name raywatch gives it
-    (RAYWATCH_CLUSTER_NAME, for RAY_ADDRESS). It outlives its Ray: a cluster that stops
-    answering is UNREACHABLE, and ENDED once it has been for RAYWATCH_CLUSTER_ENDED_S;
-    everything raywatch stored of it stays browsable. It comes back ACTIVE when it
-    answers again (a new session if its head restarted)."""
-
-    ACTIVE, UNREACHABLE, ENDED = "active", "unreachable", "ended"
-
-    name = models.CharField(max_length=200, unique=True)
-    dashboard_url = models.CharField(max_length=500, blank=True, default="")
-    ray_version = models.CharField(max_length=64, blank=True, default="")
-    state = models.CharField(max_length=16, default=ACTIVE)
-    state_since = models.DateTimeField()
-    last_error = models.TextField(blank=True, default="")
-    end_reason = models.TextField(blank=True, default="")
-    first_seen_at = models.DateTimeField()
-    last_seen_at = models.DateTimeField(null=True)  # its last answer
-    ended_at = models.DateTimeField(null=True)
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.state})"
 
 
 class ClusterSession(models.Model):

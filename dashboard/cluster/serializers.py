@@ -7,10 +7,12 @@ from dashboard.cluster.models import Actor, Cluster, ClusterSession, Demand, Job
 
 
 class NodeSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
     class Meta:
         model = Node
         fields = [
-            "node_id", "node_ip", "hostname", "is_head", "state", "state_message",
+            "cluster", "node_id", "node_ip", "hostname", "is_head", "state", "state_message",
             "started_at", "ended_at", "resources", "labels", "cpu_percent",
             "mem_total_bytes", "mem_used_bytes", "object_store_total_bytes",
             "object_store_used_bytes", "object_store_spilled_bytes",
@@ -54,25 +56,57 @@ class IdentitySerializer(serializers.ModelSerializer):
         return SessionSerializer(cluster.sessions.all()[:50], many=True).data
 
 
+class ClusterSummarySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    origin = serializers.ChoiceField(choices=[Cluster.SETTINGS, Cluster.ADMIN,
+                                              Cluster.REGISTERED])
+    approval = serializers.ChoiceField(choices=[Cluster.APPROVED, Cluster.PENDING,
+                                                Cluster.REFUSED])
+    state = serializers.ChoiceField(choices=[Cluster.ACTIVE, Cluster.UNREACHABLE,
+                                             Cluster.ENDED])
+    state_since = serializers.DateTimeField()
+    dashboard_url = serializers.CharField()
+    has_token = serializers.BooleanField(help_text="whether raywatch holds a Ray token for it "
+                                                   "(never shown)")
+    ray_version = serializers.CharField()
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    end_reason = serializers.CharField()
+    last_error = serializers.CharField()
+    kuberay = serializers.DictField()
+    nodes_alive = serializers.IntegerField()
+    gpus = ResourceTotalSerializer(help_text="Ray's GPUs on its alive nodes, and how many are "
+                                             "in use")
+    open_incidents = serializers.IntegerField()
+    is_default = serializers.BooleanField(help_text="the cluster RAY_ADDRESS points at")
+
+
 class ClusterSerializer(serializers.Serializer):
     totals = ClusterTotalsSerializer()
     nodes = NodeSerializer(many=True)
     identity = IdentitySerializer(allow_null=True)
+    clusters = ClusterSummarySerializer(many=True, help_text="every cluster, when the page "
+                                                             "is unscoped and there are several")
 
 
 class ActorSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
     class Meta:
         model = Actor
-        fields = ["actor_id", "state", "pid", "node_id", "class_name", "repr_name", "name",
-                  "job_id", "placement_group_id", "required_resources", "start_time",
+        fields = ["cluster", "actor_id", "state", "pid", "node_id", "class_name", "repr_name",
+                  "name", "job_id", "placement_group_id", "required_resources", "start_time",
                   "ended_at", "first_seen_at"]
 
 
 class JobSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+
     class Meta:
         model = Job
-        fields = ["key", "job_id", "submission_id", "type", "status", "entrypoint", "message",
-                  "driver_pid", "driver_node_id", "driver_node_ip", "start_time", "end_time"]
+        fields = ["cluster", "key", "job_id", "submission_id", "type", "status", "entrypoint",
+                  "message", "driver_pid", "driver_node_id", "driver_node_ip", "start_time",
+                  "end_time"]
 
 
 KIND_WORDS = {"placement_group": "placement group", "actor": "actor", "task": "tasks"}
@@ -92,14 +126,15 @@ def demand_label(kind: str, key: str, name: str, job_id: str) -> str:
 
 
 class DemandSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
     waiting_s = serializers.SerializerMethodField()
     label = serializers.SerializerMethodField()
 
     class Meta:
         model = Demand
-        fields = ["kind", "key", "name", "label", "bundles", "count", "strategy", "job_id",
-                  "ray_infeasible", "feasible", "explanation", "blockers", "first_seen_at",
-                  "waiting_s"]
+        fields = ["cluster", "kind", "key", "name", "label", "bundles", "count", "strategy",
+                  "job_id", "ray_infeasible", "feasible", "explanation", "blockers",
+                  "first_seen_at", "waiting_s"]
 
     def get_label(self, demand: Demand) -> str:
         return demand_label(demand.kind, demand.key, demand.name, demand.job_id)

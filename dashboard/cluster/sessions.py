@@ -14,29 +14,29 @@ from django.conf import settings
 from django.db import transaction
 
 from collectors.records import RaySession
-from dashboard.cluster.models import Cluster, ClusterSession
+from dashboard.cluster.models import Cluster, ClusterSession, Node
 from dashboard.core.templatetags.rw import age
 
 
 @contextmanager
-def held(now: datetime) -> Iterator[Cluster | None]:
-    """The cluster's row for one poll's writes, in one transaction. On Postgres it is
-    locked, and a second poll of the same cluster gets None and stores nothing: two Celery
-    workers polling at once raced to create the same new node (IntegrityError). The
-    embedded scheduler polls one at a time (SQLite has no row locks)."""
+def held(now: datetime, name: str | None = None) -> Iterator[Cluster | None]:
+    """A cluster's row (default: the one RAY_ADDRESS points at) for one poll's writes, in
+    one transaction. On Postgres it is locked, and a second poll of the same cluster gets
+    None and stores nothing: two Celery workers polling at once raced to create the same
+    new node (IntegrityError). The embedded scheduler never polls one cluster twice at
+    once (SQLite has no row locks)."""
     with transaction.atomic():
-        yield _claim(now)
+        yield _claim(now, name or settings.CLUSTER_NAME)
 
 
-def _claim(now: datetime) -> Cluster | None:
-    mine = Cluster.objects.select_for_update(skip_locked=True).filter(
-        name=settings.CLUSTER_NAME).first()
+def _claim(now: datetime, name: str) -> Cluster | None:
+    mine = Cluster.objects.select_for_update(skip_locked=True).filter(name=name).first()
     if mine is not None:
         return mine
-    if Cluster.objects.filter(name=settings.CLUSTER_NAME).exists():
+    if Cluster.objects.filter(name=name).exists():
         return None  # there, and held by another poll
     cluster, _ = Cluster.objects.get_or_create(
-        name=settings.CLUSTER_NAME, defaults={"first_seen_at": now, "state_since": now})
+        name=name, defaults={"first_seen_at": now, "state_since": now})
     return Cluster.objects.select_for_update().get(pk=cluster.pk)
 
 
@@ -86,6 +86,10 @@ def _end(cluster: Cluster, now: datetime) -> None:
     current = cluster.sessions.filter(ended_at__isnull=True).first()
     if current is not None:
         _end_session(current, "its cluster stopped answering")
+    # What Ray last said of its nodes is history now, not their state.
+    Node.objects.filter(cluster=cluster).exclude(state=Node.DEAD).update(
+        state=Node.DEAD, state_message="its cluster ended", ended_at=since or now,
+        updated_at=now)
 
 
 def _end_session(session: ClusterSession, reason: str) -> None:
@@ -115,3 +119,11 @@ def _save_error(cluster: Cluster, error: str) -> bool:
 def current_cluster() -> Cluster | None:
     """The cluster RAY_ADDRESS points at, once raywatch has polled it."""
     return Cluster.objects.filter(name=settings.CLUSTER_NAME).first()
+
+
+def added_clusters() -> list[Cluster]:
+    """The clusters to poll besides the one RAY_ADDRESS points at: every approved one with
+    an address (ended ones too: a cluster that comes back is seen again)."""
+    others = Cluster.objects.filter(approval=Cluster.APPROVED).exclude(address="").exclude(
+        name=settings.CLUSTER_NAME)
+    return list(others)

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from rest_framework.utils.encoders import JSONEncoder
 
 from collectors.records import NodeRecord
-from dashboard.cluster.models import Node
+from dashboard.cluster.models import Cluster, Node, settings_cluster_pk
 from dashboard.cluster.serializers import ClusterSerializer
 from dashboard.cluster.sessions import current_cluster
 from dashboard.core.models import SourceHealth
 from dashboard.core.push import CLUSTER_GROUP, publish
+from dashboard.incidents.models import Incident
 
 _FIELDS = (
     "node_ip", "hostname", "is_head", "state", "state_message", "started_at", "ended_at",
@@ -47,8 +50,10 @@ def _values(record: NodeRecord) -> dict[str, Any]:
     }
 
 
-def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
-    """Store the nodes Ray listed; returns whether anything an operator sees changed.
+def ingest_nodes(records: Iterable[NodeRecord], now: datetime,
+                 cluster: Cluster | None = None) -> bool:
+    """Store the nodes Ray listed of `cluster` (default: the one RAY_ADDRESS points at);
+    returns whether anything an operator sees changed.
 
     A node Ray no longer lists (it forgets dead nodes after a while) is kept,
     marked DEAD, so that a vanished node never silently disappears from the page.
@@ -56,12 +61,15 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
     incoming = {r.node_id: _values(r) for r in records}
     changed: list[Node] = []
     created = False
+    cluster_pk = cluster.pk if cluster is not None else settings_cluster_pk()
     with transaction.atomic():
-        existing = {n.node_id: n for n in Node.objects.select_for_update()}
+        existing = {n.node_id: n
+                    for n in Node.objects.select_for_update().filter(cluster_id=cluster_pk)}
         for node_id, values in incoming.items():
             node = existing.get(node_id)
             if node is None:
-                Node.objects.create(node_id=node_id, last_seen_at=now, **values)
+                Node.objects.create(node_id=node_id, cluster_id=cluster_pk, last_seen_at=now,
+                                    **values)
                 created = True
                 continue
             _keep_last_known_usage(node, values)
@@ -77,7 +85,8 @@ def ingest_nodes(records: Iterable[NodeRecord], now: datetime) -> bool:
                 node.ended_at = node.ended_at or now
                 changed.append(node)
         # Only what changed is rewritten; "still listed" is one cheap UPDATE.
-        Node.objects.filter(node_id__in=list(incoming)).update(last_seen_at=now)
+        Node.objects.filter(cluster_id=cluster_pk, node_id__in=list(incoming)
+                            ).update(last_seen_at=now)
         for node in changed:
             node.updated_at = now  # bulk_update does not apply auto_now
         Node.objects.bulk_update(changed, [*_FIELDS, "updated_at", "spilled_changed_at"])
@@ -111,14 +120,67 @@ def ray_is_current(now: datetime) -> bool:
     return now - health.last_success_at <= timedelta(seconds=max(3 * health.interval_s, 10))
 
 
-def cluster_state() -> dict[str, Any]:
-    nodes = list(Node.objects.all())
-    return {"totals": totals(nodes), "nodes": nodes, "identity": current_cluster()}
+def current_clusters(now: datetime) -> set[int]:
+    """The clusters (pks) whose stored view of Ray is fresh enough to conclude that
+    something is gone: the "ray" source's health, scoped "" for the one RAY_ADDRESS points
+    at and by name for the others."""
+    names = {("" if name == settings.CLUSTER_NAME else name): pk
+             for pk, name in Cluster.objects.values_list("pk", "name")}
+    fresh = set()
+    for health in SourceHealth.objects.filter(source="ray", scope__in=list(names),
+                                              last_success_at__isnull=False):
+        window = timedelta(seconds=max(3 * health.interval_s, 10))
+        if now - health.last_success_at <= window:
+            fresh.add(names[health.scope])
+    return fresh
 
 
-def cluster_payload() -> dict[str, Any]:
-    """The cluster as JSON-ready data: what GET /api/cluster/ and the socket carry."""
-    data = ClusterSerializer(cluster_state()).data
+def cluster_state(name: str | None = None) -> dict[str, Any]:
+    """The Cluster page's data. Scoped to the cluster `name`: its nodes, totals and
+    identity. Unscoped: the one cluster raywatch knows, as it is; with several, every
+    cluster's nodes, and the overview of each cluster in place of one identity."""
+    everything = not name and Cluster.objects.count() > 1
+    cluster = (Cluster.objects.filter(name=name).first() if name
+               else None if everything else current_cluster())
+    nodes = Node.objects.select_related("cluster")
+    if cluster is not None:
+        nodes = nodes.filter(cluster=cluster)
+    elif name:
+        nodes = nodes.none()
+    listed = list(nodes)
+    return {"totals": totals(listed), "nodes": listed, "identity": cluster,
+            "clusters": overview() if everything else []}
+
+
+def overview() -> list[dict[str, Any]]:
+    """Every cluster with what an operator checks first: does it answer, how big is it,
+    are its GPUs busy, what is on fire ("all clusters")."""
+    nodes: dict[int, list[Node]] = {}
+    for node in Node.objects.all():
+        nodes.setdefault(node.cluster_id, []).append(node)
+    firing = Counter(Incident.objects.filter(state=Incident.FIRING)
+                     .values_list("cluster_id", flat=True))
+    rows = []
+    for cluster in Cluster.objects.order_by("name"):
+        summary = totals(nodes.get(cluster.pk, []))
+        rows.append({
+            "name": cluster.name, "origin": cluster.origin, "approval": cluster.approval,
+            "state": cluster.state, "state_since": cluster.state_since,
+            "dashboard_url": cluster.dashboard_url or cluster.address,
+            "has_token": bool(cluster.token), "ray_version": cluster.ray_version,
+            "last_seen_at": cluster.last_seen_at, "ended_at": cluster.ended_at,
+            "end_reason": cluster.end_reason, "last_error": cluster.last_error,
+            "kuberay": cluster.kuberay, "nodes_alive": summary["nodes_alive"],
+            "gpus": summary["gpu"], "open_incidents": firing.get(cluster.pk, 0),
+            "is_default": cluster.name == settings.CLUSTER_NAME,
+        })
+    return rows
+
+
+def cluster_payload(name: str | None = None) -> dict[str, Any]:
+    """The cluster as JSON-ready data: what GET /api/cluster/ and the socket carry
+    (scoped to the cluster `name`, or unscoped: see cluster_state)."""
+    data = ClusterSerializer(cluster_state(name)).data
     # Round-trip through DRF's encoder: datetimes to ISO strings, as the API does.
     return json.loads(json.dumps(data, cls=JSONEncoder))
 
@@ -162,5 +224,6 @@ def demands_payload() -> list[dict[str, Any]]:
     from dashboard.cluster.models import Demand
     from dashboard.cluster.serializers import DemandSerializer
 
-    data = DemandSerializer(Demand.objects.all(), many=True, context={"now": timezone.now()}).data
+    data = DemandSerializer(Demand.objects.select_related("cluster"), many=True,
+                            context={"now": timezone.now()}).data
     return json.loads(json.dumps(data, cls=JSONEncoder))

@@ -20,7 +20,16 @@ from collectors.records import (
     WorkerRecord,
 )
 from dashboard.cluster.demand import Holder, NodeCapacity, judge
-from dashboard.cluster.models import Actor, Demand, Job, Node, PlacementGroup, Worker
+from dashboard.cluster.models import (
+    Actor,
+    Cluster,
+    Demand,
+    Job,
+    Node,
+    PlacementGroup,
+    Worker,
+    settings_cluster_pk,
+)
 from dashboard.cluster.state import demands_payload
 from dashboard.core.push import DEMANDS_GROUP, JOBS_GROUP, publish
 from dashboard.trials.models import Trial
@@ -29,13 +38,14 @@ DEAD_ACTOR_KEEP = timedelta(hours=24)
 
 
 def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, Any]],
-           now: datetime, *, stamp: tuple[str, ...] = ("updated_at",),
+           now: datetime, cluster: Cluster | None, *, stamp: tuple[str, ...] = ("updated_at",),
            created: tuple[str, ...] = ("first_seen_at",),
            touched: set[str] | None = None) -> set[str]:
-    """Make `model`'s rows match `incoming` (key -> field values): create, update what
-    changed (their keys added to `touched`). Returns the keys of stored rows that Ray no
-    longer lists."""
-    existing = {getattr(row, key): row for row in model.objects.all()}
+    """Make `model`'s rows of `cluster` (default: the one RAY_ADDRESS points at) match
+    `incoming` (key -> field values): create, update what changed (their keys added to
+    `touched`). Returns the keys of its stored rows that Ray no longer lists."""
+    cluster_pk = _pk(cluster)
+    existing = {getattr(row, key): row for row in model.objects.filter(cluster_id=cluster_pk)}
     changed = []
     for name, values in incoming.items():
         row = existing.get(name)
@@ -53,14 +63,20 @@ def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, An
         fields = sorted({f for v in incoming.values() for f in v} | set(stamp))
         model.objects.bulk_update(changed, fields, batch_size=500)
     model.objects.bulk_create(
-        [model(**{key: name, **values, **dict.fromkeys(stamp + created, now)})
+        [model(cluster_id=cluster_pk, **{key: name, **values,
+                                         **dict.fromkeys(stamp + created, now)})
          for name, values in incoming.items() if name not in existing],
         batch_size=500,
     )
     return set(existing) - set(incoming)
 
 
-def ingest_actors(records: Iterable[ActorRecord], now: datetime, *, complete: bool = True) -> None:
+def _pk(cluster: Cluster | None) -> int:
+    return cluster.pk if cluster is not None else settings_cluster_pk()
+
+
+def ingest_actors(records: Iterable[ActorRecord], now: datetime, cluster: Cluster | None = None,
+                  *, complete: bool = True) -> None:
     """Mirror Ray's non-DEAD actors. One Ray stops listing is kept a day as DEAD: a
     process it leaves holding a GPU is then known as a dead actor's leftover. When Ray
     cut its list (`complete` false), an actor missing from it is not taken for gone."""
@@ -77,27 +93,30 @@ def ingest_actors(records: Iterable[ActorRecord], now: datetime, *, complete: bo
         for r in records
     }
     with transaction.atomic():
-        gone = mirror(Actor, "actor_id", incoming, now)
+        gone = mirror(Actor, "actor_id", incoming, now, cluster)
         if not complete:  # Ray cut its list: an actor missing from it may well be alive
             gone = set()
-        Actor.objects.filter(actor_id__in=gone).exclude(state="DEAD").update(
+        Actor.objects.filter(cluster_id=_pk(cluster), actor_id__in=gone).exclude(
+            state="DEAD").update(
             state="DEAD", ended_at=now, updated_at=now)
-        Actor.objects.filter(state="DEAD", ended_at__lt=now - DEAD_ACTOR_KEEP).delete()
+        Actor.objects.filter(cluster_id=_pk(cluster), state="DEAD",
+                             ended_at__lt=now - DEAD_ACTOR_KEEP).delete()
 
 
-def ingest_workers(records: Iterable[WorkerRecord], now: datetime, *,
-                   complete: bool = True) -> None:
+def ingest_workers(records: Iterable[WorkerRecord], now: datetime,
+                   cluster: Cluster | None = None, *, complete: bool = True) -> None:
     incoming = {r.worker_id: {"node_id": r.node_id, "pid": r.pid,
                               "worker_type": r.worker_type, "job_id": r.job_id or ""}
                 for r in records}
     with transaction.atomic():
-        gone = mirror(Worker, "worker_id", incoming, now, stamp=(), created=())
+        gone = mirror(Worker, "worker_id", incoming, now, cluster, stamp=(), created=())
         if not complete:  # Ray cut its list: a worker missing from it may well be alive
             return
-        Worker.objects.filter(worker_id__in=gone).delete()
+        Worker.objects.filter(cluster_id=_pk(cluster), worker_id__in=gone).delete()
 
 
-def ingest_jobs(records: Iterable[JobRecord], now: datetime) -> None:
+def ingest_jobs(records: Iterable[JobRecord], now: datetime,
+                cluster: Cluster | None = None) -> None:
     incoming = {
         r.key: {"job_id": r.job_id or "", "submission_id": r.submission_id or "",
                 "type": r.type, "status": r.status, "entrypoint": r.entrypoint,
@@ -108,7 +127,8 @@ def ingest_jobs(records: Iterable[JobRecord], now: datetime) -> None:
     }
     touched: set[str] = set()
     with transaction.atomic():
-        mirror(Job, "key", incoming, now, created=(), touched=touched)  # finished jobs stay
+        # Finished jobs stay.
+        mirror(Job, "key", incoming, now, cluster, created=(), touched=touched)
         if touched:
             publish(JOBS_GROUP, "jobs", jobs_payload())
 
@@ -119,14 +139,19 @@ INTERNAL_ENTRYPOINT = re.compile(r"collectors[./]localray\b")
 JOBS_SHOWN = 200
 
 
-def jobs_payload() -> dict[str, Any]:
-    """Ray's jobs, newest first, without raywatch's own (counted): the Jobs page."""
+def jobs_payload(cluster: str | None = None) -> dict[str, Any]:
+    """Ray's jobs, newest first, without raywatch's own (counted): the Jobs page (of the
+    cluster named `cluster`, else every cluster's)."""
     rows, hidden = [], 0
-    for job in Job.objects.order_by(F("start_time").desc(nulls_last=True), "-id")[:JOBS_SHOWN]:
+    jobs = Job.objects.select_related("cluster")
+    if cluster:
+        jobs = jobs.filter(cluster__name=cluster)
+    for job in jobs.order_by(F("start_time").desc(nulls_last=True), "-id")[:JOBS_SHOWN]:
         if INTERNAL_ENTRYPOINT.search(job.entrypoint or ""):
             hidden += 1
             continue
         rows.append({
+            "cluster": job.cluster.name,
             "key": job.key, "id": job.submission_id or job.job_id, "type": job.type,
             "status": job.status, "entrypoint": job.entrypoint, "message": job.message,
             "submission_id": job.submission_id, "driver_pid": job.driver_pid,
@@ -136,8 +161,14 @@ def jobs_payload() -> dict[str, Any]:
     return {"jobs": rows, "internal_hidden": hidden}
 
 
-def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime, *,
-                            complete: bool = True) -> None:
+def narrow_jobs(_data: Any, cluster: str) -> dict[str, Any]:
+    """The Jobs push for a page scoped to one cluster: its jobs (read again: a cluster's
+    own newest JOBS_SHOWN, not what is left of every cluster's)."""
+    return jobs_payload(cluster)
+
+
+def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime,
+                            cluster: Cluster | None = None, *, complete: bool = True) -> None:
     incoming = {
         r.placement_group_id: {
             "name": r.name[:500], "state": r.state, "strategy": r.strategy or "",
@@ -147,16 +178,20 @@ def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: dateti
         for r in records
     }
     with transaction.atomic():
-        gone = mirror(PlacementGroup, "placement_group_id", incoming, now)
+        gone = mirror(PlacementGroup, "placement_group_id", incoming, now, cluster)
         if not complete:  # Ray cut its list: one missing from it may well be there
             return
-        PlacementGroup.objects.filter(placement_group_id__in=gone).delete()
+        PlacementGroup.objects.filter(cluster_id=_pk(cluster),
+                                      placement_group_id__in=gone).delete()
 
 
-def ingest_demands(records: Iterable[DemandRecord], now: datetime) -> None:
-    """Store pending demand with a verdict: infeasible, or what it waits behind."""
-    nodes = capacities()
-    holders = resource_holders()
+def ingest_demands(records: Iterable[DemandRecord], now: datetime,
+                   cluster: Cluster | None = None) -> None:
+    """Store pending demand with a verdict: infeasible, or what it waits behind (on the
+    same cluster's nodes)."""
+    cluster_pk = _pk(cluster)
+    nodes = capacities(cluster_pk)
+    holders = resource_holders(cluster_pk)
     incoming = {}
     for r in records:
         verdict = judge(r.bundles, r.strategy, r.infeasible, nodes, holders)
@@ -168,14 +203,15 @@ def ingest_demands(records: Iterable[DemandRecord], now: datetime) -> None:
             "explanation": verdict.explanation, "blockers": verdict.blockers,
         }
     with transaction.atomic():
-        existing = {f"{d.kind}:{d.key}": d for d in Demand.objects.all()}
+        existing = {f"{d.kind}:{d.key}": d for d in Demand.objects.filter(cluster_id=cluster_pk)}
         gone = [d.pk for k, d in existing.items() if k not in incoming]
         Demand.objects.filter(pk__in=gone).delete()
         changed = bool(gone)
         for name, values in incoming.items():
             row = existing.get(name)
             if row is None:
-                Demand.objects.create(first_seen_at=now, updated_at=now, **values)
+                Demand.objects.create(cluster_id=cluster_pk, first_seen_at=now, updated_at=now,
+                                      **values)
                 changed = True
             elif any(getattr(row, f) != v for f, v in values.items()):
                 Demand.objects.filter(pk=row.pk).update(updated_at=now, **values)
@@ -184,19 +220,24 @@ def ingest_demands(records: Iterable[DemandRecord], now: datetime) -> None:
             publish(DEMANDS_GROUP, "demands", demands_payload)
 
 
-def capacities() -> list[NodeCapacity]:
+def capacities(cluster_pk: int | None = None) -> list[NodeCapacity]:
     out = []
-    for node in Node.objects.filter(state=Node.ALIVE):
+    nodes = Node.objects.filter(state=Node.ALIVE)
+    for node in nodes if cluster_pk is None else nodes.filter(cluster_id=cluster_pk):
         total = {k: float(v["total"]) for k, v in node.resources.items()}
         used = {k: float(v["used"]) for k, v in node.resources.items() if v.get("used") is not None}
         out.append(NodeCapacity(node.node_id, node.node_ip, total, used))
     return out
 
 
-def resource_holders() -> list[Holder]:
+def resource_holders(cluster_pk: int | None = None) -> list[Holder]:
     """Alive actors with the resources they hold, named as a person knows them."""
-    actors = list(Actor.objects.filter(state="ALIVE").exclude(required_resources={}))
-    ips = dict(Node.objects.values_list("node_id", "node_ip"))
+    actors = Actor.objects.filter(state="ALIVE").exclude(required_resources={})
+    nodes = Node.objects.all()
+    if cluster_pk is not None:
+        actors, nodes = actors.filter(cluster_id=cluster_pk), nodes.filter(cluster_id=cluster_pk)
+    actors = list(actors)
+    ips = dict(nodes.values_list("node_id", "node_ip"))
     trials = {(t.node_ip, t.pid): t for t in Trial.objects.select_related("experiment").filter(
         pid__in=[a.pid for a in actors if a.pid])}
     holders = []

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard.core.health import HEALTH_GROUP, health_payload
-from dashboard.core.push import ACTIONS_GROUP, EVERY_PAGE
+from dashboard.core.push import ACTIONS_GROUP, EVERY_PAGE, SCOPED
 from dashboard.core.roles import VIEWER, has_role
 
 CLOSE_FORBIDDEN = 4403
@@ -29,6 +30,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     """
 
     topics: tuple[str, ...] = ()
+    # The cluster the page is scoped to (its name, from the socket's ?cluster=), or "":
+    # all clusters. Pushed payloads of SCOPED topics are narrowed to it.
+    cluster = ""
 
     def all_topics(self) -> tuple[str, ...]:
         return (HEALTH_GROUP, *EVERY_PAGE, ACTIONS_GROUP, *self.page_topics())
@@ -40,6 +44,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         return str(self.scope["url_route"]["kwargs"][name])
 
     async def connect(self) -> None:
+        query = parse_qs((self.scope.get("query_string") or b"").decode("latin-1"))
+        self.cluster = (query.get("cluster") or [""])[0][:200]
         user = self.scope.get("user")
         if not await database_sync_to_async(has_role)(user, VIEWER):
             await self.close(code=CLOSE_FORBIDDEN)
@@ -68,7 +74,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"topic": "pong", "data": content.get("t")})
 
     async def push(self, event: dict[str, Any]) -> None:
-        await self.send_json({"topic": event["topic"], "data": event["data"]})
+        data, narrow = event["data"], SCOPED.get(event["topic"])
+        if self.cluster and narrow is not None:
+            data = await database_sync_to_async(narrow)(data, self.cluster)
+        await self.send_json({"topic": event["topic"], "data": data})
 
     def snapshot(self) -> dict[str, Any]:
         every_page = {group: current() for group, current in EVERY_PAGE.items()}

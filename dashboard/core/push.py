@@ -41,6 +41,16 @@ def trial_group(pk: int) -> str:
 # serves the header without importing the apps above it.
 EVERY_PAGE: dict[str, Callable[[], Any]] = {}
 
+# Topics whose rows belong to clusters: how a page scoped to one cluster (the header's
+# switcher) narrows a pushed payload to it, given the cluster's name. Registered by the
+# app that owns the topic, as EVERY_PAGE is.
+SCOPED: dict[str, Callable[[Any, str], Any]] = {}
+
+
+def rows_in_cluster(rows: Any, name: str) -> Any:
+    """The narrower of a payload that is a list of rows carrying "cluster"."""
+    return [r for r in rows if isinstance(r, dict) and r.get("cluster") == name]
+
 
 def publish(group: str, topic: str, data: Any) -> None:
     """Send `data` to every socket in `group` once the current transaction commits.

@@ -4,7 +4,7 @@ from typing import Any
 
 from dashboard.cluster.state import demands_payload
 from dashboard.core.consumers import LiveConsumer
-from dashboard.core.push import DEMANDS_GROUP, GPUS_GROUP
+from dashboard.core.push import DEMANDS_GROUP, GPUS_GROUP, rows_in_cluster
 from dashboard.gpus.models import Gpu
 from dashboard.gpus.views_data import gpu_payload
 
@@ -22,4 +22,5 @@ class DemandsConsumer(LiveConsumer):
     topics = (DEMANDS_GROUP,)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"demands": demands_payload()}
+        demands = demands_payload()
+        return {"demands": rows_in_cluster(demands, self.cluster) if self.cluster else demands}

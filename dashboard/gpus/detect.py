@@ -9,12 +9,13 @@ source is not current, so a Ray outage never resolves or invents an incident.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 
-from dashboard.cluster.models import Demand, Job, Node
+from dashboard.cluster.models import Cluster, Demand, Job, Node
 from dashboard.cluster.state import ray_is_current
 from dashboard.gpus.models import Agent, Gpu, GpuProcess
 from dashboard.gpus.owners import JOB, TRIAL, Owner
@@ -84,7 +85,8 @@ def still_idle(found: list[Finding], working: set[str], now: datetime) -> list[F
     since = now - timedelta(seconds=settings.IDLE_GPU_CLEAR_S)
     kept = Incident.objects.filter(kind="gpu_idle_during_step", state=Incident.FIRING,
                                    subject__in=working - found_subjects, updated_at__gte=since)
-    return [Finding(i.kind, i.subject, i.severity, i.summary, i.details) for i in kept]
+    return [Finding(i.kind, i.subject, i.severity, i.summary, i.details, i.cluster_id)
+            for i in kept]
 
 
 def gpu_view(g: Gpu) -> GpuView:
@@ -159,37 +161,43 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             context[finding.subject] = {"node_ip": view.gpu.node_ip}
     for host in host_views(gpus, now):
         if finding := rules.gpu_count_mismatch(host, th, now):
-            findings.append(finding)
+            findings.append(replace(finding, cluster_id=host.cluster_id))
             context[finding.subject] = {"node_ip": host.node_ip}
-    for demand in Demand.objects.all():
+    # An ended cluster's nodes and demand are history (its nodes were marked DEAD when it
+    # ended): nothing there to alert on.
+    for demand in Demand.objects.exclude(cluster__state=Cluster.ENDED):
         if finding := rules.demand_waiting(demand_view(demand), th, now):
-            findings.append(finding)
-    for node in Node.objects.all():
+            findings.append(replace(finding, cluster_id=demand.cluster_id))
+    for node in Node.objects.exclude(cluster__state=Cluster.ENDED):
         view = node_view(node)
         for finding in (rules.object_store_spilling(view, th, now), rules.node_dead(view, th, now)):
             if finding:
-                findings.append(finding)
+                findings.append(replace(finding, cluster_id=node.cluster_id))
                 context[finding.subject] = {"node_ip": node.node_ip}
     return findings, context
 
 
 def host_views(gpus: dict[int, Gpu], now: datetime) -> list[HostView]:
     """Hosts with a current agent and Ray nodes: how many GPUs each side sees.
-    Simulated GPUs are left out: Ray cannot have been told about them."""
-    polled = set(Agent.objects.filter(last_poll_at__gte=fresh_after(now))
-                 .exclude(source="simulated").values_list("node_ip", flat=True))
-    nvml: dict[str, int] = dict.fromkeys(polled, 0)
+    Simulated GPUs are left out: Ray cannot have been told about them. A host is an
+    address in one cluster: an agent's GPUs are compared with its own cluster's nodes."""
+    agents = list(Agent.objects.filter(last_poll_at__gte=fresh_after(now))
+                  .exclude(source="simulated").values_list("node", "node_ip", "cluster_id"))
+    nvml: dict[tuple[int, str], int] = {(c, ip): 0 for _, ip, c in agents}
+    cluster_of = {node: c for node, _, c in agents}
     for gpu in gpus.values():
-        if gpu.node_ip in nvml and not gpu.simulated:
-            nvml[gpu.node_ip] += 1
-    ray: dict[str, list[Node]] = defaultdict(list)
-    for node in Node.objects.filter(state=Node.ALIVE, node_ip__in=list(nvml)):
-        ray[node.node_ip].append(node)
+        key = (cluster_of.get(gpu.node, -1), gpu.node_ip)
+        if key in nvml and not gpu.simulated:
+            nvml[key] += 1
+    ray: dict[tuple[int, str], list[Node]] = defaultdict(list)
+    for node in Node.objects.filter(state=Node.ALIVE, node_ip__in={ip for _, ip in nvml}):
+        if (node.cluster_id, node.node_ip) in nvml:
+            ray[(node.cluster_id, node.node_ip)].append(node)
     return [
-        HostView(node_ip=ip, nvml_gpus=nvml[ip],
+        HostView(node_ip=key[1], nvml_gpus=nvml[key],
                  ray_gpus=sum((n.resources.get("GPU") or {}).get("total", 0) for n in nodes),
-                 ray_nodes=[n.node_id for n in nodes])
-        for ip, nodes in sorted(ray.items())
+                 ray_nodes=[n.node_id for n in nodes], cluster_id=key[0])
+        for key, nodes in sorted(ray.items())
     ]
 
 

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from dashboard.cluster.models import cluster_field
+
 
 class Agent(models.Model):
     """An NVML agent: the Celery worker that reads the GPUs of one node.
@@ -12,6 +14,7 @@ class Agent(models.Model):
 
     node = models.CharField(max_length=200, unique=True)  # the node's name (hostname)
     node_ip = models.CharField(max_length=64)  # joins the agent's GPUs to Ray's nodes
+    cluster = cluster_field()  # ... of this cluster (an HTTP agent's token says which)
     queue = models.CharField(max_length=255)
     source = models.CharField(max_length=16)  # "nvml", "simulated"
     driver_version = models.CharField(max_length=64, blank=True, default="")

@@ -4,8 +4,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from dashboard.cluster.models import Node
+from dashboard.cluster.scope import page_cluster
 from dashboard.cluster.serializers import NodeSerializer
 from dashboard.cluster.state import demands_payload
+from dashboard.core.push import rows_in_cluster
 from dashboard.core.roles import ADMIN, has_role
 from dashboard.core.views import viewer_required
 from dashboard.gpus.models import Gpu
@@ -34,4 +36,8 @@ def node_page(request: HttpRequest, node_id: str) -> HttpResponse:
 
 @viewer_required
 def demands_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "gpus/demands.html", {"demands": demands_payload()})
+    scope = page_cluster(request)
+    demands = demands_payload()
+    if scope is not None:
+        demands = rows_in_cluster(demands, scope.name)
+    return render(request, "gpus/demands.html", {"demands": demands})

@@ -13,3 +13,6 @@ class Finding:
     severity: str
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
+    # The cluster its subject is in (a Cluster pk); None: its trial's, else the cluster
+    # RAY_ADDRESS points at. Two clusters may have subjects of the same name.
+    cluster_id: int | None = None

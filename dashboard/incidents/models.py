@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from dashboard.cluster.models import cluster_field
+
 SEVERITIES = ("info", "warning", "critical")  # ascending
 
 
@@ -22,6 +24,7 @@ class Incident(models.Model):
     FIRING, RESOLVED = "firing", "resolved"
     INFO, WARNING, CRITICAL = SEVERITIES
 
+    cluster = cluster_field()  # the cluster its subject is in
     kind = models.CharField(max_length=64)
     subject = models.CharField(max_length=500)
     state = models.CharField(max_length=16, default=FIRING)
@@ -48,8 +51,8 @@ class Incident(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["kind", "subject"], condition=Q(state="firing"),
-                name="one_firing_incident_per_subject",
+                fields=["cluster", "kind", "subject"], condition=Q(state="firing"),
+                name="one_firing_incident_per_cluster_subject",
             )
         ]
         indexes = [

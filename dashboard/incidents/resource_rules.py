@@ -89,6 +89,7 @@ class HostView:
     nvml_gpus: int  # what NVML sees
     ray_nodes: Sequence[str] = ()
     cuda_visible_devices: str | None = None
+    cluster_id: int | None = None  # the cluster of its Ray nodes
 
 
 @dataclass(frozen=True)

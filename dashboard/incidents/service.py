@@ -16,9 +16,11 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
+from dashboard.cluster.models import Cluster, settings_cluster_pk
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident, IncidentEvent, severity_rank
 from dashboard.incidents.signals import send_after_commit
@@ -36,12 +38,14 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
     firing incidents this evaluation speaks for (default: all of `kinds`); the others
     are left as they are."""
     kinds = set(kinds)
-    found = {(f.kind, f.subject): f for f in findings}
+    context = context or {}
+    found = {(_cluster_of(f, context.get(f.subject, {})), f.kind, f.subject): f
+             for f in findings}
     opened = updated = resolved = 0
     with transaction.atomic():
         query = Incident.objects.select_for_update(of=("self",)).filter(
             state=Incident.FIRING, kind__in=kinds)
-        firing = {(i.kind, i.subject): i
+        firing = {(i.cluster_id, i.kind, i.subject): i
                   for i in (query if among is None else query.filter(among))}
         changed = [(firing[key], f) for key, f in found.items()
                    if key in firing and (firing[key].summary, firing[key].details,
@@ -50,7 +54,7 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
         last_events = _last_update_events([i for i, _ in changed])
         for key, finding in found.items():
             if key not in firing:
-                opened += _open(finding, now, (context or {}).get(finding.subject, {}))
+                opened += _open(finding, now, key[0], context.get(finding.subject, {}))
         escalated = 0
         for incident, finding in changed:
             escalated += _update(incident, finding, now, last_events.get(incident.pk))
@@ -64,20 +68,39 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
     return {"opened": opened, "updated": updated, "resolved": resolved}
 
 
-def group_key_of(experiment: str, node_ip: str, subject: str) -> str:
+def group_key_of(experiment: str, node_ip: str, subject: str, cluster: str = "") -> str:
+    """What an incident goes out with: its experiment, else its node, else itself; of a
+    cluster other than the one RAY_ADDRESS points at, prefixed "CLUSTER/" (two clusters
+    may run experiments of one name, or reuse an address)."""
     if experiment:
-        return f"experiment:{experiment}"
-    if node_ip:
-        return f"node:{node_ip}"
-    return f"subject:{subject}"[:300]
+        key = f"experiment:{experiment}"
+    elif node_ip:
+        key = f"node:{node_ip}"
+    else:
+        key = f"subject:{subject}"
+    prefix = f"{cluster}/" if cluster and cluster != settings.CLUSTER_NAME else ""
+    return f"{prefix}{key}"[:300]
 
 
-def _open(finding: Finding, now: datetime, extra: dict[str, Any]) -> int:
+def _cluster_of(finding: Finding, extra: dict[str, Any]) -> int:
+    if finding.cluster_id is not None:
+        return finding.cluster_id
+    trial = extra.get("trial")
+    return trial.experiment.cluster_id if trial is not None else settings_cluster_pk()
+
+
+def _cluster_name(pk: int) -> str:
+    return Cluster.objects.filter(pk=pk).values_list("name", flat=True).first() or ""
+
+
+def _open(finding: Finding, now: datetime, cluster_id: int, extra: dict[str, Any]) -> int:
     group_key = group_key_of(extra.get("experiment", ""), extra.get("node_ip", ""),
-                             finding.subject)
+                             finding.subject, _cluster_name(cluster_id))
+    extra = {k: v for k, v in extra.items() if k != "cluster_id"}
     try:
         with transaction.atomic():
             incident = Incident.objects.create(
+                cluster_id=cluster_id,
                 kind=finding.kind, subject=finding.subject, severity=finding.severity,
                 summary=finding.summary, details=finding.details, opened_at=now,
                 updated_at=now, group_key=group_key, **extra,

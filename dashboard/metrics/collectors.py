@@ -7,7 +7,8 @@ of GPUs, trials or incidents, and yields gauge families. They are registered on 
 registry of raywatch's own (REGISTRY), never on prometheus_client's global one, where
 libraries this process imports register their own series.
 
-Every series carries `cluster` (RAYWATCH_CLUSTER_NAME). Cardinality follows what
+Every series carries `cluster`: the cluster its GPU, trial, incident or Ray poll belongs
+to (RAYWATCH_CLUSTER_NAME for the one RAY_ADDRESS points at). Cardinality follows what
 exists now: GPUs, RUNNING trials, active experiments, incident kinds and sources;
 finished trials drop out (README: "Prometheus and Grafana" lists each bound).
 """
@@ -25,9 +26,10 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
+from dashboard.cluster.models import Cluster
 from dashboard.core.health import effective_state
 from dashboard.core.models import SourceHealth
-from dashboard.gpus.models import Gpu
+from dashboard.gpus.models import Agent, Gpu
 from dashboard.gpus.owners import ORPHAN, UNKNOWN
 from dashboard.gpus.views_data import GPU_STATES, gpu_payload
 from dashboard.incidents.kinds import KINDS
@@ -94,14 +96,17 @@ class GpuCollector:
     /api/gpus/ and the GPU wall show, from the same code (gpu_payload)."""
 
     def collect(self) -> Iterator[Metric]:
-        now, cluster = timezone.now(), settings.CLUSTER_NAME
+        now = timezone.now()
         gpus = list(Gpu.objects.order_by("node", "index", "id"))
         tiles = gpu_payload(gpus, now)
         families = [(GaugeMetricFamily(name, text, labels=GPU_LABELS), value)
                     for name, text, value in PER_GPU]
-        states: Counter[str] = Counter()
+        # A GPU's cluster is its node agent's (an HTTP agent's token says which).
+        cluster_of = dict(Agent.objects.values_list("node", "cluster__name"))
+        states: dict[str, Counter[str]] = defaultdict(Counter)
         for gpu, tile in zip(gpus, tiles, strict=True):
-            states[tile["state"]] += 1
+            cluster = cluster_of.get(gpu.node, settings.CLUSTER_NAME)
+            states[cluster][tile["state"]] += 1
             labels = [cluster, gpu.node, gpu.node_ip, str(gpu.index), gpu.uuid,
                       str(gpu.simulated).lower(), *owner_labels(tile["processes"])]
             for family, value in families:
@@ -112,8 +117,9 @@ class GpuCollector:
             "raywatch_gpus", "GPUs by state, as the GPU wall colours them (busy, idle: held "
             "but under the idle threshold, free, hot, orphan, hardware, stale).",
             labels=("cluster", "state"))
-        for state in GPU_STATES:
-            by_state.add_metric([cluster, state], states[state])
+        for cluster in sorted(states or {settings.CLUSTER_NAME: Counter()}):
+            for state in GPU_STATES:
+                by_state.add_metric([cluster, state], states[cluster][state])
         yield by_state
 
 
@@ -122,11 +128,11 @@ class TrialCollector:
     step time. Two queries."""
 
     def collect(self) -> Iterator[Metric]:
-        now, cluster = timezone.now(), settings.CLUSTER_NAME
-        yield self.by_status(cluster, now)
-        yield from self.running(cluster, now)
+        now = timezone.now()
+        yield self.by_status(now)
+        yield from self.running(now)
 
-    def by_status(self, cluster: str, now: datetime) -> Metric:
+    def by_status(self, now: datetime) -> Metric:
         family = GaugeMetricFamily(
             "raywatch_trials", "Trials by status, per experiment that has a PENDING, RUNNING "
             "or PAUSED trial or a trial changed within the last hour.",
@@ -135,17 +141,18 @@ class TrialCollector:
             Q(status__in=ACTIVE_STATUSES) | Q(updated_at__gte=now - EXPERIMENT_LINGER)
         ).values("experiment_id")
         rows = (Trial.objects.filter(experiment_id__in=active).order_by()
-                .values_list("experiment__name", "status").annotate(n=Count("id")))
-        counts: dict[str, Counter[str]] = defaultdict(Counter)
-        for experiment, status, n in rows:
-            counts[experiment][status] += n
-        for experiment in sorted(counts):
-            seen = counts[experiment]
+                .values_list("experiment__cluster__name", "experiment__name", "status")
+                .annotate(n=Count("id")))
+        counts: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        for cluster, experiment, status, n in rows:
+            counts[(cluster, experiment)][status] += n
+        for cluster, experiment in sorted(counts):
+            seen = counts[(cluster, experiment)]
             for status in (*STATUSES, *sorted(set(seen) - set(STATUSES))):
                 family.add_metric([cluster, experiment, status], seen[status])
         return family
 
-    def running(self, cluster: str, now: datetime) -> Iterator[Metric]:
+    def running(self, now: datetime) -> Iterator[Metric]:
         silence = GaugeMetricFamily(
             "raywatch_trial_seconds_since_last_result",
             "Seconds since a RUNNING trial's last result (its own timestamp, as the stall "
@@ -154,10 +161,10 @@ class TrialCollector:
             "raywatch_trial_last_step_seconds",
             "How long a RUNNING trial's last completed step took.", labels=TRIAL_LABELS)
         rows = (Trial.objects.filter(status=Trial.RUNNING)
-                .order_by("experiment__name", "trial_id")
-                .values_list("experiment__name", "trial_id", "node_ip", "last_result_at",
-                             "last_step_s"))
-        for experiment, trial_id, node_ip, last_result_at, last_step_s in rows:
+                .order_by("experiment__cluster__name", "experiment__name", "trial_id")
+                .values_list("experiment__cluster__name", "experiment__name", "trial_id",
+                             "node_ip", "last_result_at", "last_step_s"))
+        for cluster, experiment, trial_id, node_ip, last_result_at, last_step_s in rows:
             labels = [cluster, experiment, trial_id, node_ip]
             if (silent := _seconds_since(last_result_at, now)) is not None:
                 silence.add_metric(labels, silent)
@@ -172,16 +179,19 @@ class IncidentCollector:
     0 when none fires. One query."""
 
     def collect(self) -> Iterator[Metric]:
-        cluster = settings.CLUSTER_NAME
         family = GaugeMetricFamily(
             "raywatch_incidents_open", "Firing incidents (acknowledged or silenced ones "
-            "included), by kind and severity.", labels=("cluster", "kind", "severity"))
+            "included), by cluster, kind and severity.", labels=("cluster", "kind", "severity"))
         rows = (Incident.objects.filter(state=Incident.FIRING).order_by()
-                .values_list("kind", "severity").annotate(n=Count("id")))
-        counts = Counter({(kind, severity): n for kind, severity, n in rows})
-        known = [(kind, severity) for kind in KINDS for severity in SEVERITIES]
-        for kind, severity in known + sorted(set(counts) - set(known)):
-            family.add_metric([cluster, kind, severity], counts[(kind, severity)])
+                .values_list("cluster__name", "kind", "severity").annotate(n=Count("id")))
+        counts = Counter({(cluster, kind, severity): n for cluster, kind, severity, n in rows})
+        # Every known kind and severity of every cluster that has not ended: 0 included.
+        clusters = set(Cluster.objects.exclude(state=Cluster.ENDED)
+                       .values_list("name", flat=True)) or {settings.CLUSTER_NAME}
+        known = [(c, kind, severity) for c in sorted(clusters) for kind in KINDS
+                 for severity in SEVERITIES]
+        for key in known + sorted(set(counts) - set(known)):
+            family.add_metric(list(key), counts[key])
         yield family
 
 
@@ -190,7 +200,7 @@ class SourceCollector:
     last poll took. One query."""
 
     def collect(self) -> Iterator[Metric]:
-        now, cluster = timezone.now(), settings.CLUSTER_NAME
+        now = timezone.now()
         families = {
             "age": GaugeMetricFamily(
                 "raywatch_source_last_success_age_seconds",
@@ -210,6 +220,8 @@ class SourceCollector:
                 labels=SOURCE_LABELS),
         }
         for row in SourceHealth.objects.order_by("source", "scope"):
+            # Another cluster's Ray poll is scoped by its name (RAY_ADDRESS's is "").
+            cluster = row.scope if row.source == "ray" and row.scope else settings.CLUSTER_NAME
             labels = [cluster, row.source, row.scope]
             state, _ = effective_state(row, now)
             error = state == SourceHealth.DOWN or row.consecutive_failures > 0

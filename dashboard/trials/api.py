@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from collectors.raylogs import MAX_LINES
 from collectors.tunelogs import MAX_KEY
+from dashboard.cluster.scope import CLUSTER_PARAMETER, scoped
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import IsOperator, IsViewer
 from dashboard.trials.curves import CurveRequest, experiment_curves
@@ -45,12 +46,14 @@ class TrialList(APIView):
         parameters=[
             OpenApiParameter("experiment", str, description="experiment name"),
             OpenApiParameter("status", str, enum=list(STATUSES)),
-            *PAGE_PARAMETERS,
+            CLUSTER_PARAMETER, *PAGE_PARAMETERS,
         ],
         responses={200: TrialSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        trials = Trial.objects.select_related("experiment").order_by("-experiment_id", "trial_id")
+        trials = scoped(Trial.objects.select_related("experiment").order_by("-experiment_id",
+                                                                              "trial_id"),
+                        request.query_params, "experiment__cluster")
         if name := request.query_params.get("experiment"):
             trials = trials.filter(experiment__name=name)
         if status := request.query_params.get("status"):

@@ -15,3 +15,7 @@ class TrialsConfig(AppConfig):
         register_stack(20, "Ray's /worker/traceback", rayprobes.ray_stack)
         register_activity(30, "raywatch's host", hostprobes.host_activity)
         register_stack(30, "py-spy on raywatch's host", hostprobes.host_stack)
+
+        from dashboard.core.push import EXPERIMENTS_GROUP, SCOPED, rows_in_cluster
+
+        SCOPED[EXPERIMENTS_GROUP] = rows_in_cluster  # a page scoped to one cluster

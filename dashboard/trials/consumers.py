@@ -19,7 +19,7 @@ class ExperimentsConsumer(LiveConsumer):
     topics = (EXPERIMENTS_GROUP,)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"experiments": experiments_payload()}
+        return {"experiments": experiments_payload(self.cluster or None)}
 
 
 class ExperimentConsumer(LiveConsumer):

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboard.cluster.models import Actor, Node
-from dashboard.cluster.state import ray_is_current
+from dashboard.cluster.models import Actor, Cluster, Node
+from dashboard.cluster.state import current_clusters
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
 from dashboard.incidents.service import sync_findings
@@ -64,7 +64,7 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     started = timezone.now()
     since = changed_since(started)
     live = live_processes(now)
-    trials = list(Trial.objects.select_related("experiment").filter(
+    trials = list(Trial.objects.select_related("experiment__cluster").filter(
         to_evaluate(since)).distinct())
     changed = [t for t in trials if reconcile(t, live, now)]
     for trial in changed:
@@ -77,7 +77,11 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
     stalled: list[Trial] = []
+    # A cluster that ended (torn down, head lost) runs nothing: its trials' incidents resolve.
+    ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
     for trial in trials:
+        if trial.experiment.cluster_id in ended:
+            continue
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()))
@@ -131,21 +135,24 @@ def to_evaluate(since: datetime | None) -> Q:
             | Q(status="ERROR", error_text__gt=""))
 
 
-def live_processes(now: datetime) -> set[tuple[str, int]] | None:
-    """(node_ip, pid) of every live actor, or None when Ray's view is not current."""
-    if not ray_is_current(now):
-        return None
-    ips = dict(Node.objects.values_list("node_id", "node_ip"))
-    return {
-        (ips.get(node_id, ""), pid)
-        for node_id, pid in Actor.objects.filter(state="ALIVE", pid__isnull=False)
-        .values_list("node_id", "pid")
-    }
+def live_processes(now: datetime) -> dict[int, set[tuple[str, int]]]:
+    """Per cluster whose Ray view is current (a cluster pk), the (node_ip, pid) of every
+    live actor; a cluster that is not current is absent: nothing of it is known gone."""
+    current = current_clusters(now)
+    ips = dict(Node.objects.filter(cluster_id__in=current).values_list("node_id", "node_ip"))
+    live: dict[int, set[tuple[str, int]]] = {pk: set() for pk in current}
+    for cluster_id, node_id, pid in Actor.objects.filter(
+            cluster_id__in=current, state="ALIVE", pid__isnull=False).values_list(
+            "cluster_id", "node_id", "pid"):
+        live[cluster_id].add((ips.get(node_id, ""), pid))
+    return live
 
 
-def reconcile(trial: Trial, live: set[tuple[str, int]] | None, now: datetime) -> bool:
+def reconcile(trial: Trial, live: dict[int, set[tuple[str, int]]], now: datetime) -> bool:
     before = (trial.status, trial.status_reason, trial.process_alive, trial.process_gone_since)
-    alive = None if live is None or trial.pid is None else (trial.node_ip, trial.pid) in live
+    of_cluster = live.get(trial.experiment.cluster_id)
+    alive = None if of_cluster is None or trial.pid is None else \
+        (trial.node_ip, trial.pid) in of_cluster
     if alive is not None:
         if alive:
             trial.process_gone_since = None

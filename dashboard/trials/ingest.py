@@ -35,6 +35,7 @@ from collectors.tunelogs import (
     tail_result_json,
     tail_tb_events,
 )
+from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import LogCursor, Trial
 from dashboard.trials.store import BATCH, IngestStats, TrialStore
@@ -235,6 +236,7 @@ def settle(scanner: LogScanner) -> None:
     for start in range(0, len(candidates), BATCH):
         batch = candidates[start:start + BATCH]
         finished.update(Trial.objects.filter(
+            experiment__cluster_id=settings_cluster_pk(),
             experiment__name__in={d.key[0] for d in batch},
             trial_id__in={d.key[1] for d in batch}, status__in=Trial.FINISHED,
         ).values_list("experiment__name", "trial_id"))

@@ -2,13 +2,16 @@ from __future__ import annotations
 
 from django.db import models
 
+from dashboard.cluster.models import cluster_field
+
 
 class Experiment(models.Model):
     """A Tune experiment (RunConfig.name) or a TensorBoard-logging training run's parent."""
 
     TUNE, TENSORBOARD = "tune", "tensorboard"
 
-    name = models.CharField(max_length=255, unique=True)
+    cluster = cluster_field()  # where it ran: two clusters may each run one of this name
+    name = models.CharField(max_length=255)
     kind = models.CharField(max_length=16, default=TUNE)
     paths = models.JSONField(default=list)  # every directory it was found in
     metric = models.CharField(max_length=255, blank=True, default="")
@@ -17,6 +20,9 @@ class Experiment(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="one_experiment_per_cluster")]
+        indexes = [models.Index(fields=["name"], name="experiment_name")]
         ordering = ["-updated_at"]
 
     def __str__(self) -> str:

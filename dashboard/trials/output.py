@@ -10,7 +10,7 @@ from typing import Any
 
 from collectors.http import SourceError
 from collectors.raylogs import SUFFIXES, fetch_log_tail
-from dashboard.cluster.endpoint import ray_endpoint
+from dashboard.cluster.endpoint import endpoint_of
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
 
@@ -36,8 +36,10 @@ def trial_actor(trial: Trial) -> Actor | None:
     the newest such actor, a dead one included (Ray keeps its logs)."""
     if trial.pid is None or not trial.node_ip:
         return None
-    nodes = Node.objects.filter(node_ip=trial.node_ip).values_list("node_id", flat=True)
-    return (Actor.objects.filter(pid=trial.pid, node_id__in=list(nodes))
+    cluster_id = trial.experiment.cluster_id
+    nodes = Node.objects.filter(cluster_id=cluster_id, node_ip=trial.node_ip
+                                ).values_list("node_id", flat=True)
+    return (Actor.objects.filter(cluster_id=cluster_id, pid=trial.pid, node_id__in=list(nodes))
             .order_by("-first_seen_at").first())
 
 
@@ -48,11 +50,11 @@ def trial_output(trial: Trial, lines: int) -> TrialOutput:
         return TrialOutput(None, None, "the trial has not reported a process yet (no result "
                            "with a pid)", "", actor_id, None)
     try:
-        endpoint = ray_endpoint()
+        endpoint = endpoint_of(trial.experiment.cluster.name)
     except SourceError as exc:
         return TrialOutput(None, None, f"Ray's dashboard is not reachable: {exc.message}", "",
                            actor_id, None)
-    node_id = actor.node_id if actor else _node_at(trial.node_ip)
+    node_id = actor.node_id if actor else _node_at(trial.node_ip, trial.experiment.cluster_id)
     if not actor_id and not node_id:
         return TrialOutput(None, None, f"Ray lists no actor with pid {trial.pid} and no node "
                            f"at {trial.node_ip or 'its address'}", "", None, None)
@@ -72,10 +74,11 @@ def trial_output(trial: Trial, lines: int) -> TrialOutput:
                        actor_id, url)
 
 
-def _node_at(node_ip: str) -> str:
+def _node_at(node_ip: str, cluster_id: int) -> str:
     if not node_ip:
         return ""
-    return (Node.objects.filter(node_ip=node_ip).order_by("state", "-started_at")  # ALIVE first
+    return (Node.objects.filter(cluster_id=cluster_id, node_ip=node_ip)
+            .order_by("state", "-started_at")  # ALIVE first
             .values_list("node_id", flat=True).first() or "")
 
 

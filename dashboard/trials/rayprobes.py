@@ -17,7 +17,7 @@ from django.conf import settings
 from collectors.http import SourceError
 from collectors.pystack import MAX_CHARS, capped
 from collectors.rayworkers import WorkerStats, fetch_traceback, fetch_worker_stats
-from dashboard.cluster.endpoint import ray_endpoint
+from dashboard.cluster.endpoint import endpoint_of
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
@@ -30,9 +30,11 @@ _lock = threading.Lock()
 def ray_nodes_of(trial: Trial) -> list[str]:
     """The Ray node ids the trial's process may be on: its actor's node, else every live
     node at its address (two raylets can share a host)."""
-    at_address = list(Node.objects.filter(node_ip=trial.node_ip, state="ALIVE")
+    cluster_id = trial.experiment.cluster_id
+    at_address = list(Node.objects.filter(cluster_id=cluster_id, node_ip=trial.node_ip,
+                                          state="ALIVE")
                       .values_list("node_id", flat=True)) if trial.node_ip else []
-    actor_nodes = set(Actor.objects.filter(pid=trial.pid, state="ALIVE",
+    actor_nodes = set(Actor.objects.filter(cluster_id=cluster_id, pid=trial.pid, state="ALIVE",
                                            node_id__in=at_address)
                       .values_list("node_id", flat=True))
     return sorted(actor_nodes) or at_address
@@ -46,7 +48,7 @@ def ray_activity(trial: Trial, now: datetime) -> Activity | str | None:
     if not nodes:
         return f"Ray lists no live node at {where}"
     for node_id in nodes:
-        workers = worker_stats(node_id)
+        workers = worker_stats(node_id, trial.experiment.cluster.name)
         if isinstance(workers, str):
             return f"Ray's reporter on {where} could not be read: {workers}"
         if (found := workers.get(trial.pid)) is not None:
@@ -55,15 +57,16 @@ def ray_activity(trial: Trial, now: datetime) -> Activity | str | None:
     return f"Ray's reporter on {where} does not list pid {trial.pid}"
 
 
-def worker_stats(node_id: str) -> dict[int, WorkerStats] | str:
-    """The node's worker readings (or why they could not be read), at most CACHE_S old."""
+def worker_stats(node_id: str, cluster: str = "") -> dict[int, WorkerStats] | str:
+    """The node's worker readings (or why they could not be read), at most CACHE_S old;
+    asked of its cluster's dashboard (node ids are unique across clusters)."""
     now = time.monotonic()
     with _lock:
         kept = _cache.get(node_id)
         if kept is not None and now - kept[0] < CACHE_S:
             return kept[1]
     try:
-        found: dict[int, WorkerStats] | str = fetch_worker_stats(ray_endpoint(), node_id)
+        found: dict[int, WorkerStats] | str = fetch_worker_stats(endpoint_of(cluster), node_id)
     except SourceError as exc:
         found = exc.message
     with _lock:
@@ -78,7 +81,8 @@ def ray_stack(trial: Trial) -> Stack | str | None:
     if trial.pid is None or not (nodes or trial.node_ip):
         return None
     try:
-        text = fetch_traceback(ray_endpoint(), trial.pid, node_id=nodes[0] if nodes else "",
+        text = fetch_traceback(endpoint_of(trial.experiment.cluster.name), trial.pid,
+                               node_id=nodes[0] if nodes else "",
                                ip=trial.node_ip, timeout_s=settings.STACK_TIMEOUT_S + 5)
     except SourceError as exc:
         return exc.message

@@ -4,6 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from dashboard.cluster.models import Cluster
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
 from dashboard.trials.objective import Objective, best, objective_of, objectives_by_experiment
@@ -26,6 +27,7 @@ def health_by_trial(trial_pks: list[int]) -> dict[int, list[str]]:
 
 
 class TrialSerializer(serializers.ModelSerializer):
+    cluster = serializers.SerializerMethodField(help_text="the cluster it ran on (its name)")
     experiment = serializers.CharField(source="experiment.name")
     experiment_id = serializers.IntegerField()
     last_result_at = serializers.DateTimeField(allow_null=True)
@@ -43,12 +45,18 @@ class TrialSerializer(serializers.ModelSerializer):
     class Meta:
         model = Trial
         fields = [
-            "id", "trial_id", "experiment", "experiment_id", "status", "status_reason",
+            "id", "cluster", "trial_id", "experiment", "experiment_id", "status", "status_reason",
             "tune_status", "iteration", "attempt", "last_result_at", "pid", "node_ip",
             "hostname", "health", "health_all", "best_value", "metric_range", "last_metrics",
             "last_step_s", "process_alive", "parse_errors", "last_parse_error", "error_text",
             "trainable", "config",
         ]
+
+    def get_cluster(self, trial: Trial) -> str:
+        names: dict[int, str] = self.context.get("clusters") or {}
+        cluster_id = trial.experiment.cluster_id
+        name = names.get(cluster_id)  # else one query: a serializer given no names
+        return name if name is not None else trial.experiment.cluster.name
 
     def get_health_all(self, trial: Trial) -> list[str]:
         health: dict[int, list[str]] = self.context.get("health") or {}
@@ -70,6 +78,7 @@ class StepResultSerializer(serializers.ModelSerializer):
 
 
 class ExperimentSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
     trials = serializers.IntegerField(source="trial_count")
     by_status = serializers.DictField(child=serializers.IntegerField())
     firing = serializers.IntegerField()
@@ -78,11 +87,12 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Experiment
-        fields = ["id", "name", "kind", "metric", "mode", "trials", "by_status", "firing",
-                  "updated_at"]
+        fields = ["id", "cluster", "name", "kind", "metric", "mode", "trials", "by_status",
+                  "firing", "updated_at"]
 
 
 def trial_rows(trials: list[Trial]) -> list[dict[str, Any]]:
     context = {"health": health_by_trial([t.pk for t in trials]),
-               "objectives": objectives_by_experiment(trials)}
+               "objectives": objectives_by_experiment(trials),
+               "clusters": dict(Cluster.objects.values_list("pk", "name"))}
     return list(TrialSerializer(trials, many=True, context=context).data)

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from collectors.records import TrialUpdate
 from collectors.tunelogs import MAX_METRICS, ResultLine
+from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.bulkwrite import ResultRow, insert_new, insert_results, update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial
 
@@ -49,9 +50,14 @@ class IngestStats:
 
 
 class TrialStore:
-    def __init__(self, now: datetime, stats: IngestStats | None = None) -> None:
+    """Trial rows of one cluster's experiments (default: the cluster RAY_ADDRESS points
+    at), loaded a batch at a time."""
+
+    def __init__(self, now: datetime, stats: IngestStats | None = None,
+                 cluster_pk: int | None = None) -> None:
         self.now = now
         self.stats = stats or IngestStats()
+        self.cluster_pk = cluster_pk if cluster_pk is not None else settings_cluster_pk()
         self.experiments: dict[str, Experiment] = {}
         self.trials: dict[tuple[int, str], Trial] = {}
 
@@ -61,7 +67,8 @@ class TrialStore:
         keys = list(keys)
         names = {name for name, _ in keys} - set(self.experiments)
         if names:
-            self.experiments.update((e.name, e) for e in Experiment.objects.filter(name__in=names))
+            self.experiments.update((e.name, e) for e in Experiment.objects.filter(
+                cluster_id=self.cluster_pk, name__in=names))
         wanted = {self.experiments[n].pk for n, _ in keys if n in self.experiments}
         self._load_trials(wanted, {t for _, t in keys})
 
@@ -103,7 +110,8 @@ class TrialStore:
         if experiment is None:
             kind = Experiment.TENSORBOARD if update.tensorboard else Experiment.TUNE
             experiment, _ = Experiment.objects.get_or_create(
-                name=name, defaults={"kind": kind, "paths": [update.experiment_dir]})
+                cluster_id=self.cluster_pk, name=name,
+                defaults={"kind": kind, "paths": [update.experiment_dir]})
             self.experiments[name] = experiment
         elif update.experiment_dir not in experiment.paths:
             experiment.paths = [*experiment.paths, update.experiment_dir]
@@ -193,9 +201,10 @@ def _search(experiment: Experiment, update: TrialUpdate) -> bool:
     return True
 
 
-def store_updates(updates: Sequence[TrialUpdate], now: datetime) -> IngestStats:
+def store_updates(updates: Sequence[TrialUpdate], now: datetime,
+                  cluster_pk: int | None = None) -> IngestStats:
     """Store a node agent's updates, in order (a trial's lines may span several)."""
-    store = TrialStore(now)
+    store = TrialStore(now, cluster_pk=cluster_pk)
     for start in range(0, len(updates), BATCH):
         batch = updates[start:start + BATCH]
         store.load((u.experiment[:255], u.trial_id[:255]) for u in batch)

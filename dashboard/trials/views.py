@@ -5,6 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from dashboard.cluster.scope import page_cluster
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 from dashboard.trials.models import Experiment, Trial
@@ -24,8 +25,9 @@ SILENT_AFTER_S = 60.0
 
 @viewer_required
 def experiments_page(request: HttpRequest) -> HttpResponse:
+    scope = page_cluster(request)
     return render(request, "trials/experiments.html", {
-        "page_data": {"experiments": experiments_payload(),
+        "page_data": {"experiments": experiments_payload(scope.name if scope else None),
                       "server_now": timezone.now().isoformat()},
         "central_logs": settings.CENTRAL_LOGS,
         "watched": [str(p) for p in log_roots()] if settings.CENTRAL_LOGS else []})

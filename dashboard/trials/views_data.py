@@ -28,8 +28,12 @@ def jsonable(data: Any) -> Any:
     return json.loads(json.dumps(data, cls=JSONEncoder))
 
 
-def experiments_payload() -> list[dict[str, Any]]:
-    experiments = list(Experiment.objects.annotate(
+def experiments_payload(cluster: str | None = None) -> list[dict[str, Any]]:
+    """Every experiment (of the cluster named `cluster`), the latest active first."""
+    rows = Experiment.objects.select_related("cluster")
+    if cluster:
+        rows = rows.filter(cluster__name=cluster)
+    experiments = list(rows.annotate(
         trial_count=Count("trials"),
         last_activity=Greatest("updated_at", Coalesce(Max("trials__updated_at"), "updated_at")),
     ).order_by("-last_activity", "name"))

@@ -13,6 +13,8 @@
   }
   function where(i) {
     const parts = [];
+    // With several clusters, which one first: an experiment name or address may repeat.
+    if (document.body.dataset.manyClusters && i.cluster) parts.push("cluster " + i.cluster);
     if (i.experiment) parts.push("experiment " + i.experiment);
     if (i.trial_id) parts.push("trial " + i.trial_id);
     if (i.node_ip) parts.push("node " + i.node_ip);

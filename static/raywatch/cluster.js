@@ -41,12 +41,14 @@
     return td;
   }
 
-  function renderNodes(nodes) {
+  function renderNodes(nodes, many) {
     const body = document.querySelector("#nodes tbody");
     body.replaceChildren();
     for (const n of nodes) {
-      const tr = el("tr", { "data-node-id": n.node_id, class: "node-" + n.state.toLowerCase() });
+      const tr = el("tr", { "data-node-id": n.node_id, "data-cluster": n.cluster,
+                            class: "node-" + n.state.toLowerCase() });
       const name = el("td", { title: n.node_id });
+      if (many) name.append(el("span", { class: "cluster-tag" }, n.cluster), " ");
       name.append(el("a", { href: "/nodes/" + encodeURIComponent(n.node_id) + "/" },
         (n.hostname || n.node_ip) + " · " + n.node_id.slice(0, 8)));
       tr.append(
@@ -129,10 +131,43 @@
     }));
   }
 
+  // Unscoped with several clusters: one row per cluster (does it answer, how big, how busy,
+  // what is on fire); its name scopes every page to it.
+  function renderClusters(rows) {
+    const section = document.getElementById("clusters-overview");
+    section.hidden = !rows.length;
+    if (!rows.length) return;
+    document.getElementById("cluster-name").textContent = "all clusters";
+    document.getElementById("cluster-identity").replaceChildren(
+      rows.length + " clusters; pick one in the header to see only its nodes, jobs, " +
+      "experiments and alerts.");
+    document.querySelector("#clusters-table tbody").replaceChildren(...rows.map((c) => {
+      const tr = el("tr", { "data-cluster": c.name });
+      const name = el("td", {});
+      name.append(el("a", { href: "/cluster/?cluster=" + encodeURIComponent(c.name) }, c.name),
+        c.is_default ? el("span", { class: "muted" }, " (RAY_ADDRESS)") : "");
+      const state = el("td", { class: "state", title: c.end_reason || c.last_error || "" });
+      state.append(el("span", { class: "cluster-state state-" + c.state }, c.state));
+      if (c.approval !== "approved") state.append(" · " + c.approval);
+      const last = el("td", {});
+      if (c.last_seen_at) last.append(T.el(c.last_seen_at)); else last.append("never");
+      const gpus = c.gpus && c.gpus.total ? num(c.gpus.used) + " / " + num(c.gpus.total) : "–";
+      tr.append(name, state, el("td", { class: "num" }, String(c.nodes_alive)),
+        el("td", { class: "num" }, gpus),
+        el("td", { class: "num" + (c.open_incidents ? " firing" : "") }, String(c.open_incidents)),
+        last, el("td", {}, c.ray_version || "–"));
+      return tr;
+    }));
+  }
+
   function render(cluster) {
-    renderIdentity(cluster.identity);
+    const many = (cluster.clusters || []).length > 0;
+    if (many) document.getElementById("sessions").hidden = true;
+    else renderIdentity(cluster.identity);
+    renderClusters(cluster.clusters || []);
+    if (many) document.getElementById("cluster-ended").hidden = true;
     renderTotals(cluster.totals);
-    renderNodes(cluster.nodes);
+    renderNodes(cluster.nodes, many);
     renderChart(cluster.nodes);
     document.getElementById("as-of").replaceChildren("Updated ", T.el(new Date(), { ago: false }));
   }

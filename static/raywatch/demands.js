@@ -56,6 +56,9 @@
   function row(d) {
     const tr = el("tr", { "data-demand": d.kind + ":" + d.key, class: d.feasible === false ? "infeasible" : "" });
     const what = el("td", { title: d.key });
+    if (document.body.dataset.manyClusters && !document.body.dataset.cluster) {
+      what.append(el("span", { class: "cluster-tag" }, d.cluster), " ");
+    }
     what.append(el("span", {}, d.label));
     if (d.label !== d.key) what.append(el("div", { class: "muted mono" }, d.key));
     if (d.job_id && !d.label.endsWith("of job " + d.job_id)) what.append(el("div", { class: "muted" }, "job " + d.job_id));

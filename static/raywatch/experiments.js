@@ -9,7 +9,12 @@
     for (const e of experiments) {
       const tr = el("tr", { "data-experiment": e.name });
       const link = el("a", { href: "/experiments/" + e.id + "/" }, e.name);
-      const name = el("td"); name.append(link);
+      const name = el("td");
+      // With several clusters (and none chosen in the header), whose experiment it is.
+      if (document.body.dataset.manyClusters && !document.body.dataset.cluster) {
+        name.append(el("span", { class: "cluster-tag" }, e.cluster), " ");
+      }
+      name.append(link);
       const statuses = Object.entries(e.by_status).map(([s, n]) => s + " " + n).join(", ");
       const objective = e.metric ? e.metric + (e.mode ? " " + kit.arrow(e.mode) : "") : "–";
       tr.append(name, el("td", {}, e.kind), el("td", {}, objective), el("td", {}, e.trials),

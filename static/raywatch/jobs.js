@@ -11,6 +11,9 @@
   function row(j) {
     const tr = el("tr", { "data-job": j.key, "data-status": j.status });
     const id = el("td", { class: "id" });
+    if (document.body.dataset.manyClusters && !document.body.dataset.cluster) {
+      id.append(el("span", { class: "cluster-tag" }, j.cluster), " ");
+    }
     id.append(el("code", { title: j.id }, j.id));
     tr.append(id, el("td", {}, j.type), el("td", { class: "status" }, j.status));
     const entry = el("td", { class: "entrypoint" });

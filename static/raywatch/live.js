@@ -61,7 +61,10 @@
 
     function open() {
       const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-      socket = new WebSocket(scheme + location.host + path);
+      // A page scoped to one cluster (the header's switcher) gets that cluster's rows only.
+      const cluster = document.body.dataset.cluster;
+      const scoped = cluster ? (path.includes("?") ? "&" : "?") + "cluster=" + encodeURIComponent(cluster) : "";
+      socket = new WebSocket(scheme + location.host + path + scoped);
       socket.onopen = function () {
         delay = 500;
         setLiveState("live", "live");
@@ -93,6 +96,19 @@
     });
     open();
     return { get socket() { return socket; } };
+  }
+
+  // The header's cluster switcher: the choice is kept in a cookie (every page honours it),
+  // and the page is drawn again for it.
+  const switcher = document.getElementById("cluster-switch");
+  if (switcher) {
+    switcher.addEventListener("change", function () {
+      document.cookie = "raywatch_cluster=" + encodeURIComponent(switcher.value) +
+        "; path=/; max-age=31536000; SameSite=Lax";
+      const url = new URL(location.href);
+      url.searchParams.delete("cluster");
+      location.assign(url.toString());
+    });
   }
 
   // A page with no live parts of its own still keeps the header live.

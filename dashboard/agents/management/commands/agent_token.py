@@ -21,16 +21,18 @@ class Command(BaseCommand):
         parser.add_argument("node", nargs="?", help="the node's name (its agent's identity)")
         parser.add_argument("--ip", default="", help="the node's address (else the agent's "
                                                      "first report pins it)")
+        parser.add_argument("--cluster", default="", help="the cluster NODE is in (default: "
+                                                         "the one RAY_ADDRESS points at)")
         parser.add_argument("--revoke", action="store_true", help="revoke NODE's live tokens")
         parser.add_argument("--prefix", default="", help="with --revoke: only this token")
         parser.add_argument("--list", action="store_true", help="list every token")
 
     def handle(self, *args: Any, node: str | None, ip: str, revoke: bool, prefix: str,
-               **options: Any) -> None:
+               cluster: str, **options: Any) -> None:
         if options["list"]:
             for row in NodeToken.objects.all():
                 self.stdout.write(f"{row.prefix}…  {row.node}  {row.node_ip or '-'}  "
-                                  f"{_state(row)}")
+                                  f"{row.cluster.name}  {_state(row)}")
             return
         if not node:
             raise CommandError("give the NODE to issue a token for (or --list)")
@@ -38,7 +40,7 @@ class Command(BaseCommand):
             self._revoke(node, prefix)
             return
         try:
-            row, token = tokens.issue(node, None, timezone.now(), ip)
+            row, token = tokens.issue(node, None, timezone.now(), ip, cluster)
         except ApiError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(token)

@@ -1,0 +1,247 @@
+"""Two real Ray clusters watched by one raywatch (issue 15).
+
+The suite's cluster is `alpha` (RAY_ADDRESS's, named by RAYWATCH_CLUSTER_NAME); a second
+real local cluster, `beta`, is added by an admin (`manage.py cluster add`). A Tune search
+runs on each: alpha's trials are read from raywatch's own host (RAYWATCH_LOG_DIRS), beta's
+by beta's node agent, whose token belongs to beta. Both clusters' nodes sit at the same
+address, as two clusters on two private networks may.
+
+Asserted through the API: each cluster's nodes, trials and incidents are scoped to it;
+beta's hung trial opens a stall on beta, routed to the channel that takes beta only and
+named "on cluster beta" there; once beta's Ray is stopped it is marked ended (how and
+since when), its history stays browsable, and alpha goes on being polled. Once on the
+embedded default and once on the production topology (Celery worker and beat, Postgres,
+Redis), where each cluster's poll is a Celery task of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from collectors.localray import LocalCluster, LocalRay, free_port
+from tests.agents import agent_env, running_agent
+from tests.conftest import start_search, wait_for
+from tests.served import (
+    Raywatch,
+    embedded_env,
+    first_run,
+    manage,
+    nodes_or_none,
+    scratch_database,
+    start_serve,
+    stop_serve,
+)
+from tests.test_end_to_end import login, screenshots
+
+pytestmark = [pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
+# Where to save screenshots (1280 and 1440 px) when a person wants to look at them.
+SHOTS = os.environ.get("RAYWATCH_CLUSTERS_SHOTS")
+FAST = {
+    "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
+    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_CLUSTER_ENDED_S": "6",
+    "RAYWATCH_CLUSTER_NAME": "alpha", "RAYWATCH_GPU_SOURCE": "off",
+    "RAYWATCH_WEBHOOK_ALLOW_PRIVATE": "1",  # the test's receivers are on loopback
+}
+CHANNELS = """
+from dashboard.alerts.models import Channel
+Channel.objects.create(name="beta-ops", kind="webhook", url="{beta}", kinds=["trial_stalled"],
+                       clusters=["beta"])
+Channel.objects.create(name="alpha-ops", kind="webhook", url="{alpha}",
+                       kinds=["trial_stalled"], clusters=["alpha"])
+"""
+
+
+@pytest.fixture
+def beta(tmp_path: Path) -> Iterator[tuple[LocalRay, LocalCluster]]:
+    """A second real Ray cluster on this host, with a Ray temp dir of its own."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="rwc-", dir="/tmp"))  # short: socket paths
+    local = LocalRay(tmp_path / "beta-ray.json", num_cpus=2, temp_dir=temp_dir)
+    cluster = local.start(log_path=tmp_path / "beta-ray.log")
+    try:
+        yield local, cluster
+    finally:
+        local.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(params=["embedded", "production"])
+def backend(request, tmp_path: Path) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+    env = embedded_env(tmp_path / "data")
+    if request.param == "embedded":
+        yield env
+        return
+    with scratch_database(os.environ["DATABASE_URL"]) as database_url:
+        yield {**env, "DATABASE_URL": database_url, "REDIS_URL": os.environ["REDIS_URL"],
+               "RAYWATCH_CHANNEL_PREFIX": f"mc-{uuid.uuid4().hex[:6]}"}
+
+
+def state_of(rw: Raywatch, name: str) -> dict[str, Any]:
+    return next(c for c in rw.api("/api/clusters/") if c["name"] == name)
+
+
+def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # type: ignore[no-untyped-def]
+        backend: dict[str, str], ray_cluster: LocalCluster, beta, receivers, page,
+        tmp_path: Path) -> None:
+    beta_ray, beta_cluster = beta
+    storage_a, storage_b = tmp_path / "results-a", tmp_path / "results-b"
+    storage_a.mkdir()
+    storage_b.mkdir()
+    name_a, name_b = f"alpha-{uuid.uuid4().hex[:6]}", f"beta-{uuid.uuid4().hex[:6]}"
+    searches = [start_search(ray_cluster, storage_a, name_a, "quick"),
+                start_search(beta_cluster, storage_b, name_b, "objective")]
+    token_file = Path.home() / ".ray" / "auth_token"  # both clusters take the suite's token
+    env = {**backend, **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,
+           "RAYWATCH_LOG_DIRS": str(storage_a)}
+    token, password = first_run(env)
+    manage(env, "cluster", "add", "beta", beta_cluster.dashboard_url,
+           "--gcs", beta_cluster.gcs_address, "--token-file", str(token_file))
+    to_beta, to_alpha = receivers(200), receivers(200)
+    manage(env, "shell", "-c", CHANNELS.format(beta=to_beta.url, alpha=to_alpha.url))
+    beta_ip = beta_cluster.gcs_address.rpartition(":")[0]
+    node_token = manage(env, "agent_token", "beta-head", "--ip", beta_ip,
+                        "--cluster", "beta").strip()
+    port, log = free_port(), tmp_path / "serve.log"
+    server = start_serve(env, port, log)
+    rw = Raywatch(f"http://127.0.0.1:{port}", token, password, env)
+    try:
+        wait_for(lambda: nodes_or_none(f"{rw.url}/api/nodes/", token) is not None, 90, 0.5,
+                 "raywatch to answer with the nodes it polled",
+                 explain=lambda: log.read_text()[-2000:])
+        agent = agent_env(rw.url, node_token, tmp_path, "beta-head", beta_ip, gpus=1,
+                          RAYWATCH_LOG_DIRS=str(storage_b))
+        with running_agent(agent, tmp_path / "agent.log"):
+            # Both clusters answer, each with its own node (at the same address).
+            wait_for(lambda: all(state_of(rw, n)["state"] == "active"
+                                 and state_of(rw, n)["nodes_alive"] >= 1
+                                 for n in ("alpha", "beta")), 90, 1,
+                     "both clusters to be polled", explain=lambda: rw.api("/api/clusters/"))
+            nodes = {n: [x["node_id"] for x in rw.api(f"/api/nodes/?cluster={n}")]
+                     for n in ("alpha", "beta")}
+            assert nodes == {"alpha": [ray_cluster.node_id], "beta": [beta_cluster.node_id]}
+            assert state_of(rw, "beta")["origin"] == "admin"
+            assert state_of(rw, "alpha")["is_default"] is True
+
+            # Each search's trials under its own cluster only.
+            def trials_of(cluster: str, experiment: str) -> list[dict[str, Any]]:
+                return [t for t in rw.api(f"/api/trials/?cluster={cluster}&page_size=1000")
+                        if t["experiment"] == experiment]
+
+            wait_for(lambda: len(trials_of("beta", name_b)) == 3, 120, 1,
+                     "beta's trials, through beta's agent",
+                     explain=lambda: (tmp_path / "agent.log").read_text()[-1500:])
+            wait_for(lambda: len(trials_of("alpha", name_a)) == 3, 120, 1, "alpha's trials")
+            assert not trials_of("alpha", name_b) and not trials_of("beta", name_a)
+            assert {t["cluster"] for t in trials_of("beta", name_b)} == {"beta"}
+            hung = next(t for t in trials_of("beta", name_b) if t["config"]["lr"] == 3.0)
+
+            # The hang on beta: a stall on beta, told to beta's channel, naming beta.
+            def stall(cluster: str) -> list[dict[str, Any]]:
+                return [i for i in rw.api(f"/api/alerts/?cluster={cluster}"
+                                          "&kind=trial_stalled&state=firing")
+                        if i["trial_id"] == hung["trial_id"]]
+
+            [incident] = wait_for(lambda: stall("beta"), 120, 1, "the stall on beta")
+            assert incident["cluster"] == "beta" and not stall("alpha")
+            [message] = wait_for(to_beta.accepted, 60, 0.5, "beta's channel to be told")
+            assert message["cluster"] == "beta", message
+            assert message["title"] == f"[FIRING:1] experiment {name_b} on cluster beta", message
+            assert message["group"]["key"] == f"beta/experiment:{name_b}", message
+            assert [i["cluster"] for i in message["incidents"]] == ["beta"]
+            assert not [m for m in to_alpha.accepted() if m["cluster"] == "beta"]
+            results_before = len(rw.api(f"/api/trials/{hung['trial_id']}/results/"))
+            assert results_before >= 4
+            in_the_browser(page, rw, name_a, name_b, beta_cluster)
+
+        # Beta's Ray goes away: unreachable, then ended; alpha goes on.
+        for search in searches:
+            os.killpg(search.pid, signal.SIGTERM)
+        beta_ray.stop()
+        gone = wait_for(lambda: (c := state_of(rw, "beta"))["state"] == "ended" and c, 90, 1,
+                        "beta to be marked ended", explain=lambda: state_of(rw, "beta"))
+        assert "no answer since" in gone["end_reason"], gone
+        seen = state_of(rw, "alpha")["last_seen_at"]
+        wait_for(lambda: state_of(rw, "alpha")["last_seen_at"] > seen, 30, 0.5,
+                 "alpha to go on being polled")
+        assert state_of(rw, "alpha")["state"] == "active"
+
+        # Beta's history is still there: its trials, their results, its node (now DEAD),
+        # and its stall resolved (an ended cluster runs nothing).
+        assert len(trials_of("beta", name_b)) == 3
+        assert len(rw.api(f"/api/trials/{hung['trial_id']}/results/")) >= results_before
+        [node] = rw.api("/api/nodes/?cluster=beta")
+        assert (node["node_id"], node["state"]) == (beta_cluster.node_id, "DEAD"), node
+        wait_for(lambda: not stall("beta"), 60, 1, "beta's stall to resolve")
+    finally:
+        for search in searches:
+            if search.poll() is None:
+                os.killpg(search.pid, signal.SIGKILL)
+        output = stop_serve(server, log)
+    assert "Traceback" not in output, output[-8000:]
+
+
+def in_the_browser(page, rw: Raywatch, name_a: str, name_b: str,  # type: ignore[no-untyped-def]
+                   beta_cluster: LocalCluster) -> None:
+    """All clusters at a glance; the header's switcher scopes the pages to beta."""
+    login(page, rw, "/cluster/")
+    overview = page.locator("#clusters-table")
+    expect(overview.locator('tr[data-cluster="alpha"] td.state')).to_have_text("active")
+    expect(overview.locator('tr[data-cluster="beta"] td.state')).to_have_text("active")
+    expect(overview.locator('tr[data-cluster="beta"] td.num.firing')).to_have_text(
+        re.compile(r"[1-9]"), timeout=20_000)  # its stall
+    expect(page.locator("#nodes tbody tr")).to_have_count(2)
+    shoot(page, "all-clusters")
+    page.select_option("#cluster-switch", "beta")
+    page.wait_for_load_state()
+    expect(page.locator("#cluster-name")).to_have_text("beta")
+    expect(page.locator("#nodes tbody tr")).to_have_count(1)
+    expect(page.locator(f'#nodes tbody tr[data-node-id="{beta_cluster.node_id}"]')).to_be_visible()
+    shoot(page, "beta")
+    page.goto(f"{rw.url}/experiments/")  # the choice stays (a cookie)
+    expect(page.locator(f'tr[data-experiment="{name_b}"]')).to_be_visible(timeout=20_000)
+    expect(page.locator(f'tr[data-experiment="{name_a}"]')).to_have_count(0)
+    page.goto(f"{rw.url}/alerts/?state=firing")
+    expect(page.locator("select[name=cluster]")).to_have_value("beta")
+    expect(page.locator("#alerts tbody tr").first).to_contain_text("cluster beta",
+                                                                   timeout=20_000)
+    shoot(page, "beta-alerts")
+    page.select_option("#cluster-switch", "all")
+    page.wait_for_load_state()
+    expect(page.locator("#alerts tbody tr", has_text="cluster beta").first).to_be_visible()
+    page.goto(f"{rw.url}/cluster/")
+    expect(page.locator("#clusters-overview")).to_be_visible()
+    # Each node's agent coverage is its own cluster's: beta's agent is not alpha's node's.
+    alpha_row = page.locator('#nodes tbody tr[data-cluster="alpha"] td.agent')
+    expect(alpha_row).not_to_have_attribute("data-coverage", "connected", timeout=10_000)
+
+
+def shoot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+    if SHOTS:
+        screenshots(page, f"{SHOTS}/clusters-{name}")
+
+
+def test_an_unknown_cluster_is_refused_with_the_known_ones(  # type: ignore[no-untyped-def]
+        viewer, settings) -> None:
+    from dashboard.cluster.models import Cluster
+    from tests.conftest import token_client
+
+    settings.CLUSTER_NAME = "alpha"
+    Cluster.objects.create(name="alpha", first_seen_at="2026-11-25T00:00:00Z",
+                           state_since="2026-11-25T00:00:00Z")
+    client = token_client(viewer)
+    for path in ("/api/nodes/", "/api/trials/", "/api/alerts/", "/api/jobs/", "/api/actors/",
+                 "/api/demands/", "/api/audit/"):
+        reply = client.get(f"{path}?cluster=nope")
+        assert reply.status_code == 400, (path, reply.content)
+        said = str(reply.json()["cluster"])
+        assert "no cluster named 'nope' (known: " in said and "alpha" in said, (path, said)
