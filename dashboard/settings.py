@@ -343,6 +343,10 @@ CLUSTER_NAME = env_str("RAYWATCH_CLUSTER_NAME", "default")
 # A cluster that has not answered for this long is marked ended (head lost or torn down);
 # before that it is unreachable. Everything stored of it stays.
 CLUSTER_ENDED_S = env_number("RAYWATCH_CLUSTER_ENDED_S", 1800.0, minimum=1)
+# A cluster its head node's agent announces: "admin" waits for an admin to approve it
+# (manage.py cluster approve, POST /api/clusters/NAME/approve) before polling it; "auto"
+# polls it at once.
+CLUSTERS_APPROVE = env_choice("RAYWATCH_CLUSTERS_APPROVE", ("admin", "auto"), "admin")
 
 # --- Prometheus export: /metrics (README: "Prometheus and Grafana") --------------------------
 # Set: /metrics wants `Authorization: Bearer <token>` from anywhere. Unset: it answers only

@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ from tests.agents import agent_env, running_agent
 from tests.conftest import start_search, wait_for
 from tests.served import (
     Raywatch,
+    api_post,
     embedded_env,
     first_run,
     manage,
@@ -245,3 +247,58 @@ def test_an_unknown_cluster_is_refused_with_the_known_ones(  # type: ignore[no-u
         assert reply.status_code == 400, (path, reply.content)
         said = str(reply.json()["cluster"])
         assert "no cluster named 'nope' (known: " in said and "alpha" in said, (path, said)
+
+
+def test_a_cluster_its_head_agent_announces_is_polled_once_approved(  # type: ignore[no-untyped-def]
+        ray_cluster: LocalCluster, beta, tmp_path: Path) -> None:
+    """beta's head agent announces beta (as a KubeRay sidecar would: its name and
+    namespace from the environment); it waits for an admin, then is polled. alpha's own
+    head agent announces alpha, which raywatch knows by its session: nothing new."""
+    _, beta_cluster = beta
+    env = {**embedded_env(tmp_path / "data"), **FAST, "RAY_ADDRESS": ray_cluster.gcs_address}
+    token, password = first_run(env)
+    heads = {name: manage(env, "agent_token", f"{name}-head").strip()
+             for name in ("alpha", "beta")}
+    port, log = free_port(), tmp_path / "serve.log"
+    server = start_serve(env, port, log)
+    rw = Raywatch(f"http://127.0.0.1:{port}", token, password, env)
+    try:
+        wait_for(lambda: nodes_or_none(f"{rw.url}/api/nodes/", token) is not None, 90, 0.5,
+                 "raywatch to answer with the nodes it polled",
+                 explain=lambda: log.read_text()[-2000:])
+        temp_dirs = {"alpha": Path(ray_cluster.session_dir).parent,
+                     "beta": Path(beta_cluster.session_dir).parent}
+        agents = {name: agent_env(rw.url, heads[name], tmp_path, f"{name}-head", "127.0.0.1",
+                                  gpus=0, RAYWATCH_RAY_TMP_DIR=str(temp_dirs[name]),
+                                  RAY_CLUSTER_NAME="team-a" if name == "beta" else "",
+                                  POD_NAMESPACE="ml")
+                  for name in ("alpha", "beta")}
+        with running_agent(agents["alpha"], tmp_path / "alpha.log"), \
+                running_agent(agents["beta"], tmp_path / "beta.log"):
+            announced = wait_for(lambda: next((c for c in rw.api("/api/clusters/")
+                                               if c["origin"] == "registered"), None),
+                                 60, 0.5, "beta's head agent to announce it",
+                                 explain=lambda: (tmp_path / "beta.log").read_text()[-1500:])
+            assert announced["name"] == "ml.team-a", announced
+            assert announced["approval"] == "pending" and announced["nodes_alive"] == 0
+            assert announced["kuberay"] == {"name": "team-a", "namespace": "ml"}
+            assert announced["dashboard_url"] == beta_cluster.dashboard_url, announced
+            time.sleep(3)  # a few more reports of both heads: still two clusters, one unpolled
+            assert sorted(c["name"] for c in rw.api("/api/clusters/")) == ["alpha",
+                                                                           "ml.team-a"]
+            assert not [s for s in rw.api("/api/sources/") if s["scope"] == "ml.team-a"]
+
+            approved = api_post(f"{rw.url}/api/clusters/ml.team-a/approve", token,
+                                {"token": (Path.home() / ".ray" / "auth_token").read_text()})
+            assert approved["approval"] == "approved", approved
+            wait_for(lambda: state_of(rw, "ml.team-a")["nodes_alive"] == 1, 60, 0.5,
+                     "the approved cluster to be polled",
+                     explain=lambda: state_of(rw, "ml.team-a"))
+            assert [n["node_id"] for n in rw.api("/api/nodes/?cluster=ml.team-a")] == [
+                beta_cluster.node_id]
+            # Its head's agent reports for it now.
+            wait_for(lambda: "ml.team-a" in manage(env, "agent_token", "--list"), 30, 1,
+                     "beta's head token to belong to the cluster it announced")
+    finally:
+        output = stop_serve(server, log)
+    assert "Traceback" not in output, output[-8000:]

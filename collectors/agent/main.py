@@ -23,6 +23,7 @@ from collectors.agent.client import Reply, Unreachable, call
 from collectors.agent.commands import CommandGuard, Outcome, carry_out
 from collectors.agent.config import AgentConfig, ConfigError
 from collectors.agent.cursors import CursorStore
+from collectors.agent.headinfo import HeadWatch
 from collectors.agent.spool import Spool, SpoolBusy
 from collectors.agent.trial_logs import TrialLogCollector
 from collectors.hostinfo import host_name, node_ip_address
@@ -80,6 +81,7 @@ class Agent:
         self.processes_at = -math.inf  # when the last process snapshot was taken
         self.fast_until = -math.inf  # process snapshots at every poll until then
         self.epoch = time.monotonic()  # the collecting loops' common first tick
+        self.head = HeadWatch(config.ray_tmp_dir)  # this node's Ray head, if it runs one
 
     # --- collect --------------------------------------------------------------------------
     def collect_forever(self) -> None:
@@ -190,6 +192,8 @@ class Agent:
         """The body is assembled from the batches as spooled (valid JSON each)."""
         agent = {"version": AGENT_VERSION, "node": self.config.node_name,
                  "node_ip": self.node_ip, "hostname": host_name(), "spool": self.spool.stats()}
+        if head := self.head.current():
+            agent["head"] = head  # this node runs a Ray head: its cluster, announced
         body = b"".join([b'{"version":', str(wire.VERSION).encode(), b',"batches":[',
                          b",".join(batches), b'],"agent":',
                          json.dumps(agent, separators=(",", ":")).encode(), b"}"])

@@ -13,11 +13,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from collectors.agent import wire
 from collectors.agent.trialwire import decode_trial_log
 from collectors.records import GpuPoll, ProcessFact, TrialUpdate
 from dashboard.agents.models import AgentStream, NodeProcess, NodeToken
+from dashboard.cluster.models import Cluster
+from dashboard.cluster.registry import announce
 from dashboard.core.errors import ApiError
 from dashboard.core.health import record as record_health
 from dashboard.gpus.ingest import ingest_gpu_poll
@@ -158,6 +161,13 @@ def _note_agent(token: NodeToken, agent: dict[str, Any]) -> None:
                                                                         dict) else None
     if isinstance(dropped, int):
         changes["spool_dropped"] = dropped
+    head = announce(token.prefix, agent.get("head"), timezone.now()) if agent.get("head") \
+        else None
+    if (head is not None and head.approval == Cluster.APPROVED and head.pk != token.cluster_id
+            and head.announced_by == token.prefix):
+        # The head's own agent of a cluster it announced and an admin approved: what it
+        # reads belongs to that cluster from now on.
+        changes["cluster_id"] = head.pk
     if changes:
         NodeToken.objects.filter(pk=token.pk).update(**changes)
         for name, value in changes.items():

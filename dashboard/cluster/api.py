@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dashboard.cluster.models import Actor, Demand, Job, Node
-from dashboard.cluster.registry import add_cluster
+from dashboard.cluster.registry import add_cluster, decide
 from dashboard.cluster.scope import CLUSTER_PARAMETER, requested_cluster, scoped
 from dashboard.cluster.serializers import (
     ActorSerializer,
@@ -129,3 +129,31 @@ class ClusterList(APIView):
                               gcs_address=body.validated_data["gcs_address"])
         row = next(r for r in overview() if r["name"] == cluster.name)
         return Response(ClusterSummarySerializer(row).data, status=201)
+
+
+class DecideRequest(serializers.Serializer):
+    address = serializers.CharField(required=False, allow_blank=True, default="",
+                                    max_length=500,
+                                    help_text="its dashboard's URL, if not the one announced")
+    token = serializers.CharField(required=False, allow_blank=True, allow_null=True,
+                                  default=None, help_text="Ray's auth token for it")
+
+
+class ClusterDecision(APIView):
+    """Approve (polled from the next Ray poll on) or refuse (never polled) a cluster its
+    head node's agent announced (admins)."""
+
+    permission_classes = [IsAdmin]
+    approve = True
+
+    @extend_schema(request=DecideRequest,
+                   responses={200: ClusterSummarySerializer, 400: None, 403: None, 404: None,
+                              409: None})
+    def post(self, request: Request, name: str) -> Response:
+        body = DecideRequest(data=request.data)
+        body.is_valid(raise_exception=True)
+        cluster = decide(name, self.approve, timezone.now(), by=request.user.get_username(),
+                         address=body.validated_data["address"],
+                         token=body.validated_data["token"])
+        row = next(r for r in overview() if r["name"] == cluster.name)
+        return Response(ClusterSummarySerializer(row).data)

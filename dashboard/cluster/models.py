@@ -27,6 +27,9 @@ class Cluster(models.Model):
     token = models.TextField(blank=True, default="")  # Ray's auth token: never shown
     gcs_address = models.CharField(max_length=200, blank=True, default="")
     kuberay = models.JSONField(default=dict, blank=True)  # {"name": ..., "namespace": ...}
+    session_hint = models.CharField(max_length=200, blank=True, default="")  # as announced
+    announced_by = models.CharField(max_length=16, blank=True, default="")  # a token's prefix
+    announced_at = models.DateTimeField(null=True, blank=True)
     dashboard_url = models.CharField(max_length=500, blank=True, default="")
     ray_version = models.CharField(max_length=64, blank=True, default="")
     state = models.CharField(max_length=16, default=ACTIVE)

@@ -147,8 +147,10 @@
       name.append(el("a", { href: "/cluster/?cluster=" + encodeURIComponent(c.name) }, c.name),
         c.is_default ? el("span", { class: "muted" }, " (RAY_ADDRESS)") : "");
       const state = el("td", { class: "state", title: c.end_reason || c.last_error || "" });
-      state.append(el("span", { class: "cluster-state state-" + c.state }, c.state));
-      if (c.approval !== "approved") state.append(" · " + c.approval);
+      // Announced by its head's agent and not approved: never polled, so no state yet.
+      const shown = c.approval === "approved" ? c.state : c.approval;
+      state.append(el("span", { class: "cluster-state state-" + shown }, shown));
+      if (c.approval === "pending") state.append(el("div", { class: "muted" }, "announced by its head's agent: an admin approves it"));
       const last = el("td", {});
       if (c.last_seen_at) last.append(T.el(c.last_seen_at)); else last.append("never");
       const gpus = c.gpus && c.gpus.total ? num(c.gpus.used) + " / " + num(c.gpus.total) : "–";

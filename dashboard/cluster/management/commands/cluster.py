@@ -1,5 +1,6 @@
-"""`manage.py cluster add NAME URL [--token-file F]`: watch another Ray cluster;
-`manage.py cluster list`: every cluster and its state."""
+"""`manage.py cluster add NAME URL [--token-file F] [--gcs HOST:PORT]`: watch another Ray
+cluster; `manage.py cluster list`: every cluster and its state; `manage.py cluster approve
+NAME [--url URL] [--token-file F]` / `refuse NAME`: a cluster its head's agent announced."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from dashboard.cluster.registry import add_cluster
+from dashboard.cluster.registry import add_cluster, decide
 from dashboard.cluster.state import overview
 from dashboard.core.errors import ApiError
 
@@ -29,6 +30,13 @@ class Command(BaseCommand):
         add.add_argument("--gcs", default="", help="its GCS, HOST:PORT: lets raywatch kill a "
                                                    "hung trial's actor on a node with no agent")
         sub.add_parser("list", help="every cluster and its state")
+        approve = sub.add_parser("approve", help="poll a cluster its head's agent announced")
+        approve.add_argument("name")
+        approve.add_argument("--url", default="", help="its dashboard's URL, if not the one "
+                                                       "announced")
+        approve.add_argument("--token-file", default="", help="Ray's auth token for it")
+        refuse = sub.add_parser("refuse", help="never poll a cluster its head announced")
+        refuse.add_argument("name")
 
     def handle(self, *args: Any, what: str, **options: Any) -> None:
         if what == "list":
@@ -38,16 +46,28 @@ class Command(BaseCommand):
                                   f"nodes {row['nodes_alive']}  "
                                   f"open incidents {row['open_incidents']}")
             return
+        if what in ("approve", "refuse"):
+            token = _read(options["token_file"]) if options.get("token_file") else None
+            try:
+                cluster = decide(options["name"], what == "approve", timezone.now(),
+                                 address=options.get("url", ""), token=token)
+            except ApiError as exc:
+                raise CommandError(exc.message) from None
+            self.stdout.write(f"cluster {cluster.name} {what}d")
+            return
         token = os.environ.get("RAY_CLUSTER_TOKEN", "")
         if options["token_file"]:
-            try:
-                token = Path(options["token_file"]).read_text().strip()
-            except OSError as exc:
-                raise CommandError(f"cannot read {options['token_file']}: {exc.strerror}") \
-                    from None
+            token = _read(options["token_file"])
         try:
             cluster = add_cluster(options["name"], options["url"], token, timezone.now(),
                                   gcs_address=options["gcs"])
         except ApiError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"cluster {cluster.name} added: polled from the next Ray poll on")
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
