@@ -237,6 +237,11 @@ CELERY_BEAT_SCHEDULE.update({
         "schedule": 60.0,
         "options": {"expires": 120},
     },
+    "cluster-retention": {
+        "task": "dashboard.cluster.tasks.forget_ended_clusters",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
 })
 # What the embedded scheduler runs in place of a beat task: with no agents, this
 # process polls its own node's GPUs.
@@ -346,6 +351,9 @@ CLUSTER_ENDED_S = env_number("RAYWATCH_CLUSTER_ENDED_S", 1800.0, minimum=1)
 # A cluster its head node's agent announces: "admin" waits for an admin to approve it
 # (manage.py cluster approve, POST /api/clusters/NAME/approve) before polling it; "auto"
 # polls it at once.
+# An ended cluster (and everything stored of it) is deleted this many days after it ended;
+# 0 keeps ended clusters for ever. `manage.py cluster keep NAME DAYS` sets one cluster's.
+ENDED_CLUSTER_KEEP_D = env_int("RAYWATCH_ENDED_CLUSTER_KEEP_D", 90, minimum=0)
 CLUSTERS_APPROVE = env_choice("RAYWATCH_CLUSTERS_APPROVE", ("admin", "auto"), "admin")
 
 # --- Prometheus export: /metrics (README: "Prometheus and Grafana") --------------------------

@@ -46,7 +46,7 @@ class ClusterView(APIView):
                                                                400: None})
     def get(self, request: Request) -> Response:
         cluster = requested_cluster(request.query_params)
-        return Response(cluster_payload(cluster.name if cluster else None))
+        return Response(cluster_payload(cluster.name if cluster else None, history=True))
 
 
 ACTOR_STATES = ("ALIVE", "PENDING_CREATION", "RESTARTING", "DEPENDENCIES_UNREADY", "DEAD")

@@ -12,7 +12,7 @@ class ClusterConsumer(LiveConsumer):
     topics = (CLUSTER_GROUP,)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"cluster": cluster_payload(self.cluster or None)}
+        return {"cluster": cluster_payload(self.cluster or None, history=True)}
 
 
 class JobsConsumer(LiveConsumer):

@@ -30,6 +30,8 @@ class Cluster(models.Model):
     session_hint = models.CharField(max_length=200, blank=True, default="")  # as announced
     announced_by = models.CharField(max_length=16, blank=True, default="")  # a token's prefix
     announced_at = models.DateTimeField(null=True, blank=True)
+    # Days an ended cluster is kept (its rows, then it); None: RAYWATCH_ENDED_CLUSTER_KEEP_D.
+    keep_days = models.PositiveIntegerField(null=True, blank=True)
     dashboard_url = models.CharField(max_length=500, blank=True, default="")
     ray_version = models.CharField(max_length=64, blank=True, default="")
     state = models.CharField(max_length=16, default=ACTIVE)

@@ -81,12 +81,32 @@ class ClusterSummarySerializer(serializers.Serializer):
     is_default = serializers.BooleanField(help_text="the cluster RAY_ADDRESS points at")
 
 
+class NodeCountSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    alive = serializers.IntegerField()
+
+
+class GpuHoursSerializer(serializers.Serializer):
+    experiment_id = serializers.IntegerField()
+    experiment = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    trials = serializers.IntegerField(help_text="its trials that held GPUs")
+
+
+class HistorySerializer(serializers.Serializer):
+    nodes = NodeCountSerializer(many=True, help_text="alive nodes after each start or end")
+    gpu_hours = GpuHoursSerializer(many=True, help_text="per experiment, most first: its "
+                                   "trials' GPUs (as asked of Ray) times how long each ran")
+
+
 class ClusterSerializer(serializers.Serializer):
     totals = ClusterTotalsSerializer()
     nodes = NodeSerializer(many=True)
     identity = IdentitySerializer(allow_null=True)
     clusters = ClusterSummarySerializer(many=True, help_text="every cluster, when the page "
                                                              "is unscoped and there are several")
+    history = HistorySerializer(allow_null=True, help_text="one cluster's: nodes over time, "
+                                                           "GPU-hours per experiment")
 
 
 class ActorSerializer(serializers.ModelSerializer):

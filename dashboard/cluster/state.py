@@ -20,6 +20,7 @@ from dashboard.cluster.sessions import current_cluster
 from dashboard.core.models import SourceHealth
 from dashboard.core.push import CLUSTER_GROUP, publish
 from dashboard.incidents.models import Incident
+from dashboard.trials.models import Trial
 
 _FIELDS = (
     "node_ip", "hostname", "is_head", "state", "state_message", "started_at", "ended_at",
@@ -135,7 +136,7 @@ def current_clusters(now: datetime) -> set[int]:
     return fresh
 
 
-def cluster_state(name: str | None = None) -> dict[str, Any]:
+def cluster_state(name: str | None = None, history: bool = False) -> dict[str, Any]:
     """The Cluster page's data. Scoped to the cluster `name`: its nodes, totals and
     identity. Unscoped: the one cluster raywatch knows, as it is; with several, every
     cluster's nodes, and the overview of each cluster in place of one identity."""
@@ -149,7 +150,43 @@ def cluster_state(name: str | None = None) -> dict[str, Any]:
         nodes = nodes.none()
     listed = list(nodes)
     return {"totals": totals(listed), "nodes": listed, "identity": cluster,
-            "clusters": overview() if everything else []}
+            "clusters": overview() if everything else [],
+            # Not in the pushes (nodes change at every poll): on the page and in the API.
+            "history": cluster_history(cluster) if history and cluster is not None else None}
+
+
+NODE_EVENTS_SHOWN = 2000
+GPU_HOURS_SHOWN = 20
+
+
+def cluster_history(cluster: Cluster) -> dict[str, Any]:
+    """Its alive nodes over time (a step at each start and end Ray reported), and the
+    GPU-hours its experiments held: each trial's GPUs (what its actor asked Ray for) times
+    how long it ran (first seen to its last result)."""
+    events: list[tuple[datetime, int]] = []
+    for started, first, ended, state in Node.objects.filter(cluster=cluster).values_list(
+            "started_at", "first_seen_at", "ended_at", "state"):
+        events.append((started or first, 1))
+        if state == Node.DEAD:
+            events.append((ended or first, -1))
+    events.sort(key=lambda e: e[0])
+    alive, steps = 0, []
+    for at, change in events:
+        alive += change
+        steps.append({"at": at, "alive": alive})
+    hours: dict[tuple[int, str], list[float]] = {}
+    for exp_id, exp_name, gpus, first, last, updated in Trial.objects.filter(
+            experiment__cluster=cluster, gpus__gt=0).values_list(
+            "experiment_id", "experiment__name", "gpus", "first_seen_at", "last_result_at",
+            "updated_at"):
+        ran = max(0.0, ((last or updated) - first).total_seconds())
+        row = hours.setdefault((exp_id, exp_name), [0.0, 0])
+        row[0] += gpus * ran / 3600
+        row[1] += 1
+    gpu_hours = sorted(({"experiment_id": k[0], "experiment": k[1], "gpu_hours": round(v[0], 2),
+                         "trials": int(v[1])} for k, v in hours.items()),
+                       key=lambda r: -r["gpu_hours"])
+    return {"nodes": steps[-NODE_EVENTS_SHOWN:], "gpu_hours": gpu_hours[:GPU_HOURS_SHOWN]}
 
 
 def overview() -> list[dict[str, Any]]:
@@ -177,10 +214,12 @@ def overview() -> list[dict[str, Any]]:
     return rows
 
 
-def cluster_payload(name: str | None = None) -> dict[str, Any]:
+def cluster_payload(name: str | None = None, history: bool = False) -> dict[str, Any]:
     """The cluster as JSON-ready data: what GET /api/cluster/ and the socket carry
     (scoped to the cluster `name`, or unscoped: see cluster_state)."""
-    data = ClusterSerializer(cluster_state(name)).data
+    data = dict(ClusterSerializer(cluster_state(name, history)).data)
+    if not history:
+        del data["history"]  # a push: the page keeps the history it has
     # Round-trip through DRF's encoder: datetimes to ISO strings, as the API does.
     return json.loads(json.dumps(data, cls=JSONEncoder))
 

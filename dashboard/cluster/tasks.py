@@ -120,3 +120,11 @@ def store(cluster: Cluster, reply: ClusterReply, dashboard_url: str,
                             complete=reply.complete("placement groups"))
     # After nodes and actors: a demand is judged against what they hold now.
     ingest_demands(parse_demands(reply), now, cluster)
+
+
+@shared_task(name="dashboard.cluster.tasks.forget_ended_clusters")
+def forget_ended_clusters() -> list[str]:
+    """Delete ended clusters kept past their retention (dashboard/cluster/retention.py)."""
+    from dashboard.cluster.retention import forget_ended
+
+    return forget_ended(timezone.now())

@@ -14,4 +14,4 @@ def cluster_page(request: HttpRequest) -> HttpResponse:
     cluster's overview and nodes."""
     scope = page_cluster(request)
     return render(request, "cluster/overview.html",
-                  {"cluster": cluster_payload(scope.name if scope else None)})
+                  {"cluster": cluster_payload(scope.name if scope else None, history=True)})

@@ -68,7 +68,7 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
         to_evaluate(since)).distinct())
     changed = [t for t in trials if reconcile(t, live, now)]
     for trial in changed:
-        trial.save(update_fields=["status", "status_reason", "process_alive",
+        trial.save(update_fields=["status", "status_reason", "process_alive", "gpus",
                                   "process_gone_since", "updated_at"])
     th = thresholds()
     steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], th.slow_window)
@@ -135,24 +135,30 @@ def to_evaluate(since: datetime | None) -> Q:
             | Q(status="ERROR", error_text__gt=""))
 
 
-def live_processes(now: datetime) -> dict[int, set[tuple[str, int]]]:
+def live_processes(now: datetime) -> dict[int, dict[tuple[str, int], float]]:
     """Per cluster whose Ray view is current (a cluster pk), the (node_ip, pid) of every
-    live actor; a cluster that is not current is absent: nothing of it is known gone."""
+    live actor with the GPUs it asked Ray for; a cluster that is not current is absent:
+    nothing of it is known gone."""
     current = current_clusters(now)
     ips = dict(Node.objects.filter(cluster_id__in=current).values_list("node_id", "node_ip"))
-    live: dict[int, set[tuple[str, int]]] = {pk: set() for pk in current}
-    for cluster_id, node_id, pid in Actor.objects.filter(
+    live: dict[int, dict[tuple[str, int], float]] = {pk: {} for pk in current}
+    for cluster_id, node_id, pid, resources in Actor.objects.filter(
             cluster_id__in=current, state="ALIVE", pid__isnull=False).values_list(
-            "cluster_id", "node_id", "pid"):
-        live[cluster_id].add((ips.get(node_id, ""), pid))
+            "cluster_id", "node_id", "pid", "required_resources"):
+        gpus = (resources or {}).get("GPU") if isinstance(resources, dict) else None
+        live[cluster_id][(ips.get(node_id, ""), pid)] = float(gpus or 0)
     return live
 
 
-def reconcile(trial: Trial, live: dict[int, set[tuple[str, int]]], now: datetime) -> bool:
-    before = (trial.status, trial.status_reason, trial.process_alive, trial.process_gone_since)
+def reconcile(trial: Trial, live: dict[int, dict[tuple[str, int], float]],
+              now: datetime) -> bool:
+    before = (trial.status, trial.status_reason, trial.process_alive, trial.process_gone_since,
+              trial.gpus)
     of_cluster = live.get(trial.experiment.cluster_id)
     alive = None if of_cluster is None or trial.pid is None else \
         (trial.node_ip, trial.pid) in of_cluster
+    if alive:  # what its actor asked Ray for: the GPU-hours per experiment count on it
+        trial.gpus = of_cluster[(trial.node_ip, trial.pid)]  # type: ignore[index]
     if alive is not None:
         if alive:
             trial.process_gone_since = None
@@ -162,7 +168,7 @@ def reconcile(trial: Trial, live: dict[int, set[tuple[str, int]]], now: datetime
     error_present = bool(trial.error_text) and trial.attempt <= trial.error_attempt
     trial.status, trial.status_reason = derive_status(trial.tune_status, error_present, alive)
     return before != (trial.status, trial.status_reason, trial.process_alive,
-                      trial.process_gone_since)
+                      trial.process_gone_since, trial.gpus)
 
 
 def recent_steps(trials: list[Trial], window: int) -> dict[int, list[StepResult]]:

@@ -59,6 +59,7 @@ class Trial(models.Model):
     parse_errors = models.PositiveIntegerField(default=0)
     last_parse_error = models.TextField(blank=True, default="")
     process_alive = models.BooleanField(null=True)  # None: Ray could not tell
+    gpus = models.FloatField(null=True)  # the GPUs its actor asked Ray for, when last seen
     process_gone_since = models.DateTimeField(null=True)
     first_seen_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -162,8 +162,42 @@
     }));
   }
 
+  // One cluster's history: alive nodes over time, GPU-hours per experiment. Only the page
+  // and the socket's first message carry it (not every node update): kept until then.
+  function renderHistory(h) {
+    if (h === undefined) return;
+    const section = document.getElementById("history");
+    section.hidden = !h || (!h.nodes.length && !h.gpu_hours.length);
+    if (section.hidden) return;
+    if (window.Plotly && h.nodes.length) {
+      const xs = h.nodes.map((p) => p.at), ys = h.nodes.map((p) => p.alive);
+      xs.push(new Date().toISOString());
+      ys.push(ys[ys.length - 1]);
+      window.raywatch.charts.draw("nodes-chart", [{ name: "alive nodes", type: "scatter",
+        mode: "lines", line: { shape: "hv" }, x: xs, y: ys }],
+        { height: 200, x: { type: "date" },
+          y: { title: "alive nodes", rangemode: "tozero", integer: true } },
+        { displayModeBar: false });
+    }
+    const body = document.querySelector("#gpu-hours tbody");
+    body.replaceChildren(...h.gpu_hours.map((r) => {
+      const name = el("td", {});
+      name.append(el("a", { href: "/experiments/" + r.experiment_id + "/" }, r.experiment));
+      const tr = el("tr", { "data-experiment": r.experiment });
+      tr.append(name, el("td", { class: "num" }, num(r.gpu_hours)),
+        el("td", { class: "num" }, String(r.trials)));
+      return tr;
+    }));
+    if (!h.gpu_hours.length) {
+      const none = el("tr", {});
+      none.append(el("td", { colspan: "3", class: "muted" }, "No trial has held a GPU yet."));
+      body.append(none);
+    }
+  }
+
   function render(cluster) {
     const many = (cluster.clusters || []).length > 0;
+    renderHistory(cluster.history);
     if (many) document.getElementById("sessions").hidden = true;
     else renderIdentity(cluster.identity);
     renderClusters(cluster.clusters || []);

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from dashboard.cluster.models import Cluster
 from dashboard.cluster.registry import add_cluster, decide
 from dashboard.cluster.state import overview
 from dashboard.core.errors import ApiError
@@ -37,6 +38,10 @@ class Command(BaseCommand):
         approve.add_argument("--token-file", default="", help="Ray's auth token for it")
         refuse = sub.add_parser("refuse", help="never poll a cluster its head announced")
         refuse.add_argument("name")
+        keep = sub.add_parser("keep", help="days to keep a cluster once it ended (0: for "
+                                           "ever; 'default': RAYWATCH_ENDED_CLUSTER_KEEP_D)")
+        keep.add_argument("name")
+        keep.add_argument("days")
 
     def handle(self, *args: Any, what: str, **options: Any) -> None:
         if what == "list":
@@ -45,6 +50,9 @@ class Command(BaseCommand):
                                   f"{row['approval']}  {row['dashboard_url'] or '-'}  "
                                   f"nodes {row['nodes_alive']}  "
                                   f"open incidents {row['open_incidents']}")
+            return
+        if what == "keep":
+            self._keep(options["name"], options["days"])
             return
         if what in ("approve", "refuse"):
             token = _read(options["token_file"]) if options.get("token_file") else None
@@ -64,6 +72,19 @@ class Command(BaseCommand):
         except ApiError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"cluster {cluster.name} added: polled from the next Ray poll on")
+
+    def _keep(self, name: str, days: str) -> None:
+        cluster = Cluster.objects.filter(name=name).first()
+        if cluster is None:
+            raise CommandError(f"no cluster named {name!r}")
+        if days != "default" and not days.isdigit():
+            raise CommandError(f"days: a whole number of days, 0 for ever, or 'default' "
+                               f"(not {days!r})")
+        cluster.keep_days = None if days == "default" else int(days)
+        cluster.save(update_fields=["keep_days"])
+        said = ("as RAYWATCH_ENDED_CLUSTER_KEEP_D says" if cluster.keep_days is None
+                else "for ever" if cluster.keep_days == 0 else f"{cluster.keep_days} days")
+        self.stdout.write(f"cluster {name} is kept {said} once it has ended")
 
 
 def _read(path: str) -> str:
