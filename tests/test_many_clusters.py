@@ -168,6 +168,12 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
             assert nodes["beta"] == [beta_cluster.node_id], nodes
             assert ray_cluster.node_id in nodes["alpha"], nodes
             assert beta_cluster.node_id not in nodes["alpha"], nodes
+            # beta's agent's GPU is beta's, though alpha's node has the same address.
+            gpus = wait_for(lambda: (g := {n: [x["cluster"] for x in
+                                               rw.api(f"/api/gpus/?cluster={n}")]
+                                           for n in ("alpha", "beta")}) and g["beta"] and g,
+                            30, 1, "beta's agent's GPU")
+            assert gpus == {"alpha": [], "beta": ["beta"]}, gpus
             assert state_of(rw, "beta")["origin"] == "admin"
             assert state_of(rw, "alpha")["is_default"] is True
 
@@ -200,7 +206,7 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
             assert not [m for m in to_alpha.accepted() if m["cluster"] == "beta"]
             results_before = len(rw.api(f"/api/trials/{hung['trial_id']}/results/"))
             assert results_before >= 4
-            in_the_browser(page, rw, name_a, name_b, beta_cluster)
+            in_the_browser(page, rw, name_a, name_b, beta_cluster, ray_cluster.node_id)
 
         # Beta's Ray goes away: unreachable, then ended; alpha goes on.
         for search in searches:
@@ -224,7 +230,7 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
 
 
 def in_the_browser(page, rw: Raywatch, name_a: str, name_b: str,  # type: ignore[no-untyped-def]
-                   beta_cluster: LocalCluster) -> None:
+                   beta_cluster: LocalCluster, alpha_node_id: str) -> None:
     """All clusters at a glance; the header's switcher scopes the pages to beta."""
     login(page, rw, "/cluster/")
     overview = page.locator("#clusters-table")
@@ -246,19 +252,28 @@ def in_the_browser(page, rw: Raywatch, name_a: str, name_b: str,  # type: ignore
     page.goto(f"{rw.url}/experiments/")  # the choice stays (a cookie)
     expect(page.locator(f'tr[data-experiment="{name_b}"]')).to_be_visible(timeout=20_000)
     expect(page.locator(f'tr[data-experiment="{name_a}"]')).to_have_count(0)
+    page.goto(f"{rw.url}/")  # triage, of beta: its stall
+    expect(page.locator("main")).to_contain_text(name_b, timeout=20_000)
     page.goto(f"{rw.url}/alerts/?state=firing")
     expect(page.locator("select[name=cluster]")).to_have_value("beta")
     expect(page.locator("#alerts tbody tr").first).to_contain_text("cluster beta",
                                                                    timeout=20_000)
     shoot(page, "beta-alerts")
+    page.select_option("#cluster-switch", "alpha")
+    page.wait_for_load_state()
+    expect(page.locator("select[name=cluster]")).to_have_value("alpha")
+    expect(page.locator("#alerts tbody tr", has_text="cluster beta")).to_have_count(0)
+    page.goto(f"{rw.url}/")  # triage, of alpha: nothing of beta's stall
+    expect(page.locator("#live-state")).to_have_text("live", timeout=20_000)
+    expect(page.locator("main")).not_to_contain_text(name_b)
     page.select_option("#cluster-switch", "all")
     page.wait_for_load_state()
-    expect(page.locator("#alerts tbody tr", has_text="cluster beta").first).to_be_visible()
+    expect(page.locator("main")).to_contain_text(name_b, timeout=20_000)
     page.goto(f"{rw.url}/cluster/")
     expect(page.locator("#clusters-overview")).to_be_visible()
     # Each node's agent coverage is its own cluster's: beta's agent is not alpha's node's.
-    alpha_row = page.locator('#nodes tbody tr[data-cluster="alpha"] td.agent')
-    expect(alpha_row).not_to_have_attribute("data-coverage", "connected", timeout=10_000)
+    alpha_head = page.locator(f'#nodes tbody tr[data-node-id="{alpha_node_id}"] td.agent')
+    expect(alpha_head).not_to_have_attribute("data-coverage", "connected", timeout=10_000)
 
 
 def shoot(page, name: str) -> None:  # type: ignore[no-untyped-def]
@@ -276,7 +291,7 @@ def test_an_unknown_cluster_is_refused_with_the_known_ones(  # type: ignore[no-u
                            state_since="2026-11-25T00:00:00Z")
     client = token_client(viewer)
     for path in ("/api/nodes/", "/api/trials/", "/api/alerts/", "/api/jobs/", "/api/actors/",
-                 "/api/demands/", "/api/audit/"):
+                 "/api/demands/", "/api/audit/", "/api/gpus/", "/api/triage/", "/api/cluster/"):
         reply = client.get(f"{path}?cluster=nope")
         assert reply.status_code == 400, (path, reply.content)
         said = str(reply.json()["cluster"])

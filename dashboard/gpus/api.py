@@ -12,11 +12,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dashboard.cluster.scope import CLUSTER_PARAMETER, requested_cluster
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.gpus.models import Gpu
 from dashboard.gpus.serializers import GpuChartSerializer, GpuSerializer
 from dashboard.gpus.series import MAX_POINTS, gpu_chart
-from dashboard.gpus.views_data import gpu_payload
+from dashboard.gpus.views_data import gpu_payload, gpus_in
 
 RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -28,11 +29,12 @@ class GpuList(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("node", str, description="only this node's GPUs"),
-                    *PAGE_PARAMETERS],
-        responses=GpuSerializer(many=True),
+                    CLUSTER_PARAMETER, *PAGE_PARAMETERS],
+        responses={200: GpuSerializer(many=True), 400: None},
     )
     def get(self, request: Request) -> Response:
-        gpus = Gpu.objects.order_by("node", "index", "id")
+        cluster = requested_cluster(request.query_params)
+        gpus = gpus_in(cluster.name if cluster else None).order_by("node", "index", "id")
         if node := request.query_params.get("node"):
             gpus = gpus.filter(node=node)
         return paginated(request, gpus, gpu_payload)

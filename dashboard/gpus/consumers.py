@@ -5,8 +5,7 @@ from typing import Any
 from dashboard.cluster.state import demands_payload
 from dashboard.core.consumers import LiveConsumer
 from dashboard.core.push import DEMANDS_GROUP, GPUS_GROUP, rows_in_cluster
-from dashboard.gpus.models import Gpu
-from dashboard.gpus.views_data import gpu_payload
+from dashboard.gpus.views_data import gpu_payload, gpus_in
 
 
 class GpusConsumer(LiveConsumer):
@@ -15,7 +14,7 @@ class GpusConsumer(LiveConsumer):
     topics = (GPUS_GROUP,)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"gpus": {"gpus": gpu_payload(Gpu.objects.all()), "complete": True}}
+        return {"gpus": {"gpus": gpu_payload(gpus_in(self.cluster or None)), "complete": True}}
 
 
 class DemandsConsumer(LiveConsumer):

@@ -11,12 +11,14 @@ from dashboard.core.push import rows_in_cluster
 from dashboard.core.roles import ADMIN, has_role
 from dashboard.core.views import viewer_required
 from dashboard.gpus.models import Gpu
-from dashboard.gpus.views_data import gpu_payload
+from dashboard.gpus.views_data import gpu_payload, gpus_in
 
 
 @viewer_required
 def gpu_wall(request: HttpRequest) -> HttpResponse:
-    return render(request, "gpus/wall.html", {"gpus": gpu_payload(Gpu.objects.all())})
+    scope = page_cluster(request)
+    return render(request, "gpus/wall.html",
+                  {"gpus": gpu_payload(gpus_in(scope.name if scope else None))})
 
 
 @viewer_required

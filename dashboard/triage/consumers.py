@@ -14,4 +14,4 @@ class TriageConsumer(LiveConsumer):
     topics = (CLUSTER_GROUP, DEMANDS_GROUP, GPUS_GROUP, EXPERIMENTS_GROUP)
 
     def page_snapshot(self) -> dict[str, Any]:
-        return {"triage": triage_payload()}
+        return {"triage": triage_payload(cluster=self.cluster or None)}

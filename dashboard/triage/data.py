@@ -13,8 +13,7 @@ from django.utils import timezone
 from dashboard.alerts.models import Silence, silenced_by
 from dashboard.cluster.state import demands_payload
 from dashboard.core.health import health_payload
-from dashboard.gpus.models import Gpu
-from dashboard.gpus.views_data import gpu_payload
+from dashboard.gpus.views_data import gpu_payload, gpus_in
 from dashboard.incidents.models import SEVERITIES, Incident
 from dashboard.trials.models import Trial
 
@@ -29,18 +28,20 @@ GPU_ATTENTION = ("orphan", "hardware", "idle", "hot", "stale")  # worst first
 FIRING_SHOWN = 50
 
 
-def triage_payload(now: datetime | None = None) -> dict[str, Any]:
+def triage_payload(now: datetime | None = None, cluster: str | None = None) -> dict[str, Any]:
+    """What needs an operator now, of every cluster or of the cluster named `cluster`."""
     now = now or timezone.now()
-    firing = list(Incident.objects.filter(state=Incident.FIRING)
-                  .select_related("trial", "trial__experiment")
-                  .order_by("-opened_at"))
+    firing = Incident.objects.filter(state=Incident.FIRING)
+    if cluster:
+        firing = firing.filter(cluster__name=cluster)
+    firing = list(firing.select_related("trial", "trial__experiment").order_by("-opened_at"))
     silences = Silence.active_at(now)
-    gpus = gpu_payload(Gpu.objects.all(), now)
+    gpus = gpu_payload(gpus_in(cluster), now)
     return {
         "at": now.isoformat(),
         "incidents": _incidents(firing, silences, now),
         "trials": _unhealthy_trials(firing, now),
-        "demands": _demands(),
+        "demands": _demands(cluster),
         "gpus": _gpus(gpus, firing),
         "sources": health_payload(),
         "simulated": any(g["simulated"] for g in gpus),
@@ -104,12 +105,13 @@ def _unhealthy_trials(firing: list[Incident], now: datetime) -> list[dict[str, A
     return rows
 
 
-def _demands() -> dict[str, Any]:
+def _demands(cluster: str | None) -> dict[str, Any]:
     """Pending demand, never-placeable first, then the longest waiting."""
+    demands = demands_payload()
     rows = [{"kind": d["kind"], "name": d["label"], "key": d["key"], "bundles": d["bundles"],
              "count": d["count"], "infeasible": d["feasible"] is False or bool(d["ray_infeasible"]),
              "explanation": d["explanation"], "waiting_s": d["waiting_s"]}
-            for d in demands_payload()]
+            for d in demands if not cluster or d["cluster"] == cluster]
     rows.sort(key=lambda r: (not r["infeasible"], -r["waiting_s"]))
     return {"rows": rows, "url": reverse("demands")}
 

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dashboard.cluster.scope import CLUSTER_PARAMETER, page_cluster, requested_cluster
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 from dashboard.triage.data import triage_payload
@@ -17,14 +18,18 @@ from dashboard.triage.data import triage_payload
 
 @viewer_required
 def home_page(request: HttpRequest) -> HttpResponse:
+    scope = page_cluster(request)
     return render(request, "triage/home.html", {
-        "triage": triage_payload(), "can_act": has_role(request.user, OPERATOR)})
+        "triage": triage_payload(cluster=scope.name if scope else None),
+        "can_act": has_role(request.user, OPERATOR)})
 
 
 class TriageView(APIView):
     """What needs an operator now: firing incidents by severity, unhealthy trials,
     pending and infeasible demand, GPUs that need a look, and the sources' health."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[CLUSTER_PARAMETER], responses={200: OpenApiTypes.OBJECT,
+                                                               400: None})
     def get(self, request: Request) -> Response:
-        return Response(triage_payload())
+        cluster = requested_cluster(request.query_params)
+        return Response(triage_payload(cluster=cluster.name if cluster else None))

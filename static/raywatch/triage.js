@@ -135,7 +135,8 @@
     if (pending) return;
     const wait = Math.max(0, last + REFETCH_MS - Date.now());
     pending = setTimeout(function () {
-      fetch("/api/triage/", { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      const cluster = document.body.dataset.cluster;  // the header's switcher
+      fetch("/api/triage/" + (cluster ? "?cluster=" + encodeURIComponent(cluster) : ""), { headers: { Accept: "application/json" }, credentials: "same-origin" })
         .then(r => (r.ok ? r.json() : null))
         .then(t => { if (t) render(t); })
         .catch(() => {})
