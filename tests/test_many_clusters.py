@@ -342,3 +342,45 @@ def test_a_cluster_its_head_agent_announces_is_polled_once_approved(  # type: ig
             # Its head's agent reports for it now.
             wait_for(lambda: "ml.team-a" in manage(env, "agent_token", "--list"), 30, 1,
                      "beta's head token to belong to the cluster it announced")
+
+
+@pytest.mark.django_db
+def test_silences_and_metrics_tell_clusters_apart(viewer, settings) -> None:  # type: ignore[no-untyped-def]
+    """A silence for one cluster mutes only its incidents, and /metrics counts each
+    cluster's incidents and trials under its own `cluster` label."""
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.utils import timezone
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dashboard.alerts.models import Silence, silenced_by
+    from dashboard.cluster.models import Cluster
+    from dashboard.incidents.models import Incident
+    from dashboard.trials.models import Experiment, Trial
+
+    settings.CLUSTER_NAME, settings.METRICS_TOKEN = "alpha", None  # loopback may scrape
+    now = timezone.now()
+    clusters = {n: Cluster.objects.create(name=n, first_seen_at=now, state_since=now)
+                for n in ("alpha", "beta")}
+    stalls = {n: Incident.objects.create(cluster=c, kind="trial_stalled", subject="trial:x/t",
+                                         severity="critical", summary="stalled",
+                                         opened_at=now, updated_at=now)
+              for n, c in clusters.items()}  # one subject, two clusters: two incidents
+    for c in clusters.values():
+        Trial.objects.create(experiment=Experiment.objects.create(cluster=c, name="x"),
+                             trial_id="t", status=Trial.RUNNING, last_result_at=now)
+    silence = Silence.objects.create(cluster="be*", starts_at=now,
+                                     ends_at=now + timedelta(hours=1), comment="maintenance")
+    assert silenced_by(stalls["beta"], [silence]) == silence
+    assert silenced_by(stalls["alpha"], [silence]) is None
+
+    reply = Client().get("/metrics")
+    assert reply.status_code == 200, reply.content
+    families = {f.name: f.samples for f in text_string_to_metric_families(reply.content.decode())}
+    stalled = {s.labels["cluster"]: s.value for s in families["raywatch_incidents_open"]
+               if s.labels["kind"] == "trial_stalled" and s.labels["severity"] == "critical"}
+    assert stalled == {"alpha": 1, "beta": 1}
+    running = {(s.labels["cluster"], s.labels["experiment"]) for s in families["raywatch_trials"]
+               if s.labels["status"] == "RUNNING" and s.value == 1}
+    assert running == {("alpha", "x"), ("beta", "x")}
