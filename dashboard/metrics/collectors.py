@@ -29,7 +29,7 @@ from prometheus_client.registry import CollectorRegistry
 from dashboard.cluster.models import Cluster
 from dashboard.core.health import effective_state
 from dashboard.core.models import SourceHealth
-from dashboard.gpus.models import Agent, Gpu
+from dashboard.gpus.models import Gpu
 from dashboard.gpus.owners import ORPHAN, UNKNOWN
 from dashboard.gpus.views_data import GPU_STATES, gpu_payload
 from dashboard.incidents.kinds import KINDS
@@ -101,11 +101,9 @@ class GpuCollector:
         tiles = gpu_payload(gpus, now)
         families = [(GaugeMetricFamily(name, text, labels=GPU_LABELS), value)
                     for name, text, value in PER_GPU]
-        # A GPU's cluster is its node agent's (an HTTP agent's token says which).
-        cluster_of = dict(Agent.objects.values_list("node", "cluster__name"))
         states: dict[str, Counter[str]] = defaultdict(Counter)
         for gpu, tile in zip(gpus, tiles, strict=True):
-            cluster = cluster_of.get(gpu.node, settings.CLUSTER_NAME)
+            cluster = tile["cluster"]  # its node agent's, as gpu_payload says
             states[cluster][tile["state"]] += 1
             labels = [cluster, gpu.node, gpu.node_ip, str(gpu.index), gpu.uuid,
                       str(gpu.simulated).lower(), *owner_labels(tile["processes"])]
