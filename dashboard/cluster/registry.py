@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
@@ -19,6 +19,7 @@ from dashboard.core.errors import ApiError
 
 log = logging.getLogger(__name__)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+ANNOUNCED_EVERY = timedelta(seconds=60)
 
 
 def add_cluster(name: str, address: str, token: str, now: datetime, by: str = "",
@@ -77,13 +78,18 @@ def announce(token_prefix: str, head: Any, now: datetime) -> Cluster | None:
                     token_prefix, facts["dashboard_url"] or "no dashboard URL",
                     "polled (RAYWATCH_CLUSTERS_APPROVE=auto)" if auto else "waits for an admin")
         return cluster
-    changes = {"announced_at": now, "session_hint": facts["session_name"]}
+    changes: dict[str, Any] = {}
+    if cluster.session_hint != facts["session_name"]:
+        changes["session_hint"] = facts["session_name"]
     for name in ("gcs_address", "kuberay"):
         if not getattr(cluster, name) and facts[name]:
             changes[name] = facts[name]
     if cluster.origin == Cluster.REGISTERED and not cluster.announced_by:
         changes["announced_by"] = token_prefix[:16]
-    Cluster.objects.filter(pk=cluster.pk).update(**changes)
+    # A head's agent announces at every report (once a second): the row is written when
+    # what it says changes, and `announced_at` refreshed a minute at a time.
+    if changes or cluster.announced_at is None or now - cluster.announced_at >= ANNOUNCED_EVERY:
+        Cluster.objects.filter(pk=cluster.pk).update(announced_at=now, **changes)
     return cluster
 
 
