@@ -32,11 +32,12 @@ UPDATE_EVENT_EVERY = timedelta(minutes=10)
 
 def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: datetime,
                   context: dict[str, dict[str, Any]] | None = None,
-                  among: Q | None = None) -> dict[str, int]:
+                  among: Q | None = None, touched: set[str] | None = None) -> dict[str, int]:
     """Make the firing incidents of `kinds` match `findings`. `context` maps a subject
     to extra fields for new incidents (trial, experiment, node_ip). `among` narrows the
     firing incidents this evaluation speaks for (default: all of `kinds`); the others
-    are left as they are."""
+    are left as they are. `touched` collects the subjects whose incidents opened,
+    changed or resolved."""
     kinds = set(kinds)
     context = context or {}
     found = {(_cluster_of(f, context.get(f.subject, {})), f.kind, f.subject): f
@@ -63,6 +64,10 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
             if key not in found:
                 resolve(incident, now)
                 resolved += 1
+        if touched is not None:
+            touched.update(key[2] for key in found.keys() - firing.keys())
+            touched.update(incident.subject for incident, _ in changed)
+            touched.update(key[2] for key in firing.keys() - found.keys())
         if opened or resolved or updated:
             send_after_commit(notify=bool(opened or resolved or escalated))
     return {"opened": opened, "updated": updated, "resolved": resolved}

@@ -153,7 +153,7 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
     if trial.status != "RUNNING" or trial.process_alive is not True or not trial.last_result_at:
         return None
     interval = median_interval_s(trial.steps)
-    limit = max(th.stall_min_s, th.stall_factor * interval if interval else 0.0)
+    limit = stall_limit_s(interval, th)
     silent = (now - trial.last_result_at).total_seconds()
     if silent <= limit:
         return None
@@ -169,6 +169,12 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
                  "activity_source": trial.activity_source,
                  "activity_unknown": trial.activity_unknown},
     )
+
+
+def stall_limit_s(median_interval: float | None, th: Thresholds) -> float:
+    """How long a running trial may go without a result: its usual interval times the
+    stall factor, never less than the stall minimum."""
+    return max(th.stall_min_s, th.stall_factor * median_interval if median_interval else 0.0)
 
 
 def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
@@ -269,9 +275,24 @@ def step_time_regression(trial: TrialSnapshot, th: Thresholds, now: datetime) ->
     )
 
 
+# The last snapshot's baseline: step_time_regression and next_check both ask for it, one
+# after the other (a tenth of a poll's CPU at 10,000 running trials). Kept by identity,
+# and the snapshot held, so another snapshot can never be taken for it.
+_last_baseline: list[Any] = []
+
+
 def baseline_before_slowdown(trial: TrialSnapshot, th: Thresholds) -> Baseline | None:
     """Usual timings of the steps before the trailing run of slow steps, and when the
     slowdown began: when the first slow step (or the step in progress) overran."""
+    last = _last_baseline[:]
+    if last and last[0] is trial and last[1] == th:
+        return last[2]
+    found = _baseline_before_slowdown(trial, th)
+    _last_baseline[:] = [trial, th, found]
+    return found
+
+
+def _baseline_before_slowdown(trial: TrialSnapshot, th: Thresholds) -> Baseline | None:
     steps = list(trial.steps)[-(th.slow_window + 1):]
     if len(steps) <= MIN_HISTORY:
         return None
@@ -330,6 +351,37 @@ def evaluate_trial(trial: TrialSnapshot, th: Thresholds, now: datetime) -> list[
         found = [f for f in found
                  if not (f.kind == "step_time_regression" and f.details.get("in_progress"))]
     return found
+
+
+def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
+               now: datetime) -> datetime | None:
+    """When these rules may find something else for this trial though no result arrives
+    and Ray's view of it stays as it is: the next deadline it crosses (its stall limit,
+    its step in progress overrunning, a slowdown lasting slow_for_s, its process gone for
+    the grace period). `now` while something is found: a finding's details follow the
+    clock (silent for N s), and a slowdown may end. None: only new data can change it.
+    Earlier than needed costs one evaluation; later would miss, so every rule that reads
+    `now` has its deadline here."""
+    if found:
+        return now
+    times: list[datetime] = []
+    if trial.status == "RUNNING" and trial.process_alive is True and trial.last_result_at:
+        limit = stall_limit_s(median_interval_s(trial.steps), th)
+        times.append(trial.last_result_at + timedelta(seconds=limit))
+        baseline = trial.slow_baseline or baseline_before_slowdown(trial, th)
+        if baseline is not None:
+            times.append(baseline.since + timedelta(seconds=th.slow_for_s))
+            interval = baseline.seconds.get(STEP_INTERVAL)
+            if interval:
+                times.append(trial.last_result_at
+                             + timedelta(seconds=slow_limit(interval, th)))
+    if (trial.process_alive is False and trial.process_gone_since is not None
+            and trial.status not in ("TERMINATED", "ERROR", "PAUSED", "PENDING")):
+        times.append(trial.process_gone_since + timedelta(seconds=th.gone_grace_s))
+    # A deadline already crossed found nothing (the rule's other conditions do not hold):
+    # only a later one can change that without new data. One reached just now is kept:
+    # the rules fire once it is passed, at the next look.
+    return min((t for t in times if t >= now), default=None)
 
 
 def derive_status(

@@ -11,12 +11,16 @@ its Python stack, asked for once per stall and taken in the background (stacks.p
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -33,10 +37,12 @@ from dashboard.incidents.trial_rules import (
     TrialSnapshot,
     derive_status,
     evaluate_trial,
+    next_check,
     phase_timings,
     trial_stalled,
 )
-from dashboard.trials.models import StepResult, Trial, TrialStack
+from dashboard.trials.bulkwrite import update_rows
+from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
 from dashboard.trials.stacks import request_stack, stack_payload, stacks_of_stalls
 
@@ -50,26 +56,30 @@ def thresholds() -> Thresholds:
     )
 
 
-# Findings on a finished trial follow from its row alone (status and error text: the
-# rules look at time and at Ray only while a trial runs). So after one full pass per
-# process, a poll evaluates the unfinished trials and the finished ones saved since the
-# previous evaluation began, and leaves the incidents of the others as they are: months
-# of finished history cost a poll nothing. Trial rows are written by this poll only
-# (ingest, then reconcile), so each save is followed by an evaluation in the process
-# that made it. Wall-clock times, as auto_now stamps Trial.updated_at.
-_last_start: list[datetime] = []  # when this process last began an evaluation
+# Incremental: a poll evaluates the trials whose data changed since the previous one began
+# (new results, status, error: their rows were saved, and Trial.updated_at says when),
+# those whose deadline came (Trial.check_at: a stall limit, a grace period, set by the
+# evaluation before), and those whose process Ray now reports otherwise (an actor came or
+# went); the incidents of the others stay as they are. The first evaluation of a process
+# looks at every trial that can have a finding. 10,000 running trials cost a poll what
+# the ~1,000 that reported since cost. Wall-clock times, as auto_now stamps updated_at.
+_last_start: list[datetime] = []  # since when the next evaluation looks for changes
+_last_live: dict[int, dict[tuple[str, int], float]] = {}  # what Ray said then
 
 
-def evaluate_trials(now: datetime) -> dict[str, int]:
+def evaluate_trials(now: datetime) -> dict[str, Any]:
+    """Evaluate what changed or is due; the counts of what happened, and in "trials" the
+    pks of the trials whose row or incidents changed (what the pages need again)."""
     started = timezone.now()
     since = changed_since(started)
+    horizon = change_horizon(started)
     live = live_processes(now)
-    trials = list(Trial.objects.select_related("experiment__cluster").filter(
-        to_evaluate(since)).distinct())
+    trials = trials_to_evaluate(since, now, live)
     changed = [t for t in trials if reconcile(t, live, now)]
     for trial in changed:
-        trial.save(update_fields=["status", "status_reason", "process_alive", "gpus",
-                                  "process_gone_since", "updated_at"])
+        trial.updated_at = started
+    update_rows(Trial, changed, ["status", "status_reason", "process_alive", "gpus",
+                                 "process_gone_since", "updated_at"])
     th = thresholds()
     steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], th.slow_window)
     baselines = slow_baselines(trials)
@@ -77,30 +87,107 @@ def evaluate_trials(now: datetime) -> dict[str, int]:
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
     stalled: list[Trial] = []
+    checks: dict[int, datetime | None] = {}
     # A cluster that ended (torn down, head lost) runs nothing: its trials' incidents resolve.
     ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
     for trial in trials:
         if trial.experiment.cluster_id in ended:
+            checks[trial.pk] = None
             continue
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()))
         if trial_stalled(snapshot, th, now):
-            snapshot = with_activity(snapshot, activity_of(trial, now))
             stalled.append(trial)
-        findings.extend(evaluate_trial(snapshot, th, now))
+            snapshot = with_activity(snapshot, activity_of(trial, now)
+                                     if len(stalled) <= PROBES_PER_POLL else TOO_MANY_STALLS)
+        found = evaluate_trial(snapshot, th, now)
+        findings.extend(found)
+        checks[trial.pk] = next_check(snapshot, found, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)
     findings = [with_stack(f, context[f.subject]["trial"], stacks, now) for f in findings]
     covered = None if since is None else (Q(trial__isnull=True) | Q(trial__in=trials))
-    result = sync_findings(TRIAL_KINDS, findings, now, context, among=covered)
-    for trial in stalled:
+    touched: set[str] = set()
+    result: dict[str, Any] = sync_findings(TRIAL_KINDS, findings, now, context,
+                                           among=covered, touched=touched)
+    for trial in stalled[:PROBES_PER_POLL]:
         if trial.pk not in stacks:  # its incident just opened: where does it hang?
             request_stack(trial, now)
+    schedule(trials, checks)
+    forget_windows(trials)
     result["status_changes"] = len(changed)
-    _last_start[:] = [started]
+    result["evaluated"] = len(trials)
+    by_subject = {subject: c["trial"].pk for subject, c in context.items()}
+    result["trials"] = {t.pk for t in changed} | {
+        by_subject[s] for s in touched if s in by_subject}
+    _last_start[:] = [horizon]
+    _last_live.clear()
+    _last_live.update(live)
     return result
+
+
+UNREAD_BY_RULES = ("config", "last_metrics", "metric_range", "last_parse_error")
+
+
+def trials_to_evaluate(since: datetime | None, now: datetime,
+                       live: dict[int, dict[tuple[str, int], float]]) -> list[Trial]:
+    # The rules read neither a trial's config nor its latest metrics (JSON each, tens of
+    # keys in a real search): left in the database unless something asks for them.
+    query = Trial.objects.select_related("experiment__cluster").defer(*UNREAD_BY_RULES)
+    if since is None:
+        return list(query.filter(can_have_findings()).distinct())
+    found = {t.pk: t for t in query.filter(Q(updated_at__gte=since) | Q(check_at__lte=now))}
+    for moved in liveness_changed(_last_live, live):
+        for trial in query.filter(moved).exclude(status__in=Trial.FINISHED):
+            found.setdefault(trial.pk, trial)
+    return list(found.values())
+
+
+# Past this many changed processes in one cluster, its unfinished trials are all looked at
+# (a search starting or ending at once) instead of a long list of pids.
+MANY_MOVED = 2000
+
+
+def liveness_changed(before: dict[int, dict[tuple[str, int], float]],
+                     after: dict[int, dict[tuple[str, int], float]]) -> list[Q]:
+    """The trials whose process Ray reports otherwise than at the previous evaluation: of
+    a cluster whose view became current or stale, all; else those with the pid of an
+    actor that came, went or changed its GPUs (reconcile then matches the node)."""
+    found: list[Q] = []
+    for cluster in before.keys() ^ after.keys():
+        found.append(Q(experiment__cluster_id=cluster))
+    for cluster in before.keys() & after.keys():
+        moved = before[cluster].items() ^ after[cluster].items()
+        pids = sorted({pid for (_, pid), _ in moved})
+        if len(pids) > MANY_MOVED:
+            found.append(Q(experiment__cluster_id=cluster))
+        elif pids:
+            found.append(Q(experiment__cluster_id=cluster, pid__in=pids))
+    return found
+
+
+def schedule(trials: list[Trial], checks: dict[int, datetime | None]) -> None:
+    """Store each evaluated trial's next deadline where it moved (a finished trial has none)."""
+    due = []
+    for trial in trials:
+        check = None if trial.status in Trial.FINISHED else checks.get(trial.pk)
+        if check != trial.check_at:
+            trial.check_at = check
+            due.append(trial)
+    update_rows(Trial, due, ["check_at"])
+
+
+# A stall storm (thousands of trials past their limit at once: a whole search frozen, or
+# raywatch's own ingest fell behind) must not turn a poll into thousands of probes and
+# stack requests: the first PROBES_PER_POLL stalled trials of a poll are looked at, the
+# others say why not; the next polls look at those again (a firing trial is evaluated
+# every poll).
+PROBES_PER_POLL = 50
+TOO_MANY_STALLS = Activity(source="", cpu_percent=None, unknown=(
+    f"not read: more than {PROBES_PER_POLL} trials stalled at once, and raywatch looks at "
+    f"{PROBES_PER_POLL} of them a poll"))
 
 
 def with_activity(snapshot: TrialSnapshot, activity: Activity) -> TrialSnapshot:
@@ -119,19 +206,42 @@ def with_stack(finding: Finding, trial: Trial, stacks: dict[int, TrialStack],
 
 
 def changed_since(started: datetime) -> datetime | None:
-    """Finished trials saved after this need evaluating; None: all of them (the first
-    pass in this process, or the clock went back)."""
+    """Trials saved after this need evaluating; None: all of them (the first pass in this
+    process, or the clock went back)."""
     if not _last_start or started < _last_start[0]:
         return None
     return _last_start[0]
 
 
-def to_evaluate(since: datetime | None) -> Q:
-    unfinished = ~Q(status__in=Trial.FINISHED)
-    if since is not None:
-        return unfinished | Q(updated_at__gte=since)
-    # Every trial that can have a finding, or an incident to resolve.
-    return (unfinished | Q(incidents__state=Incident.FIRING)
+# A writer stamps updated_at inside its transaction, which may commit after an evaluation
+# has read the table: the next evaluation must reach back to the oldest transaction open
+# when this one began (an agent's report being stored), not to this one's start.
+CLOCK_SKEW = timedelta(milliseconds=200)  # between the writers' clocks and the database's
+LONGEST_REACH = timedelta(seconds=60)  # a transaction open longer is not waited for
+
+
+def change_horizon(started: datetime) -> datetime:
+    """What the next evaluation takes as `since`: the start of the oldest transaction of
+    another session open now (Postgres); elsewhere this start less a quarter of a second
+    (SQLite, the embedded default: one writer at a time, whose transactions there last
+    milliseconds)."""
+    if connection.vendor != "postgresql":
+        return started - timedelta(seconds=0.25)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT min(xact_start) FROM pg_stat_activity WHERE datname = "
+                       "current_database() AND pid <> pg_backend_pid() "
+                       "AND xact_start IS NOT NULL")
+        oldest = cursor.fetchone()[0]
+    if oldest is None or oldest - CLOCK_SKEW > started:
+        return started
+    # The database's clock against this host's: reach a little further.
+    return max(oldest - CLOCK_SKEW, started - LONGEST_REACH)
+
+
+def can_have_findings() -> Q:
+    """What a process's first evaluation looks at: every trial that can have a finding,
+    or an incident to resolve."""
+    return (~Q(status__in=Trial.FINISHED) | Q(incidents__state=Incident.FIRING)
             | Q(status="ERROR", error_text__gt=""))
 
 
@@ -171,26 +281,112 @@ def reconcile(trial: Trial, live: dict[int, dict[tuple[str, int], float]],
                       trial.process_gone_since, trial.gpus)
 
 
-def recent_steps(trials: list[Trial], window: int) -> dict[int, list[StepResult]]:
-    """The last `window + 1` results of each trial's current attempt, in one query."""
+# Per process: each running trial's recent steps as last read (which trial row, its
+# attempt, the newest iteration read, the steps oldest first). A poll reads only the
+# results newer than that: ~1 row a trial that reported, not its whole window. A trial's
+# TensorBoard steps may still change (tags arrive in pieces): read whole every time.
+_windows: dict[int, tuple[Any, int, int, list[StepTiming]]] = {}
+
+
+def recent_steps(trials: list[Trial], window: int) -> dict[int, list[StepTiming]]:
+    """The last `window + 1` results of each trial's current attempt, as step timings."""
     if not trials:
         return {}
-    # A range on the (trial, attempt, iteration) index: the cost follows the window,
-    # not how many results a long-running trial has stored.
-    current = Q()
+    patterns = settings.TIMING_KEYS
+    ranges: list[tuple[int, int, int, int]] = []
+    kept: dict[int, list[StepTiming]] = {}
     for trial in trials:
         newest = trial.iteration or 0
-        current |= Q(trial_id=trial.pk, attempt=trial.attempt,
-                     iteration__gt=newest - window - 1, iteration__lte=newest)
-    rows = StepResult.objects.filter(current).only(
-        "trial_id", "iteration", "at", "time_this_iter_s", "metrics"
-    )
-    grouped: dict[int, list[StepResult]] = defaultdict(list)
-    for row in rows:
-        grouped[row.trial_id].append(row)
-    for items in grouped.values():
-        items.sort(key=lambda r: r.iteration)
-    return grouped
+        cached = _windows.get(trial.pk)
+        if (cached is not None and cached[:2] == (trial.first_seen_at, trial.attempt)
+                and cached[2] <= newest and trial.experiment.kind != Experiment.TENSORBOARD):
+            kept[trial.pk] = cached[3]
+            if cached[2] < newest:
+                ranges.append((trial.pk, trial.attempt, cached[2], newest))
+        else:
+            ranges.append((trial.pk, trial.attempt, newest - window - 1, newest))
+    read: dict[int, list[StepTiming]] = defaultdict(list)
+    for trial_id, iteration, at, total_s, stored in _window_rows(ranges, patterns):
+        metrics = json.loads(stored) if isinstance(stored, str) else stored
+        read[trial_id].append(StepTiming(iteration=iteration, at=at, total_s=total_s,
+                                         phases=phase_timings(metrics or {}, patterns)))
+    found: dict[int, list[StepTiming]] = {}
+    for trial in trials:
+        new = sorted(read.get(trial.pk, ()), key=lambda s: s.iteration)
+        steps = (kept.get(trial.pk, []) + new)[-(window + 1):]
+        found[trial.pk] = steps
+        newest = max(trial.iteration or 0, steps[-1].iteration if steps else 0)
+        _windows[trial.pk] = (trial.first_seen_at, trial.attempt, newest, steps)
+    return found
+
+
+def forget_windows(trials: list[Trial]) -> None:
+    """Drop the kept windows of trials that no longer run."""
+    for trial in trials:
+        if trial.status != Trial.RUNNING:
+            _windows.pop(trial.pk, None)
+
+
+WINDOW_CHUNK = 200  # trials a query: 4 parameters each (SQLite allows 999 a statement)
+
+
+def _window_rows(ranges: list[tuple[int, int, int, int]],
+                 patterns: list[str]) -> Iterator[tuple[Any, ...]]:
+    """(trial, iteration, at, time_this_iter_s, metrics) of each (trial, attempt, after,
+    up to) range: a range on the (trial, attempt, iteration) index, so the cost follows
+    the window, not how many results a long-running trial has stored. One join against
+    the ranges a chunk: an OR of a filter per trial cost ~0.2 ms a trial to build, and
+    SQLite refuses one of more than ~1,000 trials. On Postgres only the metrics that may
+    be timings come back (a real search reports tens of metrics a result), and `at` as
+    epoch seconds (parsing timestamps cost more than the rules)."""
+    table = StepResult._meta.db_table
+    postgres = connection.vendor == "postgresql"
+    if postgres:
+        columns = ("EXTRACT(EPOCH FROM s.at), s.time_this_iter_s, (SELECT jsonb_object_agg("
+                   "key, value) FROM jsonb_each(s.metrics) WHERE key ~ %s)")
+        head = [timing_regex(patterns)]
+    else:
+        columns, head = "s.at, s.time_this_iter_s, s.metrics", []
+    with connection.cursor() as cursor:
+        for start in range(0, len(ranges), WINDOW_CHUNK):
+            chunk = ranges[start:start + WINDOW_CHUNK]
+            cursor.execute(
+                f"WITH w(trial_id, attempt, lo, hi) AS (VALUES "
+                f"{', '.join(['(%s, %s, %s, %s)'] * len(chunk))}) "
+                f"SELECT s.trial_id, s.iteration, {columns} "
+                f"FROM {table} s JOIN w ON s.trial_id = w.trial_id AND s.attempt = w.attempt "
+                "AND s.iteration > w.lo AND s.iteration <= w.hi",
+                [*(value for r in chunk for value in r), *head])
+            for trial_id, iteration, stored_at, total_s, metrics in cursor.fetchall():
+                if stored_at is None:
+                    at = None
+                elif postgres:
+                    at = datetime.fromtimestamp(float(stored_at), UTC)
+                else:
+                    at = connection.ops.convert_datetimefield_value(stored_at, None, connection)
+                yield trial_id, iteration, at, total_s, metrics
+
+
+def timing_regex(patterns: list[str]) -> str:
+    """A POSIX regex matching every key the glob patterns match (a few more at most: a
+    [...] class becomes any character); phase_timings then applies the globs exactly."""
+    def one(pattern: str) -> str:
+        out, i = [], 0
+        while i < len(pattern):
+            ch = pattern[i]
+            if ch == "*":
+                out.append(".*")
+            elif ch == "?":
+                out.append(".")
+            elif ch == "[" and "]" in pattern[i + 1:]:
+                out.append(".")
+                i = pattern.index("]", i + 1)
+            else:
+                out.append(re.escape(ch))
+            i += 1
+        return "".join(out)
+
+    return "^(" + "|".join(one(p) for p in patterns) + ")$" if patterns else "^(?!)$"
 
 
 def slow_baselines(trials: list[Trial]) -> dict[int, Baseline]:
@@ -219,15 +415,12 @@ def history_firing(trials: list[Trial]) -> dict[int, set[str]]:
     return found
 
 
-def snapshot_of(trial: Trial, steps: list[StepResult],
+def snapshot_of(trial: Trial, steps: list[StepTiming],
                 slow_baseline: Baseline | None = None) -> TrialSnapshot:
-    patterns = settings.TIMING_KEYS
     return TrialSnapshot(
         trial_id=trial.trial_id, experiment=trial.experiment.name, status=trial.status,
         process_alive=trial.process_alive, process_gone_since=trial.process_gone_since,
         last_result_at=trial.last_result_at, error_text=trial.error_text,
         error_at=trial.error_at,
-        node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline,
-        steps=[StepTiming(iteration=s.iteration, at=s.at, total_s=s.time_this_iter_s,
-                          phases=phase_timings(s.metrics, patterns)) for s in steps],
+        node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline, steps=steps,
     )

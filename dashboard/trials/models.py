@@ -61,6 +61,10 @@ class Trial(models.Model):
     process_alive = models.BooleanField(null=True)  # None: Ray could not tell
     gpus = models.FloatField(null=True)  # the GPUs its actor asked Ray for, when last seen
     process_gone_since = models.DateTimeField(null=True)
+    # When the detectors must look at it again though nothing new arrived: the deadline
+    # it crosses next (its stall limit, a grace period). None: only new data can change
+    # what they find (dashboard.trials.detect evaluates only what changed or is due).
+    check_at = models.DateTimeField(null=True)
     first_seen_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -68,7 +72,10 @@ class Trial(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["experiment", "trial_id"], name="one_trial_per_id")
         ]
-        indexes = [models.Index(fields=["trial_id"], name="trial_trial_id")]
+        indexes = [models.Index(fields=["trial_id"], name="trial_trial_id"),
+                   models.Index(fields=["updated_at"], name="trial_updated_at"),
+                   models.Index(fields=["check_at"], name="trial_check_at"),
+                   models.Index(fields=["pid"], name="trial_pid")]
         ordering = ["experiment", "trial_id"]
 
     def __str__(self) -> str:
