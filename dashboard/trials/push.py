@@ -1,35 +1,39 @@
 """Live updates of trials to the pages that show them, sent after what they show was
-stored: by the periodic poll (tasks.py) and by a node agent's report (the agents app)."""
+stored: by the periodic poll (tasks.py) and by a node agent's report (the agents app).
+Only what changed goes out: the rows of the trials that got results or whose status or
+incidents changed, and their new points; never every running trial."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from collections.abc import Iterable
 
+from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Q
 
-from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, publish, trial_group
+from dashboard.core.push import EXPERIMENTS_GROUP, batch, experiment_group, publish, trial_group
 from dashboard.trials.models import Trial
 from dashboard.trials.objective import objectives_by_experiment
 from dashboard.trials.store import IngestStats
 from dashboard.trials.views_data import experiments_payload, incidents_payload, trial_rows
 
+# The experiments list sums every experiment's trials: sent at most once a second (a
+# 10,000-trial search stores a hundred agent reports a second). A change inside that
+# second is sent by the next trial poll (flush_experiments), at most POLL_LOGS_S later.
+EXPERIMENTS_EVERY_S = 1
+_SENT_KEY, _OWED_KEY = "raywatch:push:experiments:sent", "raywatch:push:experiments:owed"
 
-def push_updates(stats: IngestStats, all_changed: bool = False,
-                 saved_since: datetime | None = None) -> None:
-    """Send changed trial rows and new points to the pages that show them. all_changed:
-    incidents opened or resolved, or statuses changed; every unfinished trial, the
-    changed ones and those saved since `saved_since` (a trial that just ended) go out."""
-    with transaction.atomic():
-        query = Trial.objects.select_related("experiment")
-        trials = list(query.exclude(status__in=Trial.FINISHED) if all_changed
-                      else query.filter(pk__in=stats.changed_trials))
-        if all_changed:
-            changed = Q(pk__in=stats.changed_trials)
-            if saved_since is not None:
-                changed |= Q(updated_at__gte=saved_since)
-            trials += list(query.filter(changed, status__in=Trial.FINISHED))
+
+def push_updates(stats: IngestStats, evaluated: Iterable[int] = ()) -> None:
+    """Send the rows of the trials stored (stats.changed_trials) or whose status or
+    incidents changed in an evaluation (`evaluated`: their incident lists too), and the
+    new points, to the pages that show them."""
+    evaluated = set(evaluated)
+    pks = set(stats.changed_trials) | evaluated
+    if not pks and not stats.new_points:
+        return
+    with transaction.atomic(), batch():
+        trials = list(Trial.objects.select_related("experiment").filter(pk__in=pks))
         rows = json.loads(json.dumps(trial_rows(trials), default=str))
         by_experiment: dict[int, list] = {}
         for row in rows:
@@ -38,9 +42,31 @@ def push_updates(stats: IngestStats, all_changed: bool = False,
         for exp_id, objective in objectives_by_experiment(trials).items():
             publish(experiment_group(exp_id), "objective", objective.as_dict())
             publish(experiment_group(exp_id), "trials", by_experiment[exp_id])
-        if all_changed:  # incidents opened or resolved: the trial pages list them
-            for pk, incidents in incidents_payload([t.pk for t in trials]).items():
+        if evaluated:  # incidents opened or resolved: the trial pages list them
+            for pk, incidents in incidents_payload(sorted(evaluated)).items():
                 publish(trial_group(pk), "incidents", incidents)
         for trial_pk, points in stats.new_points.items():
             publish(trial_group(trial_pk), "points", points)
-        publish(EXPERIMENTS_GROUP, "experiments", experiments_payload())
+        push_experiments()
+
+
+def push_experiments() -> None:
+    """The experiments list, unless it went out less than a second ago: then it is owed."""
+    if not _send_experiments():
+        cache.set(_OWED_KEY, 1, timeout=3600)
+
+
+def flush_experiments() -> None:
+    """Send the experiments list if a change was held back by push_experiments."""
+    if cache.get(_OWED_KEY):
+        with transaction.atomic():
+            _send_experiments()
+
+
+def _send_experiments() -> bool:
+    """Publish the list unless it went out less than EXPERIMENTS_EVERY_S ago."""
+    if not cache.add(_SENT_KEY, 1, timeout=EXPERIMENTS_EVERY_S):
+        return False
+    cache.delete(_OWED_KEY)
+    publish(EXPERIMENTS_GROUP, "experiments", experiments_payload)
+    return True

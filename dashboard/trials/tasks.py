@@ -7,7 +7,7 @@ from django.utils import timezone
 from dashboard.core.health import source_poll
 from dashboard.trials.detect import evaluate_trials
 from dashboard.trials.ingest import IngestStats, ingest_logs
-from dashboard.trials.push import push_updates
+from dashboard.trials.push import flush_experiments, push_updates
 from dashboard.trials.roots import log_roots
 from dashboard.trials.stacks import take
 
@@ -23,15 +23,9 @@ def poll_trial_logs() -> None:
             if not any(root.is_dir() for root in roots):
                 poll.warnings.append("no log directory exists yet: " + ", ".join(map(str, roots)))
             stats = ingest_logs(roots, timezone.now())
-    evaluated_at = timezone.now()
-    evaluation = evaluate_trials(evaluated_at)
-    if (stats and (stats.changed_trials or evaluation["status_changes"])) or any(
-        evaluation[k] for k in ("status_changes", "opened", "resolved", "updated")
-    ):
-        push_updates(stats or IngestStats(), all_changed=bool(evaluation["status_changes"]
-                                                               or evaluation["opened"]
-                                                               or evaluation["resolved"]),
-                     saved_since=evaluated_at)
+    evaluation = evaluate_trials(timezone.now())
+    push_updates(stats or IngestStats(), evaluated=evaluation["trials"])
+    flush_experiments()
 
 
 @shared_task(name="dashboard.trials.tasks.take_trial_stack")

@@ -38,8 +38,9 @@ def experiments_payload(cluster: str | None = None) -> list[dict[str, Any]]:
         last_activity=Greatest("updated_at", Coalesce(Max("trials__updated_at"), "updated_at")),
     ).order_by("-last_activity", "name"))
     statuses: dict[int, Counter[str]] = {}
-    for exp_id, status in Trial.objects.values_list("experiment_id", "status"):
-        statuses.setdefault(exp_id, Counter())[status] += 1
+    for exp_id, status, count in Trial.objects.values_list("experiment_id", "status").annotate(
+            count=Count("id")).order_by():
+        statuses.setdefault(exp_id, Counter())[status] += count
     firing = Counter(
         Incident.objects.filter(state=Incident.FIRING, trial__isnull=False)
         .values_list("trial__experiment_id", flat=True)
