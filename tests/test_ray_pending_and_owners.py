@@ -64,7 +64,10 @@ def test_gpu_actor_is_infeasible_and_raises_an_incident(driver, settings, viewer
         assert "Learner" in incident.summary
     finally:
         driver.kill(learner)
-    poll_until(lambda: not Demand.objects.filter(kind="actor").exists(), "the demand to go")
+    # Ray lists the actor's creation as a task shape too (CPU:1,GPU:1), and its cluster
+    # status drops that shape a poll or two after the actor row goes: wait for both.
+    poll_until(lambda: not any(bundle.get("GPU") for d in Demand.objects.all()
+                               for bundle in d.bundles), "the GPU actor and its shape to go")
     evaluate_resources(timezone.now())
     assert not Incident.objects.filter(kind="demand_infeasible", state=Incident.FIRING).exists()
 
