@@ -14,6 +14,10 @@ from websockets.sync.client import ClientConnection, connect
 
 from collectors.records import NodeRecord, ResourceUse
 from dashboard.cluster.state import ingest_nodes
+from dashboard.core.push import send_many, trial_group
+from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.push import push_updates
+from dashboard.trials.store import IngestStats
 from tests.conftest import PASSWORD, LiveServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,3 +135,29 @@ def test_static_plotly_served_over_http(live_server_asgi: LiveServer) -> None:
     with urllib.request.urlopen(f"{live_server_asgi.url}/static/vendor/plotly.min.js") as reply:
         assert reply.status == 200
         assert b"plotly" in reply.read(4000).lower()
+
+
+def test_a_thousand_trial_poll_pushes_every_message(live_server_asgi: LiveServer, viewer) -> None:  # type: ignore[no-untyped-def]
+    """A poll that changed 1,500 trials publishes 1,500 trial-page messages and more at
+    once; each one goes out (the Redis layer's pool is bounded: sent all at once, most
+    failed with "Too many connections"). The experiment page's socket forwards only the
+    rows of the trials the page says it shows, and how many others changed."""
+    experiment = Experiment.objects.create(name="wide-asha", metric="score", mode="max")
+    Trial.objects.bulk_create([Trial(experiment=experiment, trial_id=f"w_{i:05d}",
+                                     status="RUNNING", iteration=1) for i in range(1500)])
+    pks = sorted(Trial.objects.values_list("pk", flat=True))
+    assert send_many([(trial_group(pk), "trial", {"id": pk}) for pk in pks]) == 1500
+
+    headers = {"Origin": live_server_asgi.url, "Cookie": f"sessionid={session_cookie(viewer)}"}
+    with connect(f"ws://127.0.0.1:{live_server_asgi.port}/ws/experiments/{experiment.pk}/",
+                 additional_headers=headers, open_timeout=10) as ws:
+        assert receive_topic(ws, "trials")["snapshot"]  # the page: fetch your rows
+        ws.send(json.dumps({"type": "watch", "ids": pks[:2]}))
+        ws.send(json.dumps({"type": "ping", "t": 1}))
+        receive_topic(ws, "pong")
+        Trial.objects.filter(pk__in=pks).update(iteration=2)
+        push_updates(IngestStats(changed_trials=set(pks)))
+        pushed = receive_topic(ws, "trials", timeout=30)
+    assert sorted(row["id"] for row in pushed["data"]) == pks[:2]
+    assert {row["iteration"] for row in pushed["data"]} == {2}
+    assert pushed["others"] == 1498

@@ -94,6 +94,9 @@ def batch() -> Iterator[None]:
         transaction.on_commit(lambda: send_many(messages), robust=True)
 
 
+SENDS_AT_ONCE = 16
+
+
 class _Sender:
     """One event loop in a thread of its own, per process, for sending from synchronous
     code (Celery tasks, the embedded scheduler, views): the channel layer keeps its Redis
@@ -140,8 +143,17 @@ def send_many(messages: list[tuple[str, str, Any]]) -> int:
              for group, topic, data in messages]
 
     async def send_all() -> list[BaseException | None]:
-        return await asyncio.gather(*(layer.group_send(group, message)
-                                      for group, message in built), return_exceptions=True)
+        # At most SENDS_AT_ONCE in flight: the Redis layer's connection pool is bounded,
+        # and a poll of 1,000 trials publishes 1,000 messages or more ("Too many
+        # connections" lost every one past the pool's size).
+        limit = asyncio.Semaphore(SENDS_AT_ONCE)
+
+        async def send(group: str, message: dict[str, Any]) -> None:
+            async with limit:
+                await layer.group_send(group, message)
+
+        return await asyncio.gather(*(send(group, message) for group, message in built),
+                                    return_exceptions=True)
 
     try:
         if isinstance(layer, InMemoryChannelLayer):  # its queues live on the server's loop
