@@ -59,6 +59,8 @@ urlpatterns = [
          name="api-trial-stack"),
     path("api/trials/<str:trial_id>/output", trials_api.TrialOutputView.as_view(),
          name="api-trial-output"),
+    path("api/experiments/<int:pk>/trials/", trials_api.ExperimentTrials.as_view(),
+         name="api-experiment-trials"),
     path("api/experiments/<int:pk>/curves/", trials_api.ExperimentCurves.as_view(),
          name="api-experiment-curves"),
     path("api/alerts/", alerts_api.AlertList.as_view(), name="api-alerts"),

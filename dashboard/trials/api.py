@@ -23,7 +23,15 @@ from dashboard.trials.objective import objective_of
 from dashboard.trials.output import trial_output
 from dashboard.trials.serializers import StepResultSerializer, TrialSerializer, trial_rows
 from dashboard.trials.stacks import latest_stack, request_stack, stack_payload
-from dashboard.trials.views_data import results_payload
+from dashboard.trials.table import (
+    FIXED_SORTS,
+    MAX_PAGE_SIZE,
+    PAGE_SIZE,
+    BadQuery,
+    TableQuery,
+    trial_table,
+)
+from dashboard.trials.views_data import jsonable, results_payload
 
 STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR", "UNKNOWN")
 
@@ -189,6 +197,58 @@ class ExperimentCurves(APIView):
             raise ValidationError({"mode": "min or max"})
         want = CurveRequest(metric, mode, whole_number(request, "trials", 100, 1, 1000))
         return Response(experiment_curves(experiment, want))
+
+
+class TablePageSerializer(serializers.Serializer):
+    trials = TrialSerializer(many=True, help_text="the page's rows, in order")
+    matched = serializers.IntegerField(help_text="trials the filters match")
+    total = serializers.IntegerField(help_text="trials in the experiment")
+    page = serializers.IntegerField(help_text="this page (a page past the last gives the last)")
+    pages = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+    hp_keys = serializers.ListField(child=serializers.CharField(),
+                                    help_text="the hyperparameter columns: those that differ first")
+    constants = serializers.DictField(help_text="hyperparameters the same in every trial")
+    metrics = serializers.ListField(child=serializers.CharField(),
+                                    help_text="every metric reported; the search's first")
+    objective = serializers.DictField(help_text="the search's metric and mode, and whence")
+    metric = serializers.CharField(allow_blank=True, help_text="the metric Best and Last show")
+    mode = serializers.ChoiceField(choices=["min", "max"])
+    query = serializers.DictField(help_text="the query as understood")
+    server_now = serializers.DateTimeField()
+
+
+class ExperimentTrials(APIView):
+    """One experiment's trial table a page at a time: filtered, sorted and paged on the
+    server (the experiment page's table reads this)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("q", str, description="text each shown row contains: trial id, "
+                             "status, node, health or a config value (lr=0.1)"),
+            OpenApiParameter("status", str, enum=list(STATUSES)),
+            OpenApiParameter("unhealthy", str, enum=["0", "1"],
+                             description="1: only trials with a firing incident"),
+            OpenApiParameter("sort", str, description="one of " + ", ".join(FIXED_SORTS)
+                             + ", or hp:<config key> (trial_id)"),
+            OpenApiParameter("dir", str, enum=["asc", "desc"]),
+            OpenApiParameter("metric", str, description="the metric of Best and Last "
+                             "(the search's)"),
+            OpenApiParameter("mode", str, enum=["min", "max"]),
+            OpenApiParameter("page", {"type": "integer", "minimum": 1}),
+            OpenApiParameter("page_size", {"type": "integer", "minimum": 1,
+                                           "maximum": MAX_PAGE_SIZE},
+                             description=f"rows a page ({PAGE_SIZE})"),
+        ],
+        responses={200: TablePageSerializer, 400: None, 404: None},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        experiment = get_object_or_404(Experiment, pk=pk)
+        try:
+            query = TableQuery.from_params(request.query_params)
+        except BadQuery as bad:
+            raise ValidationError(bad.errors) from None
+        return Response(jsonable(trial_table(experiment, query, timezone.now())))
 
 
 def whole_number(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -5,9 +5,10 @@ from typing import Any
 from dashboard.core.consumers import LiveConsumer
 from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, trial_group
 from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.objective import objective_of
 from dashboard.trials.stacks import latest_stack, stack_payload
+from dashboard.trials.table import MAX_PAGE_SIZE, columns_of
 from dashboard.trials.views_data import (
-    experiment_payload,
     experiments_payload,
     incidents_payload,
     results_payload,
@@ -23,6 +24,13 @@ class ExperimentsConsumer(LiveConsumer):
 
 
 class ExperimentConsumer(LiveConsumer):
+    """The experiment page shows a page of its trials, paged on the server: the page says
+    which (a "watch" message with their ids) and gets only their rows; of the others it
+    is told how many changed (`others`), and fetches its page again when that matters.
+    On (re)connect the snapshot's empty `trials` asks the page to fetch its rows."""
+
+    watched: frozenset[int] = frozenset()
+
     def page_topics(self) -> tuple[str, ...]:
         return (experiment_group(int(self.url_kwarg("pk"))),)
 
@@ -30,8 +38,25 @@ class ExperimentConsumer(LiveConsumer):
         experiment = Experiment.objects.filter(pk=int(self.url_kwarg("pk"))).first()
         if experiment is None:
             return {"trials": []}
-        payload = experiment_payload(experiment)
-        return {"objective": payload["objective"], "trials": payload["trials"]}
+        return {"objective": objective_of(experiment, columns_of(experiment).metrics).as_dict(),
+                "trials": []}
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "watch":
+            ids = content.get("ids")
+            if isinstance(ids, list):
+                self.watched = frozenset(i for i in ids[:MAX_PAGE_SIZE] if isinstance(i, int))
+            return
+        await super().receive_json(content, **kwargs)
+
+    async def push(self, event: dict[str, Any]) -> None:
+        if event["topic"] != "trials":
+            await super().push(event)
+            return
+        rows = event["data"]
+        shown = [row for row in rows if row.get("id") in self.watched]
+        await self.send_json({"topic": "trials", "data": shown,
+                              "others": len(rows) - len(shown)})
 
 
 class TrialConsumer(LiveConsumer):

@@ -91,8 +91,12 @@ class ExperimentSerializer(serializers.ModelSerializer):
                   "firing", "updated_at"]
 
 
-def trial_rows(trials: list[Trial]) -> list[dict[str, Any]]:
+def trial_rows(trials: list[Trial], objectives: dict[int, Objective] | None = None
+               ) -> list[dict[str, Any]]:
+    """The rows of `trials`; `objectives`: each experiment's, when the caller knows it
+    from all its trials (else guessed from these)."""
     context = {"health": health_by_trial([t.pk for t in trials]),
-               "objectives": objectives_by_experiment(trials),
+               "objectives": objectives if objectives is not None
+               else objectives_by_experiment(trials),
                "clusters": dict(Cluster.objects.values_list("pk", "name"))}
     return list(TrialSerializer(trials, many=True, context=context).data)

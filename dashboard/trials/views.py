@@ -12,10 +12,11 @@ from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.objective import objective_of
 from dashboard.trials.roots import log_roots
 from dashboard.trials.stacks import latest_stack, stack_payload
+from dashboard.trials.table import BadQuery, TableQuery, trial_table
 from dashboard.trials.views_data import (
-    experiment_payload,
     experiments_payload,
     incidents_payload,
+    jsonable,
     results_payload,
     trial_payload,
 )
@@ -35,9 +36,16 @@ def experiments_page(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 def experiment_page(request: HttpRequest, pk: int) -> HttpResponse:
+    """The first page of the trial table, as the address asks (the page keeps its
+    filters and sort there); an address that cannot be used shows the first page."""
     experiment = get_object_or_404(Experiment, pk=pk)
+    try:
+        query = TableQuery.from_params(request.GET)
+    except BadQuery:
+        query = TableQuery()
     return render(request, "trials/experiment.html", {
-        "experiment": experiment, "page_data": experiment_payload(experiment),
+        "experiment": experiment,
+        "page_data": jsonable(trial_table(experiment, query, timezone.now())),
     })
 
 

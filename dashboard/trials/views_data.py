@@ -9,12 +9,10 @@ from typing import Any
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
-from django.utils import timezone
 from rest_framework.utils.encoders import JSONEncoder
 
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
-from dashboard.trials.objective import objective_of, objectives_by_experiment
 from dashboard.trials.serializers import (
     ExperimentSerializer,
     StepResultSerializer,
@@ -49,14 +47,6 @@ def experiments_payload(cluster: str | None = None) -> list[dict[str, Any]]:
         exp.by_status = dict(statuses.get(exp.pk, {}))  # type: ignore[attr-defined]
         exp.firing = firing.get(exp.pk, 0)  # type: ignore[attr-defined]
     return jsonable(ExperimentSerializer(experiments, many=True).data)
-
-
-def experiment_payload(experiment: Experiment) -> dict[str, Any]:
-    """The experiment page's data: its trials and its search's objective."""
-    trials = list(experiment.trials.select_related("experiment").all())
-    found = objectives_by_experiment(trials).get(experiment.pk) or objective_of(experiment)
-    return jsonable({"trials": trial_rows(trials), "objective": found.as_dict(),
-                     "server_now": timezone.now()})
 
 
 def trial_payload(trial: Trial) -> dict[str, Any]:
