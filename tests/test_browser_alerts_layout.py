@@ -110,3 +110,28 @@ def test_times_show_in_the_viewers_zone_when_asked(  # type: ignore[no-untyped-d
             "2099-01-01 05:30:00 GMT+5:30")
     finally:
         context.close()
+
+
+def test_a_storm_of_incidents_is_paged(narrow, live_server_asgi: LiveServer, viewer) -> None:  # type: ignore[no-untyped-def]
+    """250 open incidents: a hundred a page, every one reachable, none twice."""
+    def storm() -> None:
+        findings = [Finding("trial_stalled", f"trial:storm/t_{n:03d}", "critical",
+                            f"t_{n:03d}: no result for 9 min") for n in range(250)]
+        sync_findings({"trial_stalled"}, findings, timezone.now(), {})
+
+    off_the_loop(storm)
+    login(narrow, live_server_asgi, viewer, "/alerts/")
+    rows = narrow.locator("#alerts tbody tr")
+    total = narrow.locator("#alert-total")
+    expect(total).to_have_text("1\u2013100 of 250")
+    seen: list[str] = []
+    for shown in ("1\u2013100 of 250", "101\u2013200 of 250", "201\u2013250 of 250"):
+        expect(total).to_have_text(shown)
+        expect(narrow.locator("#alerts-page-of")).to_contain_text(" of 3")
+        seen += [row.get_attribute("data-incident") for row in rows.all()]
+        if not shown.startswith("201"):
+            narrow.click("#alerts-next")
+    assert len(seen) == 250 and len(set(seen)) == 250
+    expect(narrow.locator("#alerts-next")).to_be_disabled()
+    narrow.click("#alerts-prev")
+    expect(total).to_have_text("101\u2013200 of 250")

@@ -5,7 +5,8 @@
   const el = window.raywatch.el;
   const T = window.raywatch.time;
   const TERMINABLE = ["trial_stalled", "trial_process_gone"]; // the incident page offers the cure
-  const LIST_PAGE = 1000; // the API's largest page: firing first, then the newest resolved
+  const LIST_PAGE = 100; // rows a page: firing first, then the newest resolved
+  let listPage = 1, listPages = 1;
 
   function csrf() {
     const input = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -110,10 +111,16 @@
       body.replaceChildren(...wanted);
     }
     document.getElementById("no-alerts").hidden = incidents.length > 0;
-    const firing = incidents.filter((i) => i.state === "firing").length;
-    document.getElementById("alert-total").textContent =
-      firing + " firing, " + (incidents.length - firing) + " resolved" +
-      (total > incidents.length ? " (the first " + incidents.length + " of " + total + ")" : "");
+    const n = (v) => Number(v).toLocaleString("en-US");
+    listPages = Math.max(1, Math.ceil(total / LIST_PAGE));
+    const from = (listPage - 1) * LIST_PAGE + 1;
+    document.getElementById("alert-total").textContent = !incidents.length ? "none"
+      : total > incidents.length ? n(from) + "–" + n(from + incidents.length - 1) + " of " + n(total)
+        : n(total) + " incident" + (total === 1 ? "" : "s");
+    document.getElementById("alerts-pager").hidden = listPages <= 1;
+    document.getElementById("alerts-page-of").textContent = "page " + n(listPage) + " of " + n(listPages);
+    document.getElementById("alerts-prev").disabled = listPage <= 1;
+    document.getElementById("alerts-next").disabled = listPage >= listPages;
   }
 
   // --- the incident page -----------------------------------------------------------
@@ -173,11 +180,17 @@
       const params = new URLSearchParams(new FormData(document.getElementById("alert-filters")));
       for (const [k, v] of [...params]) if (!v) params.delete(k);
       params.set("page_size", LIST_PAGE);
+      if (listPage > 1) params.set("page", listPage);
       url = "/api/alerts/?" + params;
     } else {
       url = "/api/alerts/" + incidentBox.dataset.id + "/";
     }
     const reply = await fetch(url, { credentials: "same-origin" });
+    if (listTable && reply.status === 404 && listPage > 1) {  // fewer pages now: the last
+      listPage = 1;
+      refresh();
+      return;
+    }
     if (!reply.ok) return;
     const data = await reply.json();
     if (listTable) renderList(data, Number(reply.headers.get("X-Total-Count") || data.length));
@@ -189,6 +202,10 @@
     pending = setTimeout(function () { pending = null; refresh(); }, 250);
   }
 
+  if (listTable) {
+    document.getElementById("alerts-prev").addEventListener("click", () => { listPage = Math.max(1, listPage - 1); refresh(); });
+    document.getElementById("alerts-next").addEventListener("click", () => { listPage = Math.min(listPages, listPage + 1); refresh(); });
+  }
   if (listTable || incidentBox) {
     refresh();
     window.raywatch.connect("/ws/alerts/", {
