@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/metrics_bench.py
 	$(BIN)/python bench/nvml_poll_bench.py
 	$(BIN)/python bench/page_load_bench.py
+	$(BIN)/python bench/pages_bench.py
 	$(BIN)/python bench/push_latency.py
 	$(BIN)/python bench/quiet_history_bench.py
 	$(BIN)/python bench/ray_cap_bench.py

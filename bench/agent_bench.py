@@ -419,19 +419,6 @@ def report(figures: dict[str, Any]) -> None:
               "machine's other Ray workers)")
 
 
-@contextmanager
-def worktree(rev: str, tmp: Path) -> Iterator[Path]:
-    """A checkout of `rev` beside this one (git worktree), removed afterwards."""
-    path = tmp / "baseline"
-    subprocess.run(["git", "-C", str(harness.REPO), "worktree", "add", "--detach", "-q",
-                    str(path), rev], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["git", "-C", str(harness.REPO), "worktree", "remove", "--force",
-                        str(path)], check=False)
-
-
 def main() -> None:
     os.environ.pop("REDIS_URL", None)  # the server's channel layer: in-memory
     with ExitStack() as stack:
@@ -444,7 +431,8 @@ def main() -> None:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agent-bench-")))
         sources = [("this checkout", harness.REPO)]
         if BASELINE:
-            sources.append((f"baseline {BASELINE}", stack.enter_context(worktree(BASELINE, tmp))))
+            sources.append((f"baseline {BASELINE}",
+                            stack.enter_context(harness.worktree(BASELINE, tmp))))
         server_port = free_port()
         stack.enter_context(asgi_server(env, server_port))
         runs = []

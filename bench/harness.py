@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,3 +141,26 @@ def _cell(value: Any) -> str:
 def print_json(figures: dict[str, Any]) -> None:
     """The same figures as one machine-readable line, always the last line printed."""
     print(json.dumps(figures, sort_keys=True), flush=True)
+
+
+def answers(url: str) -> bool:
+    """Whether `url` answers 200 (a server the bench started is up)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def worktree(rev: str, tmp: Path) -> Iterator[Path]:
+    """A checkout of `rev` beside this one (git worktree), removed afterwards: the
+    baseline a bench measures in the same run."""
+    path = tmp / "baseline"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(path),
+                    rev], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)],
+                       check=False)

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -59,21 +58,13 @@ def manage(env: dict[str, str], *args: str) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
-
-
 def serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
                                   cwd=harness.REPO, env=env, stdout=out,
                                   stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 90
-    while not answers(f"http://127.0.0.1:{port}/healthz"):
+    while not harness.answers(f"http://127.0.0.1:{port}/healthz"):
         if server.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"raywatch did not start; see {log}")
         time.sleep(0.3)

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "harness.py")
 SMOKE_TIMEOUT_S = 240
 MARKS = {"terminate_bench.py": [pytest.mark.ray], "trial_logs_bench.py": [pytest.mark.browser],
-         "page_load_bench.py": [pytest.mark.browser]}
+         "page_load_bench.py": [pytest.mark.browser], "pages_bench.py": [pytest.mark.browser]}
 
 
 def redis_url() -> str:
