@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from collectors.records import GpuPoll, GpuSampleRecord
+from collectors.records import GpuPoll, GpuProcessRecord, GpuSampleRecord
 from dashboard.core.models import SourceHealth
-from dashboard.gpus.ingest import ingest_gpu_poll
-from dashboard.gpus.models import Gpu, GpuRollup, GpuSample
+from dashboard.gpus.ingest import ingest_gpu_poll, ingest_gpu_polls
+from dashboard.gpus.models import Gpu, GpuProcess, GpuRollup, GpuSample
 from dashboard.gpus.retention import prune, roll_up
 from dashboard.gpus.tasks import poll_gpus
 
@@ -221,3 +221,39 @@ def test_ingest_records_when_utilization_went_idle(settings) -> None:  # type: i
     assert poll(t0 + timedelta(seconds=1), 2).idle_since == t0 + timedelta(seconds=1)
     assert poll(t0 + timedelta(seconds=2), 0).idle_since == t0 + timedelta(seconds=1)
     assert poll(t0 + timedelta(seconds=3), 40).idle_since is None
+
+
+def test_many_nodes_polls_in_one_write(settings) -> None:  # type: ignore[no-untyped-def]
+    """Three nodes' polls, two of one node, stored by one call (an agent's report that
+    carries several polls; the write of many agents at once): every sample kept once, each
+    GPU's reading its newest, an idle stretch begun in the older poll carried into the
+    newer, and a node's processes those of its newest poll."""
+    settings.IDLE_GPU_PERCENT = 5
+    t0 = timezone.now()
+
+    def poll(node: str, at: datetime, util: float, pids: tuple[int, ...]) -> GpuPoll:
+        records = tuple(GpuSampleRecord(
+            node=node, gpu_index=i, uuid=f"GPU-{node}-{i}", at=at, utilization_gpu=util,
+            processes=tuple(GpuProcessRecord(pid=pid + i, used_memory_bytes=GIB)
+                            for pid in pids)) for i in range(2))
+        return GpuPoll(node=node, at=at, gpus=records)
+
+    later = t0 + timedelta(seconds=1)
+    # given newest first on purpose: the call orders them by time
+    stored = ingest_gpu_polls([(poll("a", later, 1, (900,)), "10.0.0.1"),
+                               (poll("a", t0, 0, (800,)), "10.0.0.1"),
+                               (poll("b", t0, 70, (700,)), "10.0.0.2"),
+                               (poll("c", t0, 50, ()), "10.0.0.3")], later)
+    assert [(g.node, g.index) for g in stored] == [(n, i) for n in "abc" for i in range(2)]
+    assert GpuSample.objects.count() == 8
+    a0 = Gpu.objects.get(uuid="GPU-a-0")
+    assert (a0.at, a0.utilization_gpu, a0.idle_since) == (later, 1, t0)
+    assert Gpu.objects.get(uuid="GPU-b-1").idle_since is None
+    assert sorted(GpuProcess.objects.filter(gpu__node="a").values_list("pid", flat=True)) == [
+        900, 901]
+    assert sorted(GpuProcess.objects.filter(gpu__node="b").values_list("pid", flat=True)) == [
+        700, 701]
+    # The next write of node a lists no process: its processes leave, b's stay.
+    ingest_gpu_polls([(poll("a", later + timedelta(seconds=1), 1, ()), "10.0.0.1")], later)
+    assert not GpuProcess.objects.filter(gpu__node="a").exists()
+    assert GpuProcess.objects.filter(gpu__node="b").count() == 2

@@ -23,7 +23,7 @@ from dashboard.cluster.models import Cluster
 from dashboard.cluster.registry import announce
 from dashboard.core.errors import ApiError
 from dashboard.core.health import record as record_health
-from dashboard.gpus.ingest import ingest_gpu_poll
+from dashboard.gpus.ingest import ingest_gpu_polls
 from dashboard.gpus.models import Agent, Gpu
 from dashboard.trials.push import push_updates
 from dashboard.trials.store import IngestStats, store_updates
@@ -192,9 +192,7 @@ def _store_polls(token: NodeToken, agent: dict[str, Any],
     if not polls:
         return
     node_ip = token.node_ip or str(agent.get("node_ip") or "")
-    for poll, error in polls:
-        if error is None:
-            ingest_gpu_poll(poll, node_ip, now)
+    ingest_gpu_polls([(poll, node_ip) for poll, error in polls if error is None], now)
     poll, error = max(polls, key=lambda p: p[0].at)
     warnings = list(poll.problems) or ([] if poll.gpus else ["NVML sees no GPU on this node"])
     record_health("nvml", token.node, settings.POLL_GPU_S, 0.0, error, warnings)

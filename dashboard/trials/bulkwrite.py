@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, models, transaction
 
+from dashboard.core.bulk import json_default
 from dashboard.trials.models import StepResult
 
 # (trial pk, attempt, iteration, at, ingested_at, time_this_iter_s, metrics)
@@ -110,7 +111,7 @@ def insert_new(model: type[models.Model], objs: Sequence[models.Model]) -> None:
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {model._meta.db_table} ({names}) SELECT {names} FROM "
                        f"jsonb_to_recordset(%s::jsonb) AS v({columns}) ON CONFLICT DO NOTHING",
-                       [json.dumps(rows, default=_json_default)])
+                       [json.dumps(rows, default=json_default)])
 
 
 def update_rows(model: type[models.Model], objs: Iterable[models.Model],
@@ -141,13 +142,7 @@ def _update_from_json(model: type[models.Model], fields: Sequence[models.Field],
     sql = (f"UPDATE {model._meta.db_table} AS t SET {sets} FROM jsonb_to_recordset(%s::jsonb) "
            f"AS v({columns}, row_id bigint) WHERE t.id = v.row_id")
     rows = [{**{f.column: getattr(o, f.attname) for f in fields}, "row_id": o.pk} for o in objs]
-    return sql, [json.dumps(rows, default=_json_default)]
-
-
-def _json_default(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return sql, [json.dumps(rows, default=json_default)]
 
 
 def _prepared(field: models.Field, value: Any) -> Any:
