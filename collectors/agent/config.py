@@ -36,6 +36,10 @@ class AgentConfig:
     log_quiet_s: float = 60.0
     log_rescan_s: float = 300.0
     processes_s: float = 5.0  # between process snapshots (every GPU poll after a signal)
+    # Gather this long before a report (0: send what is spooled at once). A report of
+    # five polls costs raywatch about what one of one poll costs (bench/gpu_fleet_bench.py):
+    # large clusters send every few seconds; trial results then arrive that much later.
+    send_s: float = 0.0
 
     @property
     def api(self) -> str:
@@ -69,7 +73,19 @@ class AgentConfig:
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
             processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),
+            send_s=_send_s(env),
         )
+
+
+MAX_SEND_S = 60.0
+
+
+def _send_s(env: Mapping[str, str]) -> float:
+    value = _number(env, "RAYWATCH_AGENT_SEND_S", 0.0, 0)
+    if value > MAX_SEND_S:
+        raise ConfigError(f"RAYWATCH_AGENT_SEND_S={value:g}: at most {MAX_SEND_S:g} s (what "
+                          "it gathers reaches raywatch that much later)")
+    return value
 
 
 def log_dirs(value: str) -> tuple[Path, ...]:

@@ -169,7 +169,8 @@ class Agent:
             wait = self.send_once(backoff)
             if wait is None:  # nothing spooled: sleep until something is
                 if self.spool.appended.wait(IDLE_CHECK_S):
-                    self.stop.wait(min(LINGER_S, self.config.poll_s / 4))
+                    self.stop.wait(self.config.send_s
+                                   or min(LINGER_S, self.config.poll_s / 4))
             else:
                 self.stop.wait(wait)
 
@@ -209,6 +210,10 @@ class Agent:
             if body.get("skipped"):
                 log.warning("raywatch skipped records it does not know: %s (upgrade it)",
                             body["skipped"])
+            if self.config.send_s and self.spool.stats()["batches"] < self.per_request:
+                # Gather the next report's polls for RAYWATCH_AGENT_SEND_S; a backlog (a
+                # full report's worth spooled) goes out report after report.
+                return self.config.send_s
             return 0.0
         if reply.status == 413:
             self.per_request = max(1, len(batches) // 2)
