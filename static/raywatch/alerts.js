@@ -114,9 +114,10 @@
     const n = (v) => Number(v).toLocaleString("en-US");
     listPages = Math.max(1, Math.ceil(total / LIST_PAGE));
     const from = (listPage - 1) * LIST_PAGE + 1;
+    const firing = incidents.filter((i) => i.state === "firing").length;
     document.getElementById("alert-total").textContent = !incidents.length ? "none"
-      : total > incidents.length ? n(from) + "–" + n(from + incidents.length - 1) + " of " + n(total)
-        : n(total) + " incident" + (total === 1 ? "" : "s");
+      : listPages > 1 ? n(from) + "–" + n(from + incidents.length - 1) + " of " + n(total)
+        : firing + " firing, " + (incidents.length - firing) + " resolved";
     document.getElementById("alerts-pager").hidden = listPages <= 1;
     document.getElementById("alerts-page-of").textContent = "page " + n(listPage) + " of " + n(listPages);
     document.getElementById("alerts-prev").disabled = listPage <= 1;

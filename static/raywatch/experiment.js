@@ -138,6 +138,7 @@
     const filtered = data.matched !== data.total;
     document.getElementById("count").textContent = (from ? n(from) + "–" + n(to) : "none")
       + " of " + n(data.matched) + (filtered ? " matching (" + n(data.total) + " trials)" : " trials");
+    for (const id of ["page-prev", "page-of", "page-next"]) document.getElementById(id).hidden = data.pages <= 1;
     document.getElementById("page-of").textContent = "page " + n(data.page) + " of " + n(data.pages);
     document.getElementById("page-prev").disabled = data.page <= 1;
     document.getElementById("page-next").disabled = data.page >= data.pages;
