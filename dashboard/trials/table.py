@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, F, Max
+from django.db import connection
+from django.db.models import CharField, Count, F, Func, Max
 from django.db.models.fields.json import KeyTransform
 
 from dashboard.incidents.models import Incident
@@ -168,24 +169,46 @@ def columns_of(experiment: Experiment) -> Columns:
 
 
 def _columns(experiment: Experiment) -> Columns:
-    values: dict[str, set[str]] = {}
+    trials = Trial.objects.filter(experiment=experiment)
+    values: dict[str, set[Any]] = {}  # a key's distinct values, up to two: do they differ
     present: dict[str, int] = {}
     sample: dict[str, Any] = {}
-    metrics: set[str] = set()
     total = 0
-    for config, ranges in Trial.objects.filter(experiment=experiment).values_list(
-            "config", "metric_range").iterator(chunk_size=2000):
+    for config in trials.values_list("config", flat=True).iterator(chunk_size=2000):
         total += 1
-        metrics.update(ranges or {})
         for key, value in flatten(config).items():
-            values.setdefault(key, set()).add(json.dumps(value, sort_keys=True, default=str))
-            present[key] = present.get(key, 0) + 1
-            sample.setdefault(key, value)
+            seen = values.get(key)
+            if seen is None:
+                seen = values[key] = set()
+                sample[key] = value
+                present[key] = 0
+            present[key] += 1
+            if len(seen) < 2:
+                seen.add(_distinct(value))
     differ = sorted(k for k, seen in values.items() if len(seen) > 1 or present[k] < total)
     same = sorted(k for k in values if k not in differ)
     keys = (differ + same)[:MAX_HP_COLUMNS]
     return Columns(hp_keys=keys, constants={k: sample[k] for k in same if k not in keys},
-                   metrics=sorted(metrics), total=total)
+                   metrics=_metric_names(trials), total=total)
+
+
+def _distinct(value: Any) -> Any:
+    """A value as a set member that tells 1 from 1.0 and True, as JSON does."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return (type(value).__name__, value)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _metric_names(trials: Any) -> list[str]:
+    """Every metric any of the trials reported (the keys of their metric ranges)."""
+    if connection.vendor == "postgresql":  # the keys only, not 10,000 JSON objects
+        keys = Func(F("metric_range"), function="jsonb_object_keys", output_field=CharField())
+        return sorted(trials.annotate(key=keys).values_list("key", flat=True).distinct()
+                      .order_by())
+    names: set[str] = set()
+    for ranges in trials.values_list("metric_range", flat=True).iterator(chunk_size=2000):
+        names.update(ranges or ())
+    return sorted(names)
 
 
 # --- the table -------------------------------------------------------------------------------
