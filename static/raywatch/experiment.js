@@ -75,7 +75,7 @@
       { key: "last_result_at", head: "Last result", firstDir: -1, cell: (t) =>
         el("td", { "data-age": t.last_result_at || "", title: kit.utc(t.last_result_at) }, kit.age(t.last_result_at)) },
       { key: "node_ip", head: "Node / pid", cell: (t) =>
-        el("td", {}, (t.node_ip || "–") + (t.pid ? " / " + t.pid : "")) },
+        el("td", { class: "node" }, (t.node_ip || "–") + (t.pid ? " / " + t.pid : "")) },
       { key: "health", head: "Health", cell: (t) => el("td", { class: "health" }, health(t)) },
     );
     return cols;
