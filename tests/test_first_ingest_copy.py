@@ -117,3 +117,23 @@ def test_a_result_another_writer_stored_meanwhile_is_kept_once(db: None, history
     poll_trial_logs()
     assert StepResult.objects.count() == expected_results()
     assert trial.results.count() == LINES and Trial.objects.get(pk=trial.pk).iteration == LINES
+
+
+def test_a_large_ingest_tells_the_planner(db: None, history: Path) -> None:
+    """Postgres plans the detectors' trial query from the table's statistics; after a
+    large ingest raywatch gathers them at once (autovacuum may be off, or minutes
+    away), so the planner knows the new rows (the index, not a scan of every trial)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the planner's statistics are Postgres's")
+
+    def known_rows(table: str) -> float:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE relname = %s", [table])
+            return float(cursor.fetchone()[0])
+
+    with mock.patch("dashboard.trials.ingest.ANALYZE_AFTER_RESULTS", 1000):
+        poll_trial_logs()
+    assert known_rows(Trial._meta.db_table) == TRIALS
+    assert known_rows(StepResult._meta.db_table) == expected_results()
