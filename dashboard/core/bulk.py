@@ -28,25 +28,40 @@ def upsert(model: type[models.Model], objs: Sequence[models.Model], unique: Sequ
                                   update_fields=list(update))
         return
     meta = model._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    fields = insertable(model)
     keys = [meta.get_field(name) for name in unique]
     quote = connection.ops.quote_name
     names = ", ".join(quote(f.column) for f in fields)
-    columns = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
     sets = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}"
                      for c in (meta.get_field(name).column for name in update))
-    conflict = ", ".join(quote(f.column) for f in keys)
-    returning = ", ".join(quote(f.column) for f in keys)
-    rows = [{f.column: getattr(o, f.attname) for f in fields} for o in objs]
+    keys_sql = ", ".join(quote(f.column) for f in keys)
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {meta.db_table} AS t ({names}) SELECT {names} FROM "
-            f"jsonb_to_recordset(%s::jsonb) AS v({columns}) ON CONFLICT ({conflict}) "
-            f"DO UPDATE SET {sets} RETURNING id, {returning}",
-            [json.dumps(rows, default=json_default)])
+            f"jsonb_to_recordset(%s::jsonb) AS v({recordset(fields)}) ON CONFLICT "
+            f"({keys_sql}) DO UPDATE SET {sets} RETURNING id, {keys_sql}",
+            [inserted_rows(objs, fields)])
         ids = {tuple(key): pk for pk, *key in cursor.fetchall()}
     for obj in objs:
         obj.pk = ids[tuple(getattr(obj, f.attname) for f in keys)]
+
+
+def insertable(model: type[models.Model]) -> list[models.Field]:
+    """The columns an INSERT writes: all but the primary key."""
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def recordset(fields: Sequence[models.Field]) -> str:
+    """The column list of jsonb_to_recordset(...) AS v(...): each column with its type."""
+    quote = connection.ops.quote_name
+    return ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
+
+
+def inserted_rows(objs: Sequence[models.Model], fields: Sequence[models.Field]) -> str:
+    """The rows to insert as one JSON parameter, each field's value as saving sets it
+    (auto_now and friends)."""
+    return json.dumps([{f.column: f.pre_save(o, add=True) for f in fields} for o in objs],
+                      default=json_default)
 
 
 def json_default(value: Any) -> str:

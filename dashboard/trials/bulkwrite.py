@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, models, transaction
 
-from dashboard.core.bulk import json_default
+from dashboard.core.bulk import insertable, inserted_rows, json_default, recordset
 from dashboard.trials.models import StepResult
 
 # (trial pk, attempt, iteration, at, ingested_at, time_this_iter_s, metrics)
@@ -103,15 +103,12 @@ def insert_new(model: type[models.Model], objs: Sequence[models.Model]) -> None:
     if connection.vendor != "postgresql":
         model.objects.bulk_create(objs, ignore_conflicts=True)
         return
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    quote = connection.ops.quote_name
-    names = ", ".join(quote(f.column) for f in fields)
-    columns = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
-    rows = [{f.column: f.pre_save(o, add=True) for f in fields} for o in objs]
+    fields = insertable(model)
+    names = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {model._meta.db_table} ({names}) SELECT {names} FROM "
-                       f"jsonb_to_recordset(%s::jsonb) AS v({columns}) ON CONFLICT DO NOTHING",
-                       [json.dumps(rows, default=json_default)])
+                       f"jsonb_to_recordset(%s::jsonb) AS v({recordset(fields)}) "
+                       "ON CONFLICT DO NOTHING", [inserted_rows(objs, fields)])
 
 
 def update_rows(model: type[models.Model], objs: Iterable[models.Model],
@@ -137,10 +134,9 @@ def update_rows(model: type[models.Model], objs: Iterable[models.Model],
 def _update_from_json(model: type[models.Model], fields: Sequence[models.Field],
                       objs: Sequence[models.Model]) -> tuple[str, list[str]]:
     quote = connection.ops.quote_name
-    columns = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
     sets = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields)
     sql = (f"UPDATE {model._meta.db_table} AS t SET {sets} FROM jsonb_to_recordset(%s::jsonb) "
-           f"AS v({columns}, row_id bigint) WHERE t.id = v.row_id")
+           f"AS v({recordset(fields)}, row_id bigint) WHERE t.id = v.row_id")
     rows = [{**{f.column: getattr(o, f.attname) for f in fields}, "row_id": o.pk} for o in objs]
     return sql, [json.dumps(rows, default=json_default)]
 
