@@ -82,3 +82,14 @@ def test_a_bad_snapshot_interval_stops_the_agent(value: str, tmp_path: Path) -> 
                     RAYWATCH_AGENT_PROCESSES_S=value)
     with pytest.raises(ConfigError, match="RAYWATCH_AGENT_PROCESSES_S"):
         AgentConfig.from_env(env)
+
+
+@pytest.mark.parametrize(("value", "why"), [("-1", "at least 0"), ("90", "at most 60"),
+                                            ("soon", "expected a number")])
+def test_a_bad_gather_time_stops_the_agent(value: str, why: str, tmp_path: Path) -> None:
+    from collectors.agent.config import ConfigError
+
+    env = agent_env("http://127.0.0.1:9", "rwa_" + "x" * 40, tmp_path, "gpu-b", "10.9.0.3",
+                    RAYWATCH_AGENT_SEND_S=value)
+    with pytest.raises(ConfigError, match=f"RAYWATCH_AGENT_SEND_S.*{why}"):
+        AgentConfig.from_env(env)

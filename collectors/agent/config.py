@@ -73,19 +73,11 @@ class AgentConfig:
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
             processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),
-            send_s=_send_s(env),
+            send_s=_number(env, "RAYWATCH_AGENT_SEND_S", 0.0, 0, maximum=MAX_SEND_S),
         )
 
 
-MAX_SEND_S = 60.0
-
-
-def _send_s(env: Mapping[str, str]) -> float:
-    value = _number(env, "RAYWATCH_AGENT_SEND_S", 0.0, 0)
-    if value > MAX_SEND_S:
-        raise ConfigError(f"RAYWATCH_AGENT_SEND_S={value:g}: at most {MAX_SEND_S:g} s (what "
-                          "it gathers reaches raywatch that much later)")
-    return value
+MAX_SEND_S = 60.0  # what an agent gathers reaches raywatch that much later
 
 
 def log_dirs(value: str) -> tuple[Path, ...]:
@@ -115,7 +107,8 @@ def _token(env: Mapping[str, str]) -> str:
     return token
 
 
-def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float,
+            maximum: float | None = None) -> float:
     raw = env.get(name)
     if not raw:
         return default
@@ -125,4 +118,6 @@ def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -
         raise ConfigError(f"{name}={raw!r}: expected a number") from None
     if value < minimum:
         raise ConfigError(f"{name}={raw!r}: at least {minimum:g}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={raw!r}: at most {maximum:g}")
     return value
