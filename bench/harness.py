@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -164,3 +166,32 @@ def worktree(rev: str, tmp: Path) -> Iterator[Path]:
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)],
                        check=False)
+
+
+@contextmanager
+def served(env: dict[str, str], log: Path, *args: str, source: Path = REPO,
+           start_s: float = 120) -> Iterator[str]:
+    """`manage.py serve` of `source` (this checkout, or a baseline's worktree) on a free
+    port, its output in `log`: its base URL once /healthz answers; stopped as Ctrl-C
+    stops it (then killed, if it hangs)."""
+    from collectors.localray import free_port
+
+    port = free_port()
+    with log.open("ab") as out:
+        server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port),
+                                   *args], cwd=source, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + start_s
+        while not answers(f"http://127.0.0.1:{port}/healthz"):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"raywatch ({source}) did not start; see {log}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

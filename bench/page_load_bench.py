@@ -24,12 +24,10 @@ Needs Chromium (/usr/bin/chromium) and Playwright; no Postgres, Redis or Ray.
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,28 +54,6 @@ NAVIGATION = """() => {
 def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=harness.REPO, env=env, check=True,
                    stdout=subprocess.DEVNULL)
-
-
-def serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
-                                  cwd=harness.REPO, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while not harness.answers(f"http://127.0.0.1:{port}/healthz"):
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"raywatch did not start; see {log}")
-        time.sleep(0.3)
-    return server
-
-
-def stop(server: subprocess.Popen[bytes]) -> None:
-    server.send_signal(signal.SIGINT)
-    try:
-        server.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
 
 
 def load(browser: Any, base: str, state: dict[str, Any], link: dict[str, Any] | None
@@ -144,12 +120,8 @@ def main() -> int:
         for case, collect in (("before", False), ("after", True)):
             if collect:
                 manage(env, "collectstatic", "--noinput", "-v", "0")
-            port = free_port()
-            server = serve(env, port, data / f"serve-{case}.log")
-            try:
-                results[case] = measure(browser, f"http://127.0.0.1:{port}", password)
-            finally:
-                stop(server)
+            with harness.served(env, data / f"serve-{case}.log") as base:
+                results[case] = measure(browser, base, password)
         browser.close()
     rows = [[case, link, f["load_ms_median"], f["load_ms_max"], f["plotly_fetch_ms_median"],
              f["warm_load_ms_median"], f["plotly_bytes_sent"], f["plotly_transfer_warm"],

@@ -34,14 +34,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -192,29 +189,6 @@ def writer(env: dict[str, str], stop_at: float, done: Any) -> None:
 
 # --- the servers and the browser ----------------------------------------------------------
 
-@contextmanager
-def server(source: Path, env: dict[str, str], log: Path) -> Iterator[str]:
-    port = free_port()
-    with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--no-celery", "--port",
-                                 str(port)], cwd=source, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not harness.answers(f"http://127.0.0.1:{port}/healthz"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"raywatch ({source}) did not start; see {log}")
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def logged_in(browser: Any, base: str) -> dict[str, Any]:
     context = browser.new_context()
     page = context.new_page()
@@ -343,7 +317,8 @@ def main() -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             for label, source in sources:
-                with server(source, server_env, tmp / f"serve-{len(results)}.log") as base:
+                with harness.served(server_env, tmp / f"serve-{len(results)}.log",
+                                    "--no-celery", source=source) as base:
                     results[label] = measure(browser, base, env, facts)
             browser.close()
     rows = [[page, label, f["render_ms_median"], f["render_ms_max"], f["html_ms_median"],
