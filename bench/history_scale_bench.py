@@ -11,14 +11,19 @@ directory spaced as the scheduler spaces them; the history's first poll (the fir
 ingest, detectors included); polls until every trial dir is settled; 30 measured polls.
 Each poll is `poll_trial_logs()` whole: scan, ingest, detectors, push.
 
-Not measured here: the CPU a minute of the whole production topology (web, Celery
-worker, notifier and beat) beside an empty one; `quiet_history_bench.py` does that on
-the embedded default at 5,000 trials. Two Celery topologies on one Redis would share
-their queues.
+Then the production topology's CPU a minute: two `manage.py serve` (web, Celery worker,
+notifier and beat as its children) at once, one on the ingested history's database and
+one on an empty database watching the empty directory, each on a Redis database of its
+own (flushed before and after, so their queues never mix). Both run SETTLE_S (their
+scanners start cold: the history's first pass walks every trial dir and settles them
+after RAYWATCH_LOG_QUIET_S), then their process trees' CPU and their Postgres backends'
+CPU (by pid from `pg_stat_activity`) are sampled over two windows of SAMPLE_S: the
+first shows whether the second is steady.
 
-    python bench/history_scale_bench.py            # ~6 GB under TMPDIR, ~15 minutes
+    python bench/history_scale_bench.py            # ~5 GB under TMPDIR, ~17 minutes
     python bench/history_scale_bench.py --smoke    # 60 trials, seconds
-    # overrides: BENCH_TRIALS, BENCH_DATABASE_URL (its server)
+    # overrides: BENCH_TRIALS, BENCH_DATABASE_URL (its server), BENCH_REDIS_URL (its
+    # server: databases 11 and 12 of it are used)
 """
 
 from __future__ import annotations
@@ -27,16 +32,98 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import first_ingest_bench
 import harness
+import psutil
 import quiet_history_bench
 
 from collectors.localray import free_port
+from tests.served import embedded_env
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", harness.sized("100000", "60")))
 GOAL_RATIO = 1.2
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
+REDIS_DBS = {"empty": 11, "history": 12}
+SETTLE_S = harness.sized(240.0, 10.0)
+SAMPLE_S = harness.sized(60.0, 4.0)
+
+
+# --- the production topology: web, Celery worker, notifier, beat -----------------------------
+def topology_env(database: str, log_dir: Path, data_dir: Path, redis_db: int) -> dict[str, str]:
+    redis = urlsplit(REDIS_URL)._replace(path=f"/{redis_db}").geturl()
+    return embedded_env(
+        data_dir, DATABASE_URL=database, REDIS_URL=redis, RAYWATCH_LOG_DIRS=str(log_dir),
+        RAYWATCH_LOG_QUIET_S=str(quiet_history_bench.QUIET_S),
+        RAY_ADDRESS=f"http://127.0.0.1:{free_port()}", RAYWATCH_GPU_SOURCE="off",
+        RAYWATCH_SECRET_KEY=harness.BENCH_SECRET_KEY)
+
+
+def flush_redis(envs: dict[str, dict[str, str]]) -> None:
+    import redis
+
+    for env in envs.values():
+        client = redis.Redis.from_url(env["REDIS_URL"])
+        client.flushdb()
+        client.close()
+
+
+def backend_cpu(database: str) -> dict[int, float]:
+    """CPU seconds so far of each Postgres backend serving `database`, by pid."""
+    import psycopg
+
+    name = urlsplit(database).path.lstrip("/")
+    admin = urlsplit(database)._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        pids = [r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", [name])]
+    seconds = {}
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        seconds[pid] = times.user + times.system
+    return seconds
+
+
+def window(procs: dict[str, psutil.Process], databases: dict[str, str],
+           seconds: float) -> dict[str, dict[str, float]]:
+    """CPU seconds a minute over `seconds`: each server's process tree, and its database's
+    backends (a backend that ends within the window loses its share; a new one counts
+    from its start)."""
+    serve0 = {n: quiet_history_bench.cpu_seconds(p) for n, p in procs.items()}
+    pg0 = {n: backend_cpu(d) for n, d in databases.items()}
+    time.sleep(seconds)
+    serve1 = {n: quiet_history_bench.cpu_seconds(p) for n, p in procs.items()}
+    pg1 = {n: backend_cpu(d) for n, d in databases.items()}
+    scale = 60 / seconds
+    return {n: {"serve_cpu_s_per_min": (serve1[n] - serve0[n]) * scale,
+                "postgres_cpu_s_per_min": sum(
+                    cpu - pg0[n].get(pid, 0.0) for pid, cpu in pg1[n].items()) * scale}
+            for n in procs}
+
+
+def measure_topology(envs: dict[str, dict[str, str]], logs: Path) -> dict[str, Any]:
+    flush_redis(envs)
+    try:
+        with ExitStack() as stack:
+            procs = {n: stack.enter_context(quiet_history_bench.served(env, logs / f"{n}.log"))
+                     for n, env in envs.items()}
+            databases = {n: env["DATABASE_URL"] for n, env in envs.items()}
+            roles = {n: len(quiet_history_bench.tree(p)) for n, p in procs.items()}
+            time.sleep(SETTLE_S)
+            before = window(procs, databases, SAMPLE_S)
+            steady = window(procs, databases, SAMPLE_S)
+            rss = {n: quiet_history_bench.rss_mb(p) for n, p in procs.items()}
+    finally:
+        flush_redis(envs)
+    return {n: {**steady[n], "before": before[n], "processes": roles[n], "rss_mb": rss[n]}
+            for n in envs}
 
 
 def main() -> int:
@@ -49,7 +136,8 @@ def main() -> int:
         size = first_ingest_bench.write_history(history, TRIALS)
         print(f"wrote {TRIALS:,} trials x {first_ingest_bench.LINES} results "
               f"({size / 2**30:.1f} GiB) in {time.monotonic() - started:.0f} s", flush=True)
-        with harness.throwaway_database("history") as database:
+        with harness.throwaway_database("history") as database, \
+                harness.throwaway_database("history_empty") as empty_database:
             os.environ.pop("REDIS_URL", None)
             harness.setup_django(
                 database, RAYWATCH_LOG_DIRS=str(empty),
@@ -57,6 +145,15 @@ def main() -> int:
                 RAY_ADDRESS=f"http://127.0.0.1:{free_port()}", RAYWATCH_GPU_SOURCE="off",
                 RAYWATCH_DATA_DIR=str(work / "data"))
             polls = quiet_history_bench.measure_polls(history, empty)
+            quiet_history_bench.close_django()
+            envs = {"empty": topology_env(empty_database, empty, work / "data-empty",
+                                          REDIS_DBS["empty"]),
+                    "history": topology_env(database, history, work / "data-history",
+                                            REDIS_DBS["history"])}
+            for env in envs.values():
+                quiet_history_bench.prepare(env)
+            print("polled in-process; starting two production topologies", flush=True)
+            topology = measure_topology(envs, work)
     empty_row, history_row = polls["empty"], polls["history"]
     ratio = history_row["median_ms"] / empty_row["median_ms"]
     harness.print_table(
@@ -70,9 +167,37 @@ def main() -> int:
     print(f"ratio (median): {ratio:.2f}x (goal {GOAL_RATIO}x); first ingest: "
           f"{polls['results']:,} results in {polls['first_ingest_s']:.0f} s "
           f"({polls['ingest_results_per_s']:,.0f} results/s)")
+    report_topology(topology)
     harness.print_json({"bench": "history_scale", "trials": TRIALS, "polls": polls,
-                        "ratio": ratio, "goal_ratio": GOAL_RATIO})
+                        "ratio": ratio, "goal_ratio": GOAL_RATIO, "topology": topology})
     return 0
+
+
+def report_topology(topology: dict[str, Any]) -> None:
+    empty, history = topology["empty"], topology["history"]
+
+    def total(row: dict[str, float]) -> float:
+        return row["serve_cpu_s_per_min"] + row["postgres_cpu_s_per_min"]
+
+    rows = []
+    for label, key in (("serve tree CPU s/min", "serve_cpu_s_per_min"),
+                       ("Postgres backends CPU s/min", "postgres_cpu_s_per_min")):
+        rows.append([label, empty[key], history[key],
+                     f"{history[key] / max(empty[key], 1e-9):.2f}x"])
+    rows.append(["all, CPU s/min", total(empty), total(history),
+                 f"{total(history) / max(total(empty), 1e-9):.2f}x"])
+    rows.append(["all, the window before", total(empty["before"]), total(history["before"]),
+                 f"{total(history['before']) / max(total(empty['before']), 1e-9):.2f}x"])
+    rows.append(["serve tree RSS MB", empty["rss_mb"], history["rss_mb"],
+                 f"{history['rss_mb'] / empty['rss_mb']:.2f}x"])
+    harness.print_table(
+        f"Production topology (serve + Celery worker, notifier, beat: {history['processes']} "
+        f"processes; Postgres, Redis), {TRIALS:,} finished trials against an empty history, "
+        f"{SAMPLE_S:.0f} s windows after {SETTLE_S:.0f} s",
+        ["", "empty", f"{TRIALS:,} trials", "ratio"], rows)
+    ratio = total(history) / max(total(empty), 1e-9)
+    print(f"goal: all of raywatch's CPU within {GOAL_RATIO}x of an empty history: "
+          f"{ratio:.2f}x ({'met' if ratio <= GOAL_RATIO else 'MISSED'})")
 
 
 if __name__ == "__main__":

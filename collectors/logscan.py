@@ -14,11 +14,16 @@ every poll costs a core. A LogScanner remembers what it saw:
   not yet settled as finished by the caller (`candidates()` / `settle()`). Appends do
   not touch a directory's mtime, so a running trial is checked every poll.
 - Settled (quiet) trial directories are checked by a slow full rescan, a share of them
-  each poll so that all are seen once every `rescan_s`; what it finds changed (whatever
-  the mtimes missed) is handed on and watched again. When the caller cannot store what
-  a scan handed on, `retry()` hands it on again at the next poll.
+  each poll so that all are seen once every `rescan_s`, but never more than
+  `rescan_per_poll` a poll: a history too large for that lap takes a longer one
+  (100,000 trial dirs at 100 a 2 s poll: 33 minutes) and the poll's cost stays flat.
+  What the rescan finds changed (whatever the mtimes missed: lines appended to a trial
+  that had settled as finished, with no new Tune snapshot) is handed on and watched
+  again. When the caller cannot store what a scan handed on, `retry()` hands it on again
+  at the next poll.
 - A poll costs in proportion to the containers, the hot trial dirs and the rescan's
-  share: quiet trial dirs are not looked at, not even in memory. A trial dir is
+  share (at most `rescan_per_poll`): quiet trial dirs are not looked at, not even in
+  memory. A trial dir is
   forgotten when its container, listed again, no longer holds it, or is itself gone.
 
 Nothing here imports Django; time comes from `clock` (monotonic seconds).
@@ -41,6 +46,9 @@ STATE_PREFIX, STATE_SUFFIX = "experiment_state-", ".json"
 SKIP_DIRS = {"working_dirs", "__pycache__"}
 MAX_DEPTH = 6
 LIVE_PARENT = "driver_artifacts"
+# A quiet trial dir costs ~16 us to check (a stat of it and of its ~3 files): 100 a poll
+# is ~1.6 ms, whatever the history (bench/history_scale_bench.py).
+RESCAN_PER_POLL = 100
 TRIAL_DIR_RE = re.compile(r"^(?P<trainable>.+?)_(?P<trial_id>[0-9a-f]{5}_\d{5})(?:_|$)")
 
 
@@ -150,10 +158,12 @@ def discover(roots: Sequence[Path]) -> list[TrialDir]:
 
 class LogScanner:
     def __init__(self, roots: Sequence[Path], quiet_after_s: float = 60.0,
-                 rescan_s: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 rescan_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 rescan_per_poll: int = RESCAN_PER_POLL) -> None:
         self.roots = [Path(r) for r in roots]
         self.quiet_after_s = quiet_after_s
         self.rescan_s = rescan_s
+        self.rescan_per_poll = rescan_per_poll
         self.clock = clock
         self.containers: dict[Path, _Container] = {}
         self.trials: dict[Path, _Trial] = {}
@@ -329,10 +339,12 @@ class LogScanner:
         return True
 
     def _rescan_share(self, now: float) -> list[_Trial]:
-        """The quiet trial dirs due this poll: all of them once every rescan_s."""
+        """The quiet trial dirs due this poll: all of them once every rescan_s, at most
+        rescan_per_poll of them."""
         if not self.rotation or self.last_scan is None:
             return []
-        share = math.ceil(len(self.rotation) * (now - self.last_scan) / self.rescan_s)
+        share = min(math.ceil(len(self.rotation) * (now - self.last_scan) / self.rescan_s),
+                    self.rescan_per_poll)
         picked: list[_Trial] = []
         for _ in range(len(self.rotation)):
             if len(picked) >= share:

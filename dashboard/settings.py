@@ -275,9 +275,11 @@ CENTRAL_LOGS = env_bool("RAYWATCH_CENTRAL_LOGS", True)
 # driver_artifacts staging directories (fresher than the storage copy).
 LOG_DIRS = env_list("RAYWATCH_LOG_DIRS", [], sep=":")
 # A finished trial's directory unchanged this long is no longer checked every poll; a slow
-# rescan visits every such directory once per LOG_RESCAN_S (for what mtimes miss).
+# rescan visits every such directory once per LOG_RESCAN_S (for what mtimes miss), but at
+# most LOG_RESCAN_PER_POLL of them a poll: a larger history takes a longer lap.
 LOG_QUIET_S = env_number("RAYWATCH_LOG_QUIET_S", 60.0, minimum=0)
 LOG_RESCAN_S = env_number("RAYWATCH_LOG_RESCAN_S", 300.0, minimum=1)
+LOG_RESCAN_PER_POLL = env_int("RAYWATCH_LOG_RESCAN_PER_POLL", 100, minimum=1)
 RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", "/tmp/ray"))
 TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s"])
 STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)

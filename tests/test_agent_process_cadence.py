@@ -84,12 +84,19 @@ def test_a_bad_snapshot_interval_stops_the_agent(value: str, tmp_path: Path) -> 
         AgentConfig.from_env(env)
 
 
-@pytest.mark.parametrize(("value", "why"), [("-1", "at least 0"), ("90", "at most 60"),
-                                            ("soon", "expected a number")])
-def test_a_bad_gather_time_stops_the_agent(value: str, why: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "value", "why"), [
+    ("RAYWATCH_AGENT_SEND_S", "-1", "at least 0"),
+    ("RAYWATCH_AGENT_SEND_S", "90", "at most 60"),
+    ("RAYWATCH_AGENT_SEND_S", "soon", "expected a number"),
+    ("RAYWATCH_LOG_RESCAN_PER_POLL", "0", "at least 1"),
+    ("RAYWATCH_LOG_RESCAN_PER_POLL", "2.5", "whole number"),
+    ("RAYWATCH_LOG_RESCAN_PER_POLL", "many", "expected a number"),
+])
+def test_a_bad_gather_time_or_rescan_share_stops_the_agent(name: str, value: str, why: str,
+                                                            tmp_path: Path) -> None:
     from collectors.agent.config import ConfigError
 
     env = agent_env("http://127.0.0.1:9", "rwa_" + "x" * 40, tmp_path, "gpu-b", "10.9.0.3",
-                    RAYWATCH_AGENT_SEND_S=value)
-    with pytest.raises(ConfigError, match=f"RAYWATCH_AGENT_SEND_S.*{why}"):
+                    **{name: value})
+    with pytest.raises(ConfigError, match=f"{name}.*{why}"):
         AgentConfig.from_env(env)

@@ -139,10 +139,31 @@ def test_a_poll_over_quiet_history_stats_and_loads_almost_nothing(history: Path)
 def test_the_slow_rescan_stats_quiet_trials_but_loads_none_that_did_not_change(
         history: Path, settings) -> None:  # type: ignore[no-untyped-def]
     settings.LOG_RESCAN_S = 1e-6  # the whole rescan falls due at once
+    settings.LOG_RESCAN_PER_POLL = QUIET_TRIALS
     with counting(history) as counts:
         poll_trial_logs()
     assert counts["fs"] >= QUIET_TRIALS, counts  # every trial dir was looked at
     assert counts["rows"] < QUIET_TRIALS // 4, counts
+
+
+def test_the_slow_rescan_checks_its_share_a_poll_and_still_reaches_every_trial(
+        history: Path, settings) -> None:  # type: ignore[no-untyped-def]
+    """However large the history, a poll's rescan checks at most LOG_RESCAN_PER_POLL
+    quiet trial dirs: the lap takes longer, and a change no mtime shows is still read."""
+    tid = trial_id(3, 5)
+    result = next((history / "search_3").glob(f"*{tid}*")) / "result.json"
+    with result.open("a") as out:
+        out.write(result_line(tid, LINES + 1))
+    settings.LOG_RESCAN_S = 1e-6  # the whole rescan is due ...
+    settings.LOG_RESCAN_PER_POLL = 16  # ... but 16 trial dirs a poll
+    with counting(history) as counts:
+        poll_trial_logs()
+    assert counts["fs"] < QUIET_TRIALS // 2, counts  # not all 160, as uncapped
+    for _ in range(QUIET_TRIALS // 16 - 1):  # one lap in all
+        poll_trial_logs()
+    trial = Trial.objects.get(trial_id=tid)
+    assert trial.iteration == LINES + 1
+    assert StepResult.objects.filter(trial=trial).count() == LINES + 1
 
 
 def test_lines_a_failed_store_could_not_keep_are_read_at_the_next_poll(history: Path) -> None:
@@ -177,6 +198,7 @@ def test_a_quiet_failed_trial_whose_error_changes_updates_its_incident(
     trial_dir = next((failed_history / "search_1").glob(f"*{tid}*"))
     (trial_dir / "error.txt").write_text("Failure # 2\nValueError: loss is NaN\n")
     settings.LOG_RESCAN_S = 1e-6  # the whole rescan falls due at once
+    settings.LOG_RESCAN_PER_POLL = QUIET_TRIALS
     poll_trial_logs()
     incident = Incident.objects.get(kind="trial_errored", trial__trial_id=tid,
                                     state=Incident.FIRING)
@@ -215,6 +237,7 @@ def test_lines_appended_to_a_quiet_trial_are_read_by_the_slow_rescan(history: Pa
     with result.open("a") as out:
         out.write(result_line(tid, LINES + 1))
     settings.LOG_RESCAN_S = 1e-6  # the whole rescan falls due at once
+    settings.LOG_RESCAN_PER_POLL = QUIET_TRIALS
     poll_trial_logs()
     trial = Trial.objects.get(trial_id=tid)
     assert trial.iteration == LINES + 1

@@ -35,6 +35,7 @@ class AgentConfig:
     poll_logs_s: float = 1.0
     log_quiet_s: float = 60.0
     log_rescan_s: float = 300.0
+    log_rescan_per_poll: int = 100  # quiet trial dirs the slow rescan checks a poll, at most
     processes_s: float = 5.0  # between process snapshots (every GPU poll after a signal)
     # Gather this long before a report (0: send what is spooled at once). A report of
     # five polls costs raywatch about what one of one poll costs (bench/gpu_fleet_bench.py):
@@ -70,6 +71,7 @@ class AgentConfig:
             poll_logs_s=_number(env, "RAYWATCH_POLL_LOGS_S", 1.0, 0.2),
             log_quiet_s=_number(env, "RAYWATCH_LOG_QUIET_S", 60.0, 0),
             log_rescan_s=_number(env, "RAYWATCH_LOG_RESCAN_S", 300.0, 1),
+            log_rescan_per_poll=_whole(env, "RAYWATCH_LOG_RESCAN_PER_POLL", 100, 1),
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
             processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),
@@ -105,6 +107,13 @@ def _token(env: Mapping[str, str]) -> str:
         raise ConfigError("RAYWATCH_AGENT_TOKEN (or _FILE): the node token an admin issued "
                           "(`manage.py agent_token NODE` or the Agents page), rwa_...")
     return token
+
+
+def _whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    value = _number(env, name, default, minimum)
+    if value != int(value):
+        raise ConfigError(f"{name}={env[name]!r}: expected a whole number")
+    return int(value)
 
 
 def _number(env: Mapping[str, str], name: str, default: float, minimum: float,

@@ -32,7 +32,7 @@ from collectors.agent import wire
 from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
-from collectors.logscan import LogScanner, TrialDir
+from collectors.logscan import RESCAN_PER_POLL, LogScanner, TrialDir
 from collectors.records import TrialUpdate
 from collectors.tunelogs import (
     MAX_LINE_BYTES,
@@ -74,11 +74,12 @@ class TrialLogCollector:
     def __init__(self, roots: Callable[[], list[Path]], spool: Spool, store: CursorStore,
                  quiet_after_s: float = 60.0, rescan_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 rescan_per_poll: int = RESCAN_PER_POLL) -> None:
         self.roots = roots
         self.spool = spool
         self.store = store
-        self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock)
+        self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock, rescan_per_poll)
         self.wall = wall
         self.files, self.sent = store.load()
         self.backlog: dict[Path, TrialDir] = {}

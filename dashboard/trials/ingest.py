@@ -243,6 +243,7 @@ def log_scanner(roots: Sequence[Path]) -> LogScanner:
         _SCANNERS[key] = LogScanner(key)
     scanner = _SCANNERS[key]
     scanner.quiet_after_s, scanner.rescan_s = settings.LOG_QUIET_S, settings.LOG_RESCAN_S
+    scanner.rescan_per_poll = settings.LOG_RESCAN_PER_POLL
     return scanner
 
 
