@@ -182,5 +182,6 @@ def test_the_agent_installs_light_with_the_projects_pins() -> None:
     wanted = {line.strip() for line in (ROOT / "agent-requirements.txt").read_text().splitlines()
               if line.strip() and not line.startswith("#")}
     pinned = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
-    assert {name.split("==")[0] for name in wanted} == {"psutil", "nvidia-ml-py", "py-spy"}
+    assert {name.split("==")[0] for name in wanted} == {"psutil", "nvidia-ml-py", "py-spy",
+                                                        "orjson"}
     assert wanted <= pinned

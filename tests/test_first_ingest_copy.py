@@ -75,6 +75,23 @@ def test_a_large_first_ingest_stores_every_result_once(db: None, history: Path) 
     assert first.config == {"lr": 0.1} and first.node_ip == "10.0.0.5"
 
 
+def test_awkward_metric_names_and_values_are_stored_as_read(db: None, history: Path) -> None:
+    """COPY's text format gives tab, newline and backslash meanings: metric names with
+    them, quotes, non-ASCII, NaN and big numbers are stored as they were read."""
+    tid = trial_id(5)
+    awkward = {"tab\there": 1.5, "new\nline": 2.0, "back\\slash": 3.0, 'q"uote': 4.0,
+               "ünï/kōdé": 5.0, "big": 2**70, "tiny": 1e-300}
+    path = next((history / "storage" / "search").glob(f"*{tid}*")) / "result.json"
+    with path.open("a") as out:
+        out.write(json.dumps({"training_iteration": LINES + 1, "trial_id": tid,
+                              "loss": float("nan"), **awkward}) + "\n")
+    poll_trial_logs()
+    row = StepResult.objects.get(trial__trial_id=tid, iteration=LINES + 1)
+    big = row.metrics.pop("big")  # jsonb keeps a number's digits, not its float
+    assert big == pytest.approx(2**70, rel=1e-15)
+    assert row.metrics == {**{k: v for k, v in awkward.items() if k != "big"}, "loss": None}
+
+
 def test_a_retried_trial_keeps_both_attempts(db: None, history: Path) -> None:
     poll_trial_logs()
     retried = Trial.objects.get(trial_id=trial_id(1))

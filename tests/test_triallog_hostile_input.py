@@ -203,3 +203,34 @@ def test_tensorboard_scalars_by_step_and_incremental(tmp_path: Path) -> None:
         out.write(b"\x10\x00\x00")  # a record still being written
     third = tail_tb_events(path, second.cursor, "actor")
     assert third.results == [] and third.cursor.offset == second.cursor.offset
+
+
+AWKWARD_LINES = [
+    line(1).encode(),
+    b'{"training_iteration": 2, "loss": NaN, "r": Infinity, "k": -Infinity}',
+    b'{"training_iteration": 3, "big": 123456789012345678901234567890, "x": 1e400}',
+    b'{"training_iteration": 4, "\\ud800lone": 1.5, "s": "\\udfff"}',  # lone surrogates
+    b'{"training_iteration": 5, "tab\\there": 1.0, "back\\\\slash": 2, "q\\"uote": 3}',
+    b'{"training_iteration": 6, "nested": {"a": {"b": 0.5}}, "trial_id": 7}',
+    b'{"training_iteration": 7, "dup": 1.0, "dup": 2.0}',
+    b'{"training_iteration": 8, "nul\\u0000key": 1.0}',
+    b'{"training_iteration": 9, "score": "\xc3\x28"}',  # invalid UTF-8
+    b'"a JSON string"', b"null", b"[1, 2]", b"{not json", b"\xef\xbb\xbf{}",
+    b'{"training_iteration": true}', b'{"training_iteration": 99999999999}',
+]
+
+
+def test_the_fast_parser_reads_every_line_as_the_stdlibs_does(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """raywatch reads result lines with orjson, and a node agent may run without it:
+    both read every line alike, what orjson refuses (NaN, huge integers, lone surrogates)
+    included, and word the same problems."""
+    import collectors.tunelogs as tunelogs
+
+    assert tunelogs.orjson is not None
+    fast = [tunelogs.parse_result_line(raw, "ab12c_00003") for raw in AWKWARD_LINES]
+    monkeypatch.setattr(tunelogs, "orjson", None)
+    slow = [tunelogs.parse_result_line(raw, "ab12c_00003") for raw in AWKWARD_LINES]
+    assert fast == slow
+    assert [p["iteration"] for p in fast if isinstance(p, dict)] == list(range(1, 9))
+    assert fast[1]["metrics"] == {"loss": None, "r": None, "k": None}
+    assert fast[4]["metrics"] == {"tab\there": 1.0, "back\\slash": 2.0, 'q"uote': 3.0}

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 from django.db import IntegrityError, connection, models, transaction
 
 from dashboard.core.bulk import insertable, inserted_rows, json_default, recordset
@@ -28,6 +29,8 @@ RESULT_COLUMNS = ("trial_id", "attempt", "iteration", "at", "ingested_at",
 # (staging table, INSERT ... SELECT, TRUNCATE): bench/first_ingest_bench.py.
 COPY_MIN_ROWS = 1000
 STAGING = "raywatch_stepresult_staging"
+COPY_CHUNK = 1000  # rows formatted and sent to COPY at a time
+NULL = b"\\N"
 # Rows a multi-row INSERT: psycopg splits a query with more than 50 placeholders afresh
 # each time, in time that grows faster than their number.
 ROWS_A_STATEMENT = 50
@@ -52,12 +55,36 @@ def insert_results(rows: Sequence[ResultRow], fresh: bool = False) -> int:
 
 
 def _copy(table: str, rows: Sequence[ResultRow]) -> int:
-    encode = json.JSONEncoder(check_circular=False, allow_nan=False).encode
+    """COPY in its text format, the rows formatted here: psycopg's write_row adapts each
+    value by type, and encoding the metrics with the stdlib's JSON cost as much again
+    (bench/first_ingest_bench.py)."""
+    stamps: dict[datetime, bytes] = {}  # ingested_at: one for a whole poll
+
+    def stamp(value: datetime | None) -> bytes:
+        if value is None:
+            return NULL
+        if (text := stamps.get(value)) is None:
+            text = stamps[value] = value.isoformat().encode()
+        return text
+
     with connection.cursor() as cursor, connection.wrap_database_errors:
         with cursor.cursor.copy(f"COPY {table} ({', '.join(RESULT_COLUMNS)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((*row[:6], encode(row[6])))
+            for start in range(0, len(rows), COPY_CHUNK):
+                copy.write(b"".join([
+                    b"%d\t%d\t%d\t%s\t%s\t%s\t%s\n" % (
+                        trial, attempt, iteration,
+                        NULL if at is None else at.isoformat().encode(), stamp(ingested),
+                        NULL if took is None else b"%r" % took, _copy_json(metrics))
+                    for trial, attempt, iteration, at, ingested, took, metrics
+                    in rows[start:start + COPY_CHUNK]]))
     return len(rows)
+
+
+def _copy_json(metrics: dict[str, Any]) -> bytes:
+    """The metrics as a COPY text field: JSON holds no raw tab, newline or carriage
+    return (orjson escapes them), so its backslashes are all COPY must have doubled.
+    Values are finite floats or None (tunelogs.flatten_metrics)."""
+    return orjson.dumps(metrics).replace(b"\\", b"\\\\")
 
 
 def _copy_through_staging(rows: Sequence[ResultRow]) -> int:

@@ -14,7 +14,7 @@ from django.db import transaction
 from dashboard.core.push import EXPERIMENTS_GROUP, batch, experiment_group, publish, trial_group
 from dashboard.trials.models import Trial
 from dashboard.trials.objective import objectives_by_experiment
-from dashboard.trials.store import IngestStats
+from dashboard.trials.store import IngestStats, point
 from dashboard.trials.views_data import experiments_payload, incidents_payload, trial_rows
 
 # The experiments list sums every experiment's trials: sent at most once a second (a
@@ -46,7 +46,7 @@ def push_updates(stats: IngestStats, evaluated: Iterable[int] = ()) -> None:
             for pk, incidents in incidents_payload(sorted(evaluated)).items():
                 publish(trial_group(pk), "incidents", incidents)
         for trial_pk, points in stats.new_points.items():
-            publish(trial_group(trial_pk), "points", points)
+            publish(trial_group(trial_pk), "points", [point(line) for line in points])
         push_experiments()
 
 

@@ -44,7 +44,8 @@ class IngestStats:
     results: int = 0
     problems: int = 0
     changed_trials: set[int] = field(default_factory=set)
-    new_points: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # Made into chart points (point()) only when pushed: a first ingest stores millions.
+    new_points: dict[int, list[ResultLine]] = field(default_factory=dict)
     checked: int = 0  # trial dirs statted by the scan
     known: int = 0  # trial dirs under the roots
 
@@ -172,7 +173,7 @@ class TrialStore:
         widen_ranges(trial.metric_range, update.results)
         latest = max(update.results, key=lambda r: (r.attempt, r.iteration))
         _apply_latest(trial, latest, self.now)
-        self.stats.new_points.setdefault(trial.pk, []).extend(point(r) for r in update.results)
+        self.stats.new_points.setdefault(trial.pk, []).extend(update.results)
         return True
 
     def _facts(self, trial: Trial, update: TrialUpdate) -> bool:
