@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from math import isfinite
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ MAX_LINE_BYTES = 8 << 20  # a longer result.json line is skipped (a problem), no
 MAX_KEY = 200
 MAX_INT = 2**31 - 1  # iterations and pids are stored in 32-bit columns
 MAX_METRICS = 500
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Tune's bookkeeping keys: not metrics (time_this_iter_s and time_total_s are kept).
 BOOKKEEPING = {
     "config", "trial_id", "date", "hostname", "node_ip", "pid", "timestamp", "done",
@@ -302,7 +303,7 @@ def _time(value: Any) -> datetime | None:
     number = _number(value)
     if number is None or not 0 < number < 1e11:
         return None
-    return datetime.fromtimestamp(number, tz=UTC)
+    return EPOCH + timedelta(seconds=number)  # fromtimestamp(tz=UTC): 10x the time
 
 
 def _text(value: Any) -> str | None:
