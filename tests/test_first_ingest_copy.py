@@ -150,7 +150,7 @@ def test_a_large_ingest_tells_the_planner(db: None, history: Path) -> None:
             cursor.execute("SELECT reltuples FROM pg_class WHERE relname = %s", [table])
             return float(cursor.fetchone()[0])
 
-    with mock.patch("dashboard.trials.ingest.ANALYZE_AFTER_RESULTS", 1000):
+    with mock.patch("dashboard.trials.planner.ANALYZE_AFTER_RESULTS", 1000):
         poll_trial_logs()
     assert known_rows(Trial._meta.db_table) == TRIALS
     assert known_rows(StepResult._meta.db_table) == expected_results()

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from collectors.logscan import LogScanner, TrialDir
@@ -36,8 +36,9 @@ from collectors.tunelogs import (
     tail_tb_events,
 )
 from dashboard.cluster.models import settings_cluster_pk
+from dashboard.trials import planner
 from dashboard.trials.bulkwrite import update_rows
-from dashboard.trials.models import LogCursor, StepResult, Trial
+from dashboard.trials.models import LogCursor, Trial
 from dashboard.trials.store import BATCH, IngestStats, TrialStore
 
 __all__ = ["IngestStats", "TrialLogIngest", "ingest_logs"]
@@ -215,25 +216,8 @@ def ingest_logs(roots: Sequence[Path], now: datetime) -> IngestStats:
             scanner.retry(scan)  # the scanner already took in the new sizes and mtimes
             raise
         stats.checked, stats.known = scan.checked, scan.known
-        if stats.results >= ANALYZE_AFTER_RESULTS:
-            analyze_trial_tables()
-        return stats
-
-
-# A poll that stored this many results (a first ingest of months of searches) tells
-# Postgres's planner about the new rows at once: until autovacuum analyzes them (it may
-# be off, or minutes away), the detectors' index-driven trial query was planned as a
-# scan of every trial: 48 ms a poll at 100,000 trials against ~2 ms
-# (bench/history_scale_bench.py).
-ANALYZE_AFTER_RESULTS = 10_000
-
-
-def analyze_trial_tables() -> None:
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {Trial._meta.db_table}, {StepResult._meta.db_table}, "
-                       f"{LogCursor._meta.db_table}")
+    planner.stored(stats.results)  # after the poll's transactions
+    return stats
 
 
 def log_scanner(roots: Sequence[Path]) -> LogScanner:
