@@ -11,15 +11,17 @@ staging copy and Tune's storage copy of the same file never count twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from collectors.logscan import LogScanner, TrialDir
@@ -203,8 +205,36 @@ _SCANNERS: dict[tuple[Path, ...], LogScanner] = {}  # the one for the current ro
 _POLL_LOCK = threading.Lock()
 
 
+# One reader of the log dirs at a time across processes too: a Celery worker's children
+# each take the next poll, and a first ingest of months of searches outlasts many polls;
+# two children reading the same history would each store it.
+READER_LOCK = 7_261_002  # pg advisory lock id: "raywatch trial-log reader"
+
+
+@contextmanager
+def the_only_reader() -> Iterator[bool]:
+    """True when this process may read the log dirs now (on Postgres a session advisory
+    lock, let go at the end or with the connection; one process only on SQLite)."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [READER_LOCK])
+        mine = bool(cursor.fetchone()[0])
+    try:
+        yield mine
+    finally:
+        if mine:
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [READER_LOCK])
+
+
 def ingest_logs(roots: Sequence[Path], now: datetime) -> IngestStats:
-    with _POLL_LOCK:
+    """One poll of the log dirs; IngestStats(busy=True) when another process is still
+    reading them (its poll continues; this one reads nothing)."""
+    with _POLL_LOCK, the_only_reader() as mine:
+        if not mine:
+            return IngestStats(busy=True)
         scanner = log_scanner(roots)
         settle(scanner)
         scan = scanner.scan()

@@ -48,6 +48,7 @@ class IngestStats:
     new_points: dict[int, list[ResultLine]] = field(default_factory=dict)
     checked: int = 0  # trial dirs statted by the scan
     known: int = 0  # trial dirs under the roots
+    busy: bool = False  # another process was reading the log dirs: this poll read nothing
 
 
 class TrialStore:

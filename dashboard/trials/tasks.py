@@ -23,6 +23,10 @@ def poll_trial_logs() -> None:
             if not any(root.is_dir() for root in roots):
                 poll.warnings.append("no log directory exists yet: " + ", ".join(map(str, roots)))
             stats = ingest_logs(roots, timezone.now())
+            if stats.busy:
+                poll.warnings.append("another raywatch process is still reading the log "
+                                     "directories (a first ingest of a long history, say); "
+                                     "this poll left the reading to it")
     evaluation = evaluate_trials(timezone.now())
     push_updates(stats or IngestStats(), evaluated=evaluation["trials"])
     flush_experiments()
