@@ -48,6 +48,7 @@ urlpatterns = [
     path("alerts/channels/<int:pk>/delete", alerts_views.channel_delete, name="channel-delete"),
     path("api/nodes/", cluster_api.NodeList.as_view(), name="api-nodes"),
     path("api/gpus/", gpus_api.GpuList.as_view(), name="api-gpus"),
+    path("api/gpus/wall/", gpus_api.GpuWall.as_view(), name="api-gpu-wall"),
     path("api/gpus/<str:uuid>/samples/", gpus_api.GpuSamples.as_view(), name="api-gpu-samples"),
     path("api/actors/", cluster_api.ActorList.as_view(), name="api-actors"),
     path("api/jobs/", cluster_api.JobList.as_view(), name="api-jobs"),

@@ -137,6 +137,52 @@ def test_gpu_wall_shows_every_node_and_follows_polls(  # type: ignore[no-untyped
     expect(page.locator("#gpu-title")).to_have_attribute("data-uuid", "GPU-gpu-a-0")
 
 
+@pytest.mark.browser
+def test_a_large_wall_is_paged_by_node_and_follows_only_its_page(  # type: ignore[no-untyped-def]
+    page, live_server_asgi: LiveServer, viewer
+) -> None:
+    """40 nodes: the wall draws 32 (whole nodes, in name order) and pages to the rest;
+    the filter asks the server and is kept in the address; a poll updates a shown tile
+    in place and adds no tile of a node on another page."""
+    from collectors.records import GpuPoll
+    from dashboard.gpus.ingest import ingest_gpu_polls
+
+    def poll(nodes: range, util: float) -> None:
+        now = timezone.now()
+        off_the_loop(ingest_gpu_polls, [
+            (GpuPoll(node=f"node-{n:02d}", at=now, gpus=tuple(
+                reading(f"node-{n:02d}", i, util, now) for i in range(2))), f"10.3.0.{n}")
+            for n in nodes], now)
+
+    poll(range(40), 50)
+    login(page, live_server_asgi, viewer, "/gpus/")
+    expect(page.locator(".gpu-node")).to_have_count(32)
+    expect(page.locator(".gpu-tile")).to_have_count(64)
+    expect(page.locator("#page-of")).to_have_text("nodes 1\u201332 of 40")
+    expect(page.locator("#gpu-count")).to_have_text("80 GPUs on 40 nodes")
+    expect(page.locator('[data-state-count="busy"] b')).to_have_text("80")
+    expect(page.locator("#live-state")).to_have_text("live")
+    page.evaluate("window.__noReload = true")
+
+    poll(range(40), 90)  # every node: the shown tiles change in place, no other appears
+    expect(tile(page, "GPU-node-05-1").locator('[data-field="utilization"]')).to_have_text("90%")
+    expect(page.locator(".gpu-tile")).to_have_count(64)
+    expect(page.locator('.gpu-node[data-node="node-35"]')).to_have_count(0)
+
+    page.click("#page-next")
+    expect(page.locator("#page-of")).to_have_text("nodes 33\u201340 of 40")
+    expect(page.locator(".gpu-node")).to_have_count(8)
+    expect(page.locator(".gpu-node").first).to_have_attribute("data-node", "node-32")
+    assert "page=2" in page.url
+    page.fill("#gpu-filter", "10.3.0.7")
+    expect(page.locator(".gpu-node")).to_have_count(1)
+    expect(page.locator(".gpu-node")).to_have_attribute("data-node", "node-07")
+    expect(page.locator("#gpu-count")).to_have_text("80 GPUs on 40 nodes · 2 shown")
+    expect(page.locator("#wall-pager")).to_be_hidden()
+    assert "q=10.3.0.7" in page.url and "page=" not in page.url
+    assert page.evaluate("window.__noReload") is True
+
+
 # --- one GPU ----------------------------------------------------------------------------
 @pytest.mark.browser
 def test_gpu_page_charts_grow_live_and_name_the_orphan(  # type: ignore[no-untyped-def]

@@ -161,3 +161,37 @@ def test_a_thousand_trial_poll_pushes_every_message(live_server_asgi: LiveServer
     assert sorted(row["id"] for row in pushed["data"]) == pks[:2]
     assert {row["iteration"] for row in pushed["data"]} == {2}
     assert pushed["others"] == 1498
+
+
+def test_the_paged_gpu_wall_gets_the_tiles_of_its_nodes_only(  # type: ignore[no-untyped-def]
+        live_server_asgi: LiveServer, viewer) -> None:
+    """The GPU wall shows a page of nodes: its socket (?paged=1) sends no snapshot of
+    every GPU, forwards the tiles of the nodes the page says it shows, and counts the
+    others; the node and GPU pages' socket still gets every tile."""
+    from collectors.records import GpuPoll
+    from dashboard.gpus.ingest import ingest_gpu_polls
+    from tests.test_browser_gpus import reading
+
+    def poll_all() -> None:
+        now = datetime.now(UTC)
+        ingest_gpu_polls([(GpuPoll(node=f"n{n}", at=now, gpus=(reading(f"n{n}", 0, 50, now),
+                                                                 reading(f"n{n}", 1, 60, now))),
+                           f"10.2.0.{n}") for n in range(5)], now)
+
+    poll_all()
+    headers = {"Origin": live_server_asgi.url, "Cookie": f"sessionid={session_cookie(viewer)}"}
+    base = f"ws://127.0.0.1:{live_server_asgi.port}/ws/gpus/"
+    with connect(base + "?paged=1", additional_headers=headers, open_timeout=10) as wall, \
+            connect(base, additional_headers=headers, open_timeout=10) as every:
+        snapshot = receive_topic(wall, "gpus")
+        assert snapshot["snapshot"] and snapshot["data"]["gpus"] == []  # fetch your page
+        assert len(receive_topic(every, "gpus")["data"]["gpus"]) == 10
+        wall.send(json.dumps({"type": "watch", "nodes": ["n1", "n3"]}))
+        wall.send(json.dumps({"type": "ping", "t": 1}))
+        receive_topic(wall, "pong")
+        poll_all()
+        pushed = receive_topic(wall, "gpus", timeout=30)
+        assert sorted(t["uuid"] for t in pushed["data"]["gpus"]) == [
+            "GPU-n1-0", "GPU-n1-1", "GPU-n3-0", "GPU-n3-1"]
+        assert pushed["others"] == 6
+        assert len(receive_topic(every, "gpus", timeout=30)["data"]["gpus"]) == 10

@@ -74,10 +74,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"topic": "pong", "data": content.get("t")})
 
     async def push(self, event: dict[str, Any]) -> None:
+        await self.send_json({"topic": event["topic"], "data": await self.narrowed(event)})
+
+    async def narrowed(self, event: dict[str, Any]) -> Any:
+        """A push's data as this page may see it: its cluster's rows when it is scoped."""
         data, narrow = event["data"], SCOPED.get(event["topic"])
         if self.cluster and narrow is not None:
             data = await database_sync_to_async(narrow)(data, self.cluster)
-        await self.send_json({"topic": event["topic"], "data": data})
+        return data
 
     def snapshot(self) -> dict[str, Any]:
         every_page = {group: current() for group, current in EVERY_PAGE.items()}

@@ -17,7 +17,9 @@ from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.gpus.models import Gpu
 from dashboard.gpus.serializers import GpuChartSerializer, GpuSerializer
 from dashboard.gpus.series import MAX_POINTS, gpu_chart
-from dashboard.gpus.views_data import gpu_payload, gpus_in
+from dashboard.gpus.views_data import GPU_STATES, gpu_payload, gpus_in
+from dashboard.gpus.wall import MAX_NODES_A_PAGE, NODES_A_PAGE, WallQuery, wall_page
+from dashboard.trials.table import BadQuery
 
 RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -38,6 +40,35 @@ class GpuList(APIView):
         if node := request.query_params.get("node"):
             gpus = gpus.filter(node=node)
         return paginated(request, gpus, gpu_payload)
+
+
+class GpuWall(APIView):
+    """The GPU wall a page of nodes at a time (the wall page reads this): whole nodes in
+    name order, the tiles that match the filter and states, and the whole wall's state
+    counts."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("q", str, description="words each shown tile contains: node, "
+                             "address, owner, GPU name or uuid"),
+            OpenApiParameter("state", str, description="comma-separated states to show, of "
+                             + ", ".join(GPU_STATES)),
+            OpenApiParameter("page", {"type": "integer", "minimum": 1},
+                             description="a page past the last gives the last"),
+            OpenApiParameter("per_page", {"type": "integer", "minimum": 1,
+                                          "maximum": MAX_NODES_A_PAGE},
+                             description=f"nodes a page ({NODES_A_PAGE})"),
+            CLUSTER_PARAMETER,
+        ],
+        responses={200: None, 400: None},
+    )
+    def get(self, request: Request) -> Response:
+        cluster = requested_cluster(request.query_params)
+        try:
+            query = WallQuery.from_params(request.query_params)
+        except BadQuery as bad:
+            raise ValidationError(bad.errors) from None
+        return Response(wall_page(cluster.name if cluster else None, query))
 
 
 def parse_time(name: str, raw: str | None, now: datetime, default: datetime) -> datetime:

@@ -11,14 +11,22 @@ from dashboard.core.push import rows_in_cluster
 from dashboard.core.roles import ADMIN, has_role
 from dashboard.core.views import viewer_required
 from dashboard.gpus.models import Gpu
-from dashboard.gpus.views_data import gpu_payload, gpus_in
+from dashboard.gpus.views_data import gpu_payload
+from dashboard.gpus.wall import WallQuery, wall_page
+from dashboard.trials.table import BadQuery
 
 
 @viewer_required
 def gpu_wall(request: HttpRequest) -> HttpResponse:
+    """The first page of the wall (or the one the address asks for; a bad parameter
+    falls back to the defaults, and the page's own fetch then names it)."""
     scope = page_cluster(request)
+    try:
+        query = WallQuery.from_params(request.GET)
+    except BadQuery:
+        query = WallQuery()
     return render(request, "gpus/wall.html",
-                  {"gpus": gpu_payload(gpus_in(scope.name if scope else None))})
+                  {"wall": wall_page(scope.name if scope else None, query)})
 
 
 @viewer_required
