@@ -138,7 +138,7 @@
   }
 
   buildLegend();
-  filter.addEventListener("input", () => requery(250));
+  filter.addEventListener("input", () => requery(150));
   document.getElementById("page-prev").addEventListener("click", () => { page = Math.max(1, page - 1); fetchPage(); });
   document.getElementById("page-next").addEventListener("click", () => { page += 1; fetchPage(); });
   render();
