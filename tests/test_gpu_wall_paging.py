@@ -84,3 +84,17 @@ def test_the_wall_page_draws_the_page_it_is_asked_for(fleet: None,
     html = admin_client.get("/gpus/?q=node-33").content.decode()
     assert "GPU-node-33-0" in html and "GPU-node-01-0" not in html
     assert admin_client.get("/gpus/?page=nonsense").status_code == 200  # the JS names it
+
+
+def test_a_node_polled_again_is_drawn_anew_at_once(fleet: None, admin_client: Client) -> None:
+    """Each node's tiles are kept between requests; a new poll of one node is seen by the
+    very next request, the other nodes' tiles as they were."""
+    assert wall(admin_client)["states"]["free"] == 2
+    now = timezone.now()
+    ingest_gpu_polls([(GpuPoll(node="node-07", at=now, gpus=tuple(
+        reading("node-07", i, 80, now, pids=(4242,)) for i in range(PER_NODE))),
+        "10.1.0.7")], now)
+    data = wall(admin_client, "?q=node-07")
+    assert data["states"] == {"busy": 80, "stale": 2}
+    assert [t["utilization"] for t in data["tiles"]] == [80, 80]
+    assert {p["pid"] for t in data["tiles"] for p in t["processes"]} == {4242}

@@ -5,9 +5,8 @@ A page holds whole nodes (a node's GPUs are never split), in node-name order. Th
 filter matches what a tile shows (node, address, owner, GPU name, uuid: every word)
 and the state chips pick states; a node is on the wall when one of its GPUs matches,
 and only its matching tiles are shown. The state counts are the whole wall's. Every
-tile's state needs its processes' owners, so the tiles of a cluster are built once per
-change of its GPU and process rows (a poll, once a second) and kept for the requests
-between: paging, filtering and the open pages' refreshes.
+tile's state needs its processes' owners, so each node's tiles are kept between requests
+(paging, filtering, the open pages' refreshes) and built again when its rows changed.
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ MAX_TEXT = 200
 TILES_KEEP_S = 5.0
 
 _LOCK = threading.Lock()
-# cluster name ("": all) -> (when built, what rows it was built from, tiles)
-_TILES: dict[str, tuple[float, tuple[Any, ...], list[dict[str, Any]]]] = {}
+# cluster name ("": all) -> node -> (when built, the rows' stamp it was built from, tiles)
+_TILES: dict[str, dict[str, tuple[float, tuple[Any, ...], list[dict[str, Any]]]]] = {}
 
 
 @dataclass(frozen=True)
@@ -97,21 +96,31 @@ def wall_page(cluster: str | None, query: WallQuery) -> dict[str, Any]:
 
 
 def cluster_tiles(cluster: str) -> list[dict[str, Any]]:
-    """Every tile of the cluster ("": all), by node and index: built again when a GPU or
-    process row changed (a poll, a kill), and at least every TILES_KEEP_S (a tile turns
-    stale by the clock alone)."""
+    """Every tile of the cluster ("": all), by node and index. A node's tiles are built
+    again when its GPU or process rows changed (its poll, a kill) or after TILES_KEEP_S
+    (a tile turns stale by the clock alone, an owner with Ray's view): at 512 nodes
+    polled each second a request builds the tiles of the nodes polled since the last
+    one, not all 4,096."""
     gpus = gpus_in(cluster or None)
-    stamp = (tuple(gpus.aggregate(n=Count("id"), at=Max("at"), top=Max("id")).values()),
-             tuple(GpuProcess.objects.aggregate(n=Count("id"), top=Max("id")).values()))
+    stamps = {row.pop("node"): tuple(row.values()) for row in gpus.values("node").annotate(
+        n=Count("id"), at=Max("at"), top=Max("id")).order_by()}
+    for row in GpuProcess.objects.filter(gpu__in=gpus).values("gpu__node").annotate(
+            n=Count("id"), top=Max("id")).order_by():
+        node = row.pop("gpu__node")
+        stamps[node] = (*stamps.get(node, ()), *row.values())
     now = time.monotonic()
     with _LOCK:
-        kept = _TILES.get(cluster)
-    if kept and kept[1] == stamp and now - kept[0] < TILES_KEEP_S:
-        return kept[2]
-    tiles = gpu_payload(gpus.order_by("node", "index", "id"))
+        kept = dict(_TILES.get(cluster, {}))
+    fresh = {node: entry for node, entry in kept.items()
+             if node in stamps and entry[1] == stamps[node] and now - entry[0] < TILES_KEEP_S}
+    if stale := sorted(set(stamps) - set(fresh)):
+        built: dict[str, list[dict[str, Any]]] = {node: [] for node in stale}
+        for tile in gpu_payload(gpus.filter(node__in=stale).order_by("node", "index", "id")):
+            built[tile["node"]].append(tile)
+        fresh.update((node, (now, stamps[node], built[node])) for node in stale)
     with _LOCK:
-        _TILES[cluster] = (now, stamp, tiles)
-    return tiles
+        _TILES[cluster] = fresh
+    return [tile for node in sorted(fresh) for tile in fresh[node][2]]
 
 
 def _search(tile: dict[str, Any]) -> str:
