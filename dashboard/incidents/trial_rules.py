@@ -94,6 +94,10 @@ class TrialSnapshot:
     error_at: datetime | None = None  # when error.txt was written
     errored_firing: bool = False  # its trial_errored incident is open
     gone_firing: bool = False  # its trial_process_gone incident is open
+    # Its results come only from node agents, silent a while (stopped, cut off, raywatch
+    # restarted before they reconnected): its silence is counted up to their last report.
+    data_until: datetime | None = None
+    agent_note: str = ""  # its agents have been silent longer than a hold: said so
 
     @property
     def subject(self) -> str:
@@ -154,14 +158,19 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         return None
     interval = median_interval_s(trial.steps)
     limit = stall_limit_s(interval, th)
-    silent = (now - trial.last_result_at).total_seconds()
+    seen_until = min(now, trial.data_until) if trial.data_until else now
+    silent = (seen_until - trial.last_result_at).total_seconds()
     if silent <= limit:
         return None
     activity = _activity(trial)
+    behind = (now - seen_until).total_seconds()
+    known = f" (counted to its node agent's last report, {behind:.0f} s ago)" \
+        if trial.data_until else ""
     return Finding(
         kind="trial_stalled", subject=trial.subject, severity="critical",
         summary=(f"Trial {trial.trial_id} has reported no result for {silent:.0f} s "
-                 f"(limit {limit:.0f} s) while its process is alive ({activity})"),
+                 f"(limit {limit:.0f} s){known} while its process is alive ({activity})"
+                 + (f"; {trial.agent_note}" if trial.agent_note else "")),
         details={"silent_s": round(silent, 1), "limit_s": round(limit, 1),
                  "median_interval_s": interval, "activity": activity, "busy": busy(trial),
                  "cpu_percent": trial.cpu_percent, "gpu_percent": trial.gpu_percent,
@@ -368,6 +377,8 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
     if trial.status == "RUNNING" and trial.process_alive is True and trial.last_result_at:
         limit = stall_limit_s(median_interval_s(trial.steps), th)
         times.append(trial.last_result_at + timedelta(seconds=limit))
+        if trial.data_until is not None:
+            times.append(now)  # held for its agents: look again once they report
         baseline = trial.slow_baseline or baseline_before_slowdown(trial, th)
         if baseline is not None:
             times.append(baseline.since + timedelta(seconds=th.slow_for_s))
