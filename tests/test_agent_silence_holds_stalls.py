@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from dashboard.agents.freshness import AGENT_HOLD_MAX_S
 from dashboard.agents.models import AgentStream, NodeToken
 from dashboard.incidents.models import Incident
-from dashboard.trials import detect
 from dashboard.trials.tasks import poll_trial_logs
 from tests.test_incremental_detection import (
     STALL_MIN_S,
@@ -75,7 +75,7 @@ def test_a_stall_before_the_agents_went_quiet_is_still_caught(search: Clock) -> 
 def test_agents_gone_for_good_hold_nothing_past_the_limit(search: Clock) -> None:
     clock = search
     agents_reported(clock.now)
-    clock.now += timedelta(seconds=detect.AGENT_HOLD_MAX_S + 1)
+    clock.now += timedelta(seconds=AGENT_HOLD_MAX_S + 1)
     assert len(stalled(clock)) == TRIALS
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
     assert "its node agent (gpu-" in summary and "has sent nothing for" in summary

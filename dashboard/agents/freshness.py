@@ -3,16 +3,19 @@
 A trial whose results only agents send looks silent when its agents stop reporting (the
 agent stopped, the network between, raywatch restarting before the agents reconnect).
 The trial detectors judge such a trial's silence up to its agents' last report, for a
-while (dashboard/trials/detect.py)."""
+while: agents_silence() is registered with dashboard.trials.detect in AppConfig.ready()."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
+from django.conf import settings
 from django.db.models import Max
 
 from dashboard.agents.models import AgentStream
+from dashboard.trials.models import Trial
 
 AGENT_PLACE_SEP = ":/"  # an agent's experiment_dir: "<node>:/<its path on the node>"
 
@@ -41,3 +44,28 @@ def last_reports(cluster_nodes: Iterable[tuple[int, str]]) -> dict[tuple[int, st
             .values("token__cluster_id", "token__node").annotate(at=Max("updated_at")))
     return {(r["token__cluster_id"], r["token__node"]): r["at"] for r in rows
             if (r["token__cluster_id"], r["token__node"]) in wanted}
+
+
+# Past this long the clock counts again (a hang must not wait on an agent gone for
+# good), and the stall says the agents are silent.
+AGENT_HOLD_MAX_S = 600.0
+
+
+def agents_silence(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
+    """TrialSnapshot fields (data_until, agent_note) of the running trials whose results
+    only agents send, all of them silent for more than AGENT_STALE_S; others absent."""
+    fed = {t.pk: (t.experiment.cluster_id, nodes) for t in trials
+           if (nodes := agent_nodes(t.experiment.paths, settings.CENTRAL_LOGS))}
+    heard = last_reports({(c, n) for c, nodes in fed.values() for n in nodes})
+    out: dict[int, dict[str, Any]] = {}
+    for pk, (cluster, nodes) in fed.items():
+        last = max((heard[(cluster, n)] for n in nodes if (cluster, n) in heard), default=None)
+        silent = (now - last).total_seconds() if last else 0.0
+        if silent <= settings.AGENT_STALE_S:
+            continue
+        if silent < AGENT_HOLD_MAX_S:
+            out[pk] = {"data_until": last}
+        else:
+            out[pk] = {"agent_note": f"its node agent ({', '.join(sorted(nodes))}) has sent "
+                                     f"nothing for {silent:.0f} s"}
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +24,6 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from dashboard.agents.freshness import agent_nodes, last_reports
 from dashboard.cluster.models import Actor, Cluster, Node
 from dashboard.cluster.state import current_clusters
 from dashboard.incidents.findings import Finding
@@ -91,7 +90,7 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     checks: dict[int, datetime | None] = {}
     # A cluster that ended (torn down, head lost) runs nothing: its trials' incidents resolve.
     ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
-    agents = agents_silence([t for t in trials if t.status == Trial.RUNNING], now)
+    agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     for trial in trials:
         if trial.experiment.cluster_id in ended:
             checks[trial.pk] = None
@@ -133,31 +132,24 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
 
 UNREAD_BY_RULES = ("config", "last_metrics", "metric_range", "last_parse_error")
 
-# A trial whose results only node agents send, all of them silent for more than
-# AGENT_STALE_S: its silence is counted up to their last report, for at most this long.
-# Past it the clock counts again (a hang must not wait on an agent gone for good), and
-# the stall says the agents are silent.
-AGENT_HOLD_MAX_S = 600.0
+# Sources that say a trial's results are known only up to some time (its node agents
+# went silent): register_silence(fn), fn(running trials, now) -> {trial pk: TrialSnapshot
+# fields}. The agents app registers its own in AppConfig.ready(): this app does not
+# import it.
+SilenceSource = Callable[[list[Trial], datetime], dict[int, dict[str, Any]]]
+_silence_sources: list[SilenceSource] = []
 
 
-def agents_silence(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
-    """TrialSnapshot fields (data_until, agent_note) of the running trials whose agents
-    are all silent; the others are absent."""
-    fed = {t.pk: (t.experiment.cluster_id, nodes) for t in trials
-           if (nodes := agent_nodes(t.experiment.paths, settings.CENTRAL_LOGS))}
-    heard = last_reports({(c, n) for c, nodes in fed.values() for n in nodes})
-    out: dict[int, dict[str, Any]] = {}
-    for pk, (cluster, nodes) in fed.items():
-        last = max((heard[(cluster, n)] for n in nodes if (cluster, n) in heard), default=None)
-        silent = (now - last).total_seconds() if last else 0.0
-        if silent <= settings.AGENT_STALE_S:
-            continue
-        if silent < AGENT_HOLD_MAX_S:
-            out[pk] = {"data_until": last}
-        else:
-            out[pk] = {"agent_note": f"its node agent ({', '.join(sorted(nodes))}) has sent "
-                                     f"nothing for {silent:.0f} s"}
-    return out
+def register_silence(source: SilenceSource) -> None:
+    if source not in _silence_sources:
+        _silence_sources.append(source)
+
+
+def silences(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for source in _silence_sources:
+        found.update(source(trials, now))
+    return found
 
 
 def trials_to_evaluate(since: datetime | None, now: datetime,
