@@ -45,13 +45,9 @@ def call(method: str, url: str, token: str, payload: Any = None, timeout: float 
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
                "User-Agent": f"raywatch-agent/{AGENT_VERSION}"}
     data = None
-    if payload is not None:  # bytes: JSON the caller encoded already
-        data = payload if isinstance(payload, bytes) else json.dumps(
-            payload, separators=(",", ":")).encode()
-        headers["Content-Type"] = "application/json"
-        if gzip_over is not None and len(data) > gzip_over:
-            data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-            headers["Content-Encoding"] = "gzip"
+    if payload is not None:
+        data, content = encode_body(payload, gzip_over)
+        headers.update(content)
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
@@ -62,6 +58,18 @@ def call(method: str, url: str, token: str, payload: Any = None, timeout: float 
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise Unreachable(f"cannot reach {urlparse(url).netloc}: {reason}") from None
+
+
+def encode_body(payload: Any, gzip_over: int | None = None) -> tuple[bytes, dict[str, str]]:
+    """A request body (bytes: JSON the caller encoded already) and its content headers;
+    gzipped when longer than `gzip_over` bytes."""
+    data = payload if isinstance(payload, bytes) else json.dumps(
+        payload, separators=(",", ":")).encode()
+    headers = {"Content-Type": "application/json"}
+    if gzip_over is not None and len(data) > gzip_over:
+        data = gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+        headers["Content-Encoding"] = "gzip"
+    return data, headers
 
 
 def retry_after(value: str | None) -> float | None:

@@ -4,7 +4,6 @@ first, backing off as raywatch says) and commands (a long-poll)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -191,15 +190,12 @@ class Agent:
         return self._after_report(reply, batches, backoff)
 
     def _post_report(self, batches: list[bytes]) -> Reply:
-        """The body is assembled from the batches as spooled (valid JSON each)."""
         agent = {"version": AGENT_VERSION, "node": self.config.node_name,
                  "node_ip": self.node_ip, "hostname": host_name(), "spool": self.spool.stats()}
         if head := self.head.current():
             agent["head"] = head  # this node runs a Ray head: its cluster, announced
-        body = b"".join([b'{"version":', str(wire.VERSION).encode(), b',"batches":[',
-                         b",".join(batches), b'],"agent":',
-                         json.dumps(agent, separators=(",", ":")).encode(), b"}"])
-        return call("POST", f"{self.config.api}report", self.config.token, body,
+        return call("POST", f"{self.config.api}report", self.config.token,
+                    wire.encode_report(batches, agent),
                     self.config.timeout_s, GZIP_OVER_BYTES if self.gzip else None)
 
     def _after_report(self, reply: Reply, batches: list[tuple[int, bytes]],

@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from collectors.agent import wire
+
 SUFFIX = ".batch.json"
 # Seqs are reserved this many at a time: the state file is written once a block, not once
 # a batch (it was a tenth of a busy agent's CPU). A crash skips the rest of a block; a gap
@@ -60,9 +62,7 @@ class Spool:
         """append(), for records already encoded as JSON (a caller that measured them)."""
         with self._lock:
             seq = self.next_seq
-            head = json.dumps({"stream": self.stream, "seq": seq, "at": at},
-                              separators=(",", ":"))
-            body = f'{head[:-1]},"records":[{",".join(records)}]}}'.encode()
+            body = wire.encode_batch(self.stream, seq, at, records)
             # The seq is taken for good before its batch exists: a crash in between must
             # not hand it to a later batch (raywatch would call that one a duplicate).
             self.next_seq += 1
