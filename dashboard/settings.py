@@ -340,8 +340,10 @@ CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY
 AGENT_STALE_S = env_number("RAYWATCH_AGENT_STALE_S", 30.0, minimum=1)
 # A command not fetched by its node's agent within this long is never handed out.
 AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1)
-# Reports ingested at once per web process; past it an agent is told 503 + Retry-After.
-AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 8, minimum=1)
+# Reports held at once per web process (waiting for their group's transaction, or in
+# it: dashboard/agents/together.py); past it an agent is told 503 + Retry-After. A waiting
+# report holds only its decoded body; 512 nodes at 1 Hz hold ~50 (gpu_reports_bench.py).
+AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 256, minimum=1)
 
 # --- the cluster (README: "Clusters and sessions") --------------------------------------------
 # The name of the cluster RAY_ADDRESS points at: the Cluster page, its sessions, and the

@@ -71,11 +71,17 @@ def gpu_record(uuid: str, index: int = 0, **fields: Any) -> dict[str, Any]:
 def report(url: str, token: str, seq: int, gpus: list[dict[str, Any]], stream: str = "s1",
            agent: dict[str, Any] | None = None, **batch: Any) -> Reply:
     """POST report with one batch of one GPU poll, written by hand."""
+    return call("POST", f"{url}/api/agent/v1/report", token,
+                report_body(seq, gpus, stream, agent, **batch))
+
+
+def report_body(seq: int, gpus: list[dict[str, Any]], stream: str = "s1",
+                agent: dict[str, Any] | None = None, **batch: Any) -> dict[str, Any]:
+    """A report of one batch of one GPU poll."""
     at = wire.timestamp(datetime.now(UTC))
     poll = {"kind": wire.GPU_POLL, "at": at, "error": None, "gpus": gpus, "problems": []}
-    body = {"version": wire.VERSION, "agent": agent or {"version": "test"},
+    return {"version": wire.VERSION, "agent": agent or {"version": "test"},
             "batches": [{"stream": stream, "seq": seq, "at": at, "records": [poll], **batch}]}
-    return call("POST", f"{url}/api/agent/v1/report", token, body)
 
 
 def commands(url: str, token: str, wait: float = 0) -> Reply:

@@ -5,12 +5,11 @@ accepts a node token. The commands long-poll is async: a waiting agent holds no 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache, wraps
 from typing import Any
 
@@ -18,15 +17,15 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from collectors.agent import wire
-from dashboard.agents import commands, tokens
-from dashboard.agents.ingest import BatchRefused, ingest_report
+from dashboard.agents import commands, together, tokens
+from dashboard.agents.ingest import BatchRefused, Sent, read_body
 from dashboard.agents.models import NodeToken
 from dashboard.core import stopping
 from dashboard.core.errors import ApiError
@@ -36,7 +35,7 @@ WAIT_MAX_S = 25
 RECHECK_S = 2.0  # the long-poll looks at the database this often even without a wake-up
 BUSY_RETRY_S = 1
 DATABASE_RETRY_S = 5
-_in_flight: set[int] = set()  # tokens with a report being stored in this process
+_in_flight: set[str] = set()  # tokens (their headers) with a report held here
 _in_flight_lock = threading.Lock()
 
 
@@ -61,9 +60,12 @@ def refusal(exc: Exception) -> JsonResponse:
     if isinstance(exc, BatchRefused):
         return answer({"detail": exc.message, "seq": exc.seq}, exc.status)
     if isinstance(exc, ApiError):
-        return answer({"detail": exc.message}, exc.status)
+        return answer({"detail": exc.message}, exc.status,
+                      BUSY_RETRY_S if exc.status in (429, 503) else None)
     if isinstance(exc, RequestDataTooBig):
         return answer({"detail": f"at most {wire.MAX_BODY_BYTES} bytes a request"}, 413)
+    if isinstance(exc, DataError):  # this report's values, not the database: not 503
+        return answer({"detail": f"raywatch cannot store this report: {exc}"}, 400)
     log.warning("agent request failed on the database: %s", exc)
     return answer({"detail": "raywatch's database is unavailable; retry later"}, 503,
                   DATABASE_RETRY_S)
@@ -87,24 +89,7 @@ def authenticate(request: HttpRequest) -> NodeToken:
 
 
 def json_body(request: HttpRequest) -> Any:
-    """The request's JSON; a gzip body (Content-Encoding: gzip, which hello offers) is
-    inflated up to MAX_BODY_BYTES, past which it is 413 like a plain body."""
-    raw = request.body
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding == "gzip":
-        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            raw = inflate.decompress(raw, wire.MAX_BODY_BYTES + 1)
-        except zlib.error:
-            raise ApiError("the body is not valid gzip") from None
-        if len(raw) > wire.MAX_BODY_BYTES or inflate.unconsumed_tail:
-            raise RequestDataTooBig("inflated body too large")
-    elif encoding != "identity":
-        raise ApiError(f"Content-Encoding {encoding!r}: only gzip", 415)
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise ApiError("the body is not JSON") from None
+    return read_body(request.body, request.headers.get("Content-Encoding", "identity"))
 
 
 @require_GET
@@ -117,25 +102,59 @@ def hello(request: HttpRequest, token: NodeToken) -> JsonResponse:
 
 
 @require_POST
-@agent_endpoint
-def report(request: HttpRequest, token: NodeToken) -> JsonResponse:
-    with _in_flight_lock:
-        if token.pk in _in_flight:
-            return answer({"detail": "this token has a report in flight: one at a time"},
-                          429, BUSY_RETRY_S)
-        _in_flight.add(token.pk)
-    slots = _report_slots()
+@csrf_exempt
+async def report(request: HttpRequest) -> HttpResponse:
+    """Served by reports.py's route in front of Django under ASGI; this view answers
+    what reaches Django itself (a test client, a WSGI server)."""
     try:
-        if not slots.acquire(blocking=False):
-            return answer({"detail": "raywatch is storing many reports; retry shortly"}, 503,
-                          BUSY_RETRY_S)
-        try:
-            return answer(ingest_report(token, json_body(request), timezone.now()))
-        finally:
-            slots.release()
+        body: bytes | None = request.body
+    except RequestDataTooBig:
+        body = None
+    return await stored(request.headers.get("Authorization"),
+                        request.META.get("REMOTE_ADDR", ""), body,
+                        request.headers.get("Content-Encoding", "identity"))
+
+
+async def stored(header: str | None, address: str, body: bytes | None, encoding: str
+                 ) -> JsonResponse:
+    """The answer to one POST report (`body` None: it was over the size limit). The
+    report is authenticated, decoded and stored together with the other agents'
+    reports that arrive meanwhile (together.py); answered once stored. Here, nothing
+    but the request's bounds: one report a token at a time, AGENT_REPORT_SLOTS at once."""
+    try:
+        if body is None:
+            raise RequestDataTooBig("request body too large")
+        with _one_at_a_time(header), _slot():
+            return answer(await together.store(Sent(header, address, body, encoding)))
+    except (ApiError, RequestDataTooBig, DatabaseError) as exc:
+        return refusal(exc)
+
+
+@contextmanager
+def _one_at_a_time(header: str | None) -> Iterator[None]:
+    if not header:  # no token: refused 401 in its group, whatever else is in flight
+        yield
+        return
+    with _in_flight_lock:
+        if header in _in_flight:
+            raise ApiError("this token has a report in flight: one at a time", 429)
+        _in_flight.add(header)
+    try:
+        yield
     finally:
         with _in_flight_lock:
-            _in_flight.discard(token.pk)
+            _in_flight.discard(header)
+
+
+@contextmanager
+def _slot() -> Iterator[None]:
+    slots = _report_slots()
+    if not slots.acquire(blocking=False):
+        raise ApiError("raywatch is storing many reports; retry shortly", 503)
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 @require_POST

@@ -5,13 +5,16 @@ pushed to the pages once stored."""
 
 from __future__ import annotations
 
+import json
 import logging
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,16 +22,21 @@ from collectors.agent import wire
 from collectors.agent.trialwire import decode_trial_log
 from collectors.records import GpuPoll, ProcessFact, TrialUpdate
 from dashboard.agents.models import AgentStream, NodeProcess, NodeToken
+from dashboard.agents.tokens import authenticate_many
 from dashboard.cluster.models import Cluster
 from dashboard.cluster.registry import announce
+from dashboard.core.bulk import upsert
 from dashboard.core.errors import ApiError
-from dashboard.core.health import record as record_health
+from dashboard.core.health import record_many
 from dashboard.gpus.ingest import ingest_gpu_polls
 from dashboard.gpus.models import Agent, Gpu
+from dashboard.trials import planner
 from dashboard.trials.push import push_updates
 from dashboard.trials.store import IngestStats, store_updates
 
 log = logging.getLogger("raywatch.agents")
+# What a report updates of its node's Agent row (registered_at: when it was created).
+AGENT_FIELDS = ("node_ip", "queue", "last_poll_at", "cluster", "source", "driver_version")
 
 
 class BatchRefused(ApiError):
@@ -50,31 +58,130 @@ class Batch:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-def ingest_report(token: NodeToken, body: Any, now: datetime) -> dict[str, Any]:
+@dataclass
+class Report:
+    """One agent's report, checked and decoded, not stored yet."""
+
+    token: NodeToken
+    agent: dict[str, Any]
+    batches: list[Batch]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A report as its request carried it: not authenticated, not decoded yet."""
+
+    authorization: str | None  # the Authorization header
+    address: str
+    body: bytes
+    encoding: str  # Content-Encoding
+
+
+def ingest_sent(sent: list[Sent], now: datetime) -> list[dict[str, Any] | Exception]:
+    """Authenticate (one query for all), decode and store the reports of many agents
+    together (ingest_reports): each one's answer, or what refuses it."""
+    found = authenticate_many([(s.authorization, s.address) for s in sent], now)
+    reports: list[Report] = []
+    refusals: list[Exception | None] = []
+    for one, token in zip(sent, found, strict=True):
+        try:
+            if isinstance(token, ApiError):
+                raise token
+            reports.append(decode_report(token, read_body(one.body, one.encoding)))
+            refusals.append(None)
+        except (ApiError, RequestDataTooBig) as exc:
+            refusals.append(exc)
+    stored = iter(ingest_reports(reports, now) if reports else [])
+    return [next(stored) if refused is None else refused for refused in refusals]
+
+
+def read_body(raw: bytes, encoding: str) -> Any:
+    """A request's JSON; a gzip body (Content-Encoding: gzip, which hello offers) is
+    inflated up to MAX_BODY_BYTES, past which it is 413 like a plain body."""
+    encoding = encoding.strip().lower()
+    if encoding == "gzip":
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            raw = inflate.decompress(raw, wire.MAX_BODY_BYTES + 1)
+        except zlib.error:
+            raise ApiError("the body is not valid gzip") from None
+        if len(raw) > wire.MAX_BODY_BYTES or inflate.unconsumed_tail:
+            raise RequestDataTooBig("inflated body too large")
+    elif encoding != "identity":
+        raise ApiError(f"Content-Encoding {encoding!r}: only gzip", 415)
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ApiError("the body is not JSON") from None
+
+
+def decode_report(token: NodeToken, body: Any) -> Report:
+    """Check a report's shape and decode its records (no database)."""
     agent = _check_envelope(token, body)
-    batches = [_decode_batch(token.node, raw) for raw in body["batches"]]
-    _check_gpus_are_the_nodes(token.node, batches)
-    stored: list[int] = []
+    return Report(token, agent, [_decode_batch(token.node, raw) for raw in body["batches"]])
+
+
+def ingest_reports(reports: list[Report], now: datetime) -> list[dict[str, Any] | Exception]:
+    """Store the reports of many agents in one transaction (one upsert + COPY of all
+    their GPU polls): each report's answer, or what refuses it. When that transaction
+    fails, each report is stored alone, so a report's failure is its own only."""
+    try:
+        return _store_together(reports, now)
+    except Exception as exc:
+        if len(reports) == 1:
+            return [exc]
+        log.warning("storing %d agent reports together failed (%s); storing each alone",
+                    len(reports), exc)
+        return [_alone(report, now) for report in reports]
+
+
+def _alone(report: Report, now: datetime) -> dict[str, Any] | Exception:
+    try:  # the token as stored: what the failed group noted on it was rolled back
+        report.token.refresh_from_db()
+    except Exception as exc:
+        return exc
+    return ingest_reports([report], now)[0]
+
+
+def _store_together(reports: list[Report], now: datetime) -> list[dict[str, Any] | Exception]:
+    outcomes: list[dict[str, Any] | Exception | None] = list(_foreign_gpus(reports))
+    storing = [r for r, refused in zip(reports, outcomes, strict=True) if refused is None]
+    with transaction.atomic():
+        for report in storing:
+            _note_agent(report.token, report.agent)
+        last = _last_seqs(storing)
+        answers = [_sort_batches(report, last) for report in storing]
+        new = [(report, batches) for report, (batches, _) in zip(storing, answers, strict=True)]
+        _store_polls(new, now)
+        for report, batches in new:
+            _store_processes(report.token, [s for b in batches for s in b.snapshots])
+        trials = _store_trial_logs(new, now)
+        _save_seqs(last, now)
+    planner.stored(sum(stats.results for stats in trials))  # after the transaction
+    for stats in trials:
+        _push(stats)
+    done = iter(answer for _, answer in answers)
+    return [refused if refused is not None else next(done) for refused in outcomes]
+
+
+def _sort_batches(report: Report, last: dict[tuple[int, str], int]
+                  ) -> tuple[list[Batch], dict[str, Any]]:
+    """The report's batches not stored yet (its stream's seqs advanced in `last`), and
+    the answer that says which were stored and which were duplicates."""
+    new: list[Batch] = []
     duplicate: list[int] = []
     skipped: Counter[str] = Counter()
-    with transaction.atomic():
-        _note_agent(token, agent)
-        last = _last_seqs(token, {b.stream for b in batches})
-        for batch in batches:
-            if batch.seq <= last.get(batch.stream, 0):
-                duplicate.append(batch.seq)
-                continue
-            last[batch.stream] = batch.seq
-            stored.append(batch.seq)
-            skipped.update(batch.skipped)
-        new = [b for b in batches if b.seq in stored]
-        _store_polls(token, agent, [p for b in new for p in b.polls], now)
-        _store_processes(token, [s for b in new for s in b.snapshots])
-        trials = store_updates([u for b in new for u in b.trial_logs], now, token.cluster_id)
-        _save_seqs(token, last, now)
-    _push(trials)
-    return {"version": wire.VERSION, "node": token.node, "stored": stored,
-            "duplicate": duplicate, "skipped": dict(skipped)}
+    for batch in report.batches:
+        key = (report.token.pk, batch.stream)
+        if batch.seq <= last.get(key, 0):
+            duplicate.append(batch.seq)
+            continue
+        last[key] = batch.seq
+        new.append(batch)
+        skipped.update(batch.skipped)
+    return new, {"version": wire.VERSION, "node": report.token.node,
+                 "stored": [b.seq for b in new], "duplicate": duplicate,
+                 "skipped": dict(skipped)}
 
 
 def _check_envelope(token: NodeToken, body: Any) -> dict[str, Any]:
@@ -141,14 +248,24 @@ def _decode_record(node: str, item: Any, batch: Batch) -> None:
         raise wire.WireError("a record without a kind")
 
 
-def _check_gpus_are_the_nodes(node: str, batches: list[Batch]) -> None:
-    uuids = {g.uuid: b.seq for b in batches for poll, _ in b.polls for g in poll.gpus}
-    if not uuids:
-        return
-    other = Gpu.objects.filter(uuid__in=list(uuids)).exclude(node=node).first()
-    if other is not None:
-        raise BatchRefused(f"GPU {other.uuid} is node {other.node!r}'s; this token reports "
-                           f"node {node!r} only", 403, uuids[other.uuid])
+def _foreign_gpus(reports: list[Report]) -> list[BatchRefused | None]:
+    """For each report, a refusal when it carries a GPU stored under another node (or
+    claimed by an earlier report of the same group); one query for all of them."""
+    uuids = {g.uuid for r in reports for b in r.batches for poll, _ in b.polls
+             for g in poll.gpus}
+    owner = dict(Gpu.objects.filter(uuid__in=list(uuids)).values_list("uuid", "node")) \
+        if uuids else {}
+    refusals = []
+    for report in reports:
+        node = report.token.node
+        mine = {g.uuid: b.seq for b in report.batches for poll, _ in b.polls for g in poll.gpus}
+        other = next((u for u in mine if owner.get(u, node) != node), None)
+        if other is None:
+            owner.update(dict.fromkeys(mine, node))
+        refusals.append(None if other is None else BatchRefused(
+            f"GPU {other} is node {owner[other]!r}'s; this token reports node {node!r} only",
+            403, mine[other]))
+    return refusals
 
 
 def _note_agent(token: NodeToken, agent: dict[str, Any]) -> None:
@@ -168,41 +285,57 @@ def _note_agent(token: NodeToken, agent: dict[str, Any]) -> None:
         # The head's own agent of a cluster it announced and an admin approved: what it
         # reads belongs to that cluster from now on.
         changes["cluster_id"] = head.pk
-    if changes:
+    changes = {k: v for k, v in changes.items() if getattr(token, k) != v}
+    if changes:  # most reports change nothing: no UPDATE a report
         NodeToken.objects.filter(pk=token.pk).update(**changes)
         for name, value in changes.items():
             setattr(token, name, value)
 
 
-def _last_seqs(token: NodeToken, streams: set[str]) -> dict[str, int]:
-    rows = AgentStream.objects.select_for_update().filter(token=token, stream__in=streams)
-    return {row.stream: row.last_seq for row in rows}
+def _last_seqs(reports: list[Report]) -> dict[tuple[int, str], int]:
+    """The highest seq stored of each (token, stream) of the reports, rows locked (in
+    one order, so that two groups never wait on each other)."""
+    if not reports:
+        return {}
+    wanted = {(r.token.pk, b.stream) for r in reports for b in r.batches}
+    rows = AgentStream.objects.select_for_update().filter(
+        token__in=[t for t, _ in wanted], stream__in=[s for _, s in wanted]).order_by("pk")
+    return {(row.token_id, row.stream): row.last_seq for row in rows
+            if (row.token_id, row.stream) in wanted}
 
 
-def _save_seqs(token: NodeToken, last: dict[str, int], now: datetime) -> None:
-    rows = [AgentStream(token=token, stream=s, last_seq=seq, updated_at=now)
-            for s, seq in last.items()]
+def _save_seqs(last: dict[tuple[int, str], int], now: datetime) -> None:
+    rows = [AgentStream(token_id=token, stream=stream, last_seq=seq, updated_at=now)
+            for (token, stream), seq in last.items()]
     AgentStream.objects.bulk_create(rows, update_conflicts=True,
                                     unique_fields=["token", "stream"],
                                     update_fields=["last_seq", "updated_at"])
 
 
-def _store_polls(token: NodeToken, agent: dict[str, Any],
-                 polls: list[tuple[GpuPoll, str | None]], now: datetime) -> None:
-    if not polls:
+def _store_polls(new: list[tuple[Report, list[Batch]]], now: datetime) -> None:
+    """Every report's new GPU polls with one ingest_gpu_polls; then each node's source
+    health and agent row, from its newest poll, a statement or two for all nodes."""
+    polls = [(report, [p for b in batches for p in b.polls]) for report, batches in new]
+    ingest_gpu_polls([(poll, _node_ip(report)) for report, mine in polls
+                      for poll, error in mine if error is None], now)
+    newest = [(report, max(mine, key=lambda p: p[0].at)) for report, mine in polls if mine]
+    if not newest:
         return
-    node_ip = token.node_ip or str(agent.get("node_ip") or "")
-    ingest_gpu_polls([(poll, node_ip) for poll, error in polls if error is None], now)
-    poll, error = max(polls, key=lambda p: p[0].at)
-    warnings = list(poll.problems) or ([] if poll.gpus else ["NVML sees no GPU on this node"])
-    record_health("nvml", token.node, settings.POLL_GPU_S, 0.0, error, warnings)
-    if error is None:
-        values = {"node_ip": node_ip, "queue": "", "last_poll_at": now,
-                  "cluster_id": token.cluster_id,
-                  "source": "simulated" if poll.simulated else "nvml",
-                  "driver_version": (poll.driver_version or "")[:64]}
-        Agent.objects.update_or_create(node=token.node, defaults=values,
-                                       create_defaults={**values, "registered_at": now})
+    record_many("nvml", settings.POLL_GPU_S, 0.0, {
+        report.token.node: (error, list(poll.problems) or (
+            [] if poll.gpus else ["NVML sees no GPU on this node"]))
+        for report, (poll, error) in newest})
+    agents = {report.token.node: Agent(
+        node=report.token.node, node_ip=_node_ip(report), queue="", last_poll_at=now,
+        cluster_id=report.token.cluster_id, registered_at=now,
+        source="simulated" if poll.simulated else "nvml",
+        driver_version=(poll.driver_version or "")[:64])
+        for report, (poll, error) in newest if error is None}
+    upsert(Agent, list(agents.values()), ["node"], AGENT_FIELDS)
+
+
+def _node_ip(report: Report) -> str:
+    return report.token.node_ip or str(report.agent.get("node_ip") or "")
 
 
 def _store_processes(token: NodeToken, snapshots: list[tuple[datetime, tuple]]) -> None:
@@ -222,6 +355,18 @@ def _store_processes(token: NodeToken, snapshots: list[tuple[datetime, tuple]]) 
                        "rss_bytes", "threads"])
     NodeToken.objects.filter(pk=token.pk).update(processes_at=at)
     token.processes_at = at
+
+
+def _store_trial_logs(new: list[tuple[Report, list[Batch]]], now: datetime
+                      ) -> list[IngestStats]:
+    """The trial lines of the reports, through the trials app's store: one call per
+    cluster the reporting nodes are in."""
+    by_cluster: dict[int | None, list[TrialUpdate]] = {}
+    for report, batches in new:
+        lines = [u for b in batches for u in b.trial_logs]
+        if lines:
+            by_cluster.setdefault(report.token.cluster_id, []).extend(lines)
+    return [store_updates(lines, now, cluster) for cluster, lines in by_cluster.items()]
 
 
 def _push(stats: IngestStats) -> None:

@@ -56,19 +56,51 @@ def revoke(row: NodeToken, user: Any, now: datetime) -> bool:
 
 def authenticate(header: str | None, address: str, now: datetime) -> NodeToken:
     """The live token in an `Authorization: Bearer rwa_…` header; 401 otherwise."""
+    found = authenticate_many([(header, address)], now)[0]
+    if isinstance(found, ApiError):
+        raise found
+    return found
+
+
+def authenticate_many(requests: list[tuple[str | None, str]], now: datetime
+                      ) -> list[NodeToken | ApiError]:
+    """authenticate() of each (header, address), with one query for all of them: the
+    token, or the 401 that refuses it."""
+    keys = [_key(header) for header, _ in requests]
+    rows = {row.token_hash: row for row in NodeToken.objects.filter(
+        token_hash__in=[k for k in keys if k])} if any(keys) else {}
+    found = []
+    for key, (_, address) in zip(keys, requests, strict=True):
+        row = rows.get(key) if key else None
+        refused = _refusal(row, key)
+        if refused is None and row is not None:
+            _seen(row, address, now)
+        found.append(refused or row)
+    return found
+
+
+def _key(header: str | None) -> str | None:
     scheme, _, token = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not token.startswith(PREFIX):
-        raise ApiError("an agent authenticates with 'Authorization: Bearer <node token>'", 401)
-    row = NodeToken.objects.filter(token_hash=token_key(token.strip())).first()
+        return None
+    return token_key(token.strip())
+
+
+def _refusal(row: NodeToken | None, key: str | None) -> ApiError | None:
+    if key is None:
+        return ApiError("an agent authenticates with 'Authorization: Bearer <node token>'", 401)
     if row is None:
-        raise ApiError("unknown agent token", 401)
+        return ApiError("unknown agent token", 401)
     if row.revoked_at is not None:
-        raise ApiError(f"this agent token was revoked at {row.revoked_at:%Y-%m-%d %H:%M} UTC",
-                       401)
+        return ApiError(f"this agent token was revoked at {row.revoked_at:%Y-%m-%d %H:%M} UTC",
+                        401)
+    return None
+
+
+def _seen(row: NodeToken, address: str, now: datetime) -> None:
     if row.last_seen_at is None or now - row.last_seen_at > timedelta(seconds=SEEN_EVERY_S):
         NodeToken.objects.filter(pk=row.pk).update(last_seen_at=now, last_address=address)
         row.last_seen_at, row.last_address = now, address
-    return row
 
 
 def live_tokens(now: datetime | None = None) -> Any:

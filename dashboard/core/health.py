@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from collectors.http import SourceError
+from dashboard.core.bulk import upsert
 from dashboard.core.models import SourceHealth
 from dashboard.core.push import HEALTH_GROUP, publish
 
@@ -93,32 +94,53 @@ def record(
     error: str | None,
     warnings: list[str],
 ) -> SourceHealth:
+    return record_many(source, interval_s, duration_ms, {scope: (error, warnings)})[scope]
+
+
+def record_many(source: str, interval_s: float, duration_ms: float,
+                outcomes: dict[str, tuple[str | None, list[str]]]) -> dict[str, SourceHealth]:
+    """record() of many scopes of one source at once (the nodes of a group of agent
+    reports): a read and an upsert for all of them, one push if any changed."""
     now = timezone.now()
     with transaction.atomic():
-        row, _ = SourceHealth.objects.select_for_update().get_or_create(source=source, scope=scope)
-        before = (row.state, row.last_error)
-        row.last_attempt_at = now
-        row.last_duration_ms = duration_ms
-        row.interval_s = interval_s
-        if error is None:
-            row.last_success_at = now
-            row.consecutive_failures = 0
-            row.state = SourceHealth.DEGRADED if warnings else SourceHealth.HEALTHY
-            row.last_error = "; ".join(warnings)
-        else:
-            row.consecutive_failures += 1
-            row.last_error = error
-            recent = row.last_success_at is not None
-            limit = settings.HEALTH_DOWN_AFTER_FAILURES
-            row.state = (
-                SourceHealth.DEGRADED
-                if recent and row.consecutive_failures < limit
-                else SourceHealth.DOWN
-            )
-        row.save()
-        if (row.state, row.last_error) != before:
+        rows = {row.scope: row for row in SourceHealth.objects.select_for_update().filter(
+            source=source, scope__in=list(outcomes)).order_by("pk")}
+        changed = False
+        for scope, (error, warnings) in outcomes.items():
+            row = rows.setdefault(scope, SourceHealth(source=source, scope=scope))
+            before = (row.state, row.last_error)
+            _apply(row, now, interval_s, duration_ms, error, warnings)
+            changed |= (row.state, row.last_error) != before
+        upsert(SourceHealth, list(rows.values()), ["source", "scope"], _HEALTH_FIELDS)
+        if changed:
             publish(HEALTH_GROUP, "health", health_payload())
-    return row
+    return rows
+
+
+_HEALTH_FIELDS = ("last_attempt_at", "last_success_at", "last_duration_ms", "interval_s",
+                  "consecutive_failures", "state", "last_error")
+
+
+def _apply(row: SourceHealth, now: datetime, interval_s: float, duration_ms: float,
+           error: str | None, warnings: list[str]) -> None:
+    row.last_attempt_at = now
+    row.last_duration_ms = duration_ms
+    row.interval_s = interval_s
+    if error is None:
+        row.last_success_at = now
+        row.consecutive_failures = 0
+        row.state = SourceHealth.DEGRADED if warnings else SourceHealth.HEALTHY
+        row.last_error = "; ".join(warnings)
+    else:
+        row.consecutive_failures += 1
+        row.last_error = error
+        recent = row.last_success_at is not None
+        limit = settings.HEALTH_DOWN_AFTER_FAILURES
+        row.state = (
+            SourceHealth.DEGRADED
+            if recent and row.consecutive_failures < limit
+            else SourceHealth.DOWN
+        )
 
 
 def effective_state(row: SourceHealth, now: datetime) -> tuple[str, str]:

@@ -1,0 +1,130 @@
+"""Many agents' reports are stored together (dashboard/agents/together.py: one
+transaction, one COPY of all their GPU polls): each agent still gets its own answer,
+nothing is lost or stored twice, and a bad report is refused on its own while the
+others of its group are stored."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from collectors.agent.client import call
+from dashboard.agents import tokens
+from dashboard.agents.ingest import BatchRefused, decode_report, ingest_reports
+from dashboard.agents.models import AgentStream, NodeToken
+from dashboard.gpus.models import Gpu, GpuSample
+from tests.agents import gpu_record, report_body
+from tests.conftest import LiveServer
+
+
+def issue(node: str) -> tuple[NodeToken, str]:
+    return tokens.issue(node, None, timezone.now())
+
+
+def gpus_of(node: str, name: str = "NVIDIA A100") -> list[dict[str, Any]]:
+    return [gpu_record(f"GPU-{node}-{i}", index=i, name=name) for i in range(2)]
+
+
+@pytest.mark.django_db
+def test_a_group_stores_each_report_once_and_answers_each_agent() -> None:
+    nodes = [issue(f"gpu-{n}")[0] for n in range(4)]
+    first = ingest_reports([decode_report(t, report_body(1, gpus_of(t.node))) for t in nodes],
+                           timezone.now())
+    # Next: node 0 sends batch 1 again (its answer was lost) beside new batches.
+    again = [decode_report(nodes[0], report_body(1, gpus_of("gpu-0"))),
+             *(decode_report(t, report_body(2, gpus_of(t.node))) for t in nodes[1:])]
+    second = ingest_reports(again, timezone.now())
+    assert [(a["node"], a["stored"], a["duplicate"]) for a in first] == [
+        (f"gpu-{n}", [1], []) for n in range(4)]
+    assert [(a["node"], a["stored"], a["duplicate"]) for a in second] == [
+        ("gpu-0", [], [1]), *((f"gpu-{n}", [2], []) for n in range(1, 4))]
+    assert GpuSample.objects.count() == 2 * (4 + 3)
+    assert sorted(AgentStream.objects.values_list("token__node", "last_seq")) == [
+        ("gpu-0", 1), ("gpu-1", 2), ("gpu-2", 2), ("gpu-3", 2)]
+
+
+@pytest.mark.django_db
+def test_a_report_with_another_nodes_gpu_is_refused_and_the_rest_of_its_group_stored(
+        ) -> None:
+    a, b, c = (issue(node)[0] for node in ("gpu-a", "gpu-b", "gpu-c"))
+    ingest_reports([decode_report(a, report_body(1, gpus_of("gpu-a")))], timezone.now())
+    outcomes = ingest_reports([
+        decode_report(b, report_body(5, [gpu_record("GPU-gpu-a-0")])),  # a's GPU
+        decode_report(c, report_body(1, gpus_of("gpu-c"))),
+    ], timezone.now())
+    refused, stored = outcomes
+    assert isinstance(refused, BatchRefused)
+    assert (refused.status, refused.seq) == (403, 5)
+    assert isinstance(stored, dict) and stored["stored"] == [1]
+    assert dict(Gpu.objects.values_list("uuid", "node")) == {
+        "GPU-gpu-a-0": "gpu-a", "GPU-gpu-a-1": "gpu-a",
+        "GPU-gpu-c-0": "gpu-c", "GPU-gpu-c-1": "gpu-c"}
+    assert not AgentStream.objects.filter(token=b).exists()  # its batch 5 is not taken
+
+
+@pytest.mark.django_db
+def test_a_report_the_database_refuses_fails_alone() -> None:
+    good = [issue(f"gpu-{n}")[0] for n in range(3)]
+    bad = issue("gpu-bad")[0]
+    reports = [decode_report(t, report_body(1, gpus_of(t.node))) for t in good[:2]]
+    reports.append(decode_report(bad, report_body(1, gpus_of("gpu-bad", "x" * 300))))
+    reports.append(decode_report(good[2], report_body(1, gpus_of("gpu-2"))))
+    outcomes = ingest_reports(reports, timezone.now())
+    assert [o["stored"] for o in outcomes if isinstance(o, dict)] == [[1], [1], [1]]
+    assert isinstance(outcomes[2], Exception)  # GPU name longer than the column
+    assert set(Gpu.objects.values_list("node", flat=True)) == {"gpu-0", "gpu-1", "gpu-2"}
+    assert not AgentStream.objects.filter(token=bad).exists()  # it may send it again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reports_of_many_agents_are_stored_exactly_once(
+        live_server_asgi: LiveServer) -> None:
+    agents = [issue(f"gpu-{n:02d}")[1] for n in range(24)]
+    bad = issue("gpu-bad")[1]
+    url = f"{live_server_asgi.url}/api/agent/v1/report"
+
+    def agent(n: int) -> list[tuple[int, Any, Any]]:
+        """Batches 1-3, then 3 again (an answer lost): what each answer said. The last
+        agent's GPU name is longer than raywatch keeps."""
+        answers = []
+        for seq in (1, 2, 3, 3):
+            token, name = (bad, "x" * 300) if n == len(agents) else (agents[n], "A100")
+            reply = call("POST", url, token, report_body(seq, gpus_of(f"gpu-{n:02d}", name)))
+            answers.append((reply.status, reply.body.get("stored"),
+                            reply.body.get("duplicate")))
+        return answers
+
+    with ThreadPoolExecutor(len(agents) + 1) as pool:
+        answers = list(pool.map(agent, range(len(agents) + 1)))
+    assert answers[:-1] == [[(200, [1], []), (200, [2], []), (200, [3], []), (200, [], [3])]
+                            ] * len(agents)
+    assert answers[-1] == [(400, None, None)] * 4
+    assert GpuSample.objects.count() == len(agents) * 3 * 2
+    assert set(AgentStream.objects.values_list("last_seq", flat=True)) == {3}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_report_route_keeps_djangos_host_check_and_methods(
+        live_server_asgi: LiveServer) -> None:
+    token = issue("gpu-a")[1]
+    port = int(live_server_asgi.url.rsplit(":", 1)[1])
+    body = json.dumps(report_body(1, gpus_of("gpu-a"))).encode()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    assert _status(port, "POST", body, {**headers, "Host": "evil.example"}) == 400
+    assert _status(port, "GET", b"", headers) == 405
+    assert _status(port, "POST", body, headers) == 200
+    assert GpuSample.objects.count() == 2
+
+
+def _status(port: int, method: str, body: bytes, headers: dict[str, str]) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, "/api/agent/v1/report", body, headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
