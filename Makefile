@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/first_ingest_bench.py
 	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/gpu_fleet_bench.py
+	$(BIN)/python bench/gpu_reports_bench.py
 	$(BIN)/python bench/history_scale_bench.py
 	$(BIN)/python bench/ingest_bench.py
 	$(BIN)/python bench/metrics_bench.py

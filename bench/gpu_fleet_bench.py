@@ -49,7 +49,7 @@ GATHERED = f"per node, {GATHER} polls a report"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/11"
 
 
-def one_way(mode: str, rng: random.Random) -> dict[str, Any]:
+def one_way(mode: str, rng: random.Random, seconds: int = SECONDS) -> dict[str, Any]:
     from django.utils import timezone
 
     from dashboard.gpus.ingest import ingest_gpu_poll, ingest_gpu_polls
@@ -64,7 +64,7 @@ def one_way(mode: str, rng: random.Random) -> dict[str, Any]:
     ticks: list[float] = []
     calls = 0
     began = time.perf_counter()
-    for second in range(SECONDS):
+    for second in range(seconds):
         tick = time.perf_counter()
         now = timezone.now()
         if mode == GATHERED:  # a fifth of the nodes report their last GATHER polls
@@ -96,13 +96,13 @@ def one_way(mode: str, rng: random.Random) -> dict[str, Any]:
     counter.stopping.set()
     counter.join(5)
     stored = gpu_bench.sql("SELECT count(*) FROM gpus_gpusample")[0][0] - rows_before
-    if mode != GATHERED and stored != SECONDS * NODES * GPUS:
-        raise RuntimeError(f"{mode}: {SECONDS * NODES * GPUS} samples written, {stored} stored")
+    if mode != GATHERED and stored != seconds * NODES * GPUS:
+        raise RuntimeError(f"{mode}: {seconds * NODES * GPUS} samples written, {stored} stored")
     p50 = statistics.median(ticks)
     return {"mode": mode, "calls": calls, "samples": stored,
             "tick_s": {"p50": p50, "p95": statistics.quantiles(ticks, n=20)[18]
                        if len(ticks) > 1 else p50, "max": max(ticks)},
-            "sustainable_samples_per_s": stored / SECONDS / p50,
+            "sustainable_samples_per_s": stored / seconds / p50,
             "cpu_s_per_s": cpu / wall, "postgres_cpu_s_per_s": backend_cpu / wall,
             "pushes_sent": calls, "pushes_received": counter.received}
 

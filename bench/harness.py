@@ -145,6 +145,20 @@ def print_json(figures: dict[str, Any]) -> None:
     print(json.dumps(figures, sort_keys=True), flush=True)
 
 
+def tree_cpu_seconds(process: Any) -> float:
+    """CPU seconds (user + system) of a psutil.Process and its live descendants."""
+    import psutil
+
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def answers(url: str) -> bool:
     """Whether `url` answers 200 (a server the bench started is up)."""
     try:

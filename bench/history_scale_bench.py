@@ -93,9 +93,9 @@ def postgres_cpu() -> float:
 
 def window(process: psutil.Process, seconds: float) -> dict[str, float]:
     """CPU seconds a minute over `seconds`: the server's process tree, and Postgres."""
-    serve0, pg0 = quiet_history_bench.cpu_seconds(process), postgres_cpu()
+    serve0, pg0 = harness.tree_cpu_seconds(process), postgres_cpu()
     time.sleep(seconds)
-    serve1, pg1 = quiet_history_bench.cpu_seconds(process), postgres_cpu()
+    serve1, pg1 = harness.tree_cpu_seconds(process), postgres_cpu()
     return {"serve_cpu_s_per_min": (serve1 - serve0) * 60 / seconds,
             "postgres_cpu_s_per_min": (pg1 - pg0) * 60 / seconds}
 

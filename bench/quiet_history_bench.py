@@ -234,17 +234,6 @@ def tree(process: psutil.Process) -> list[psutil.Process]:
     return [process, *process.children(recursive=True)]
 
 
-def cpu_seconds(process: psutil.Process) -> float:
-    total = 0.0
-    for member in tree(process):
-        try:
-            times = member.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def rss_mb(process: psutil.Process) -> float:
     total = 0
     for member in tree(process):
@@ -262,9 +251,9 @@ def measure_servers(envs: dict[str, dict[str, str]], logs: Path) -> dict[str, di
         procs = {name: stack.enter_context(served(env, logs / f"serve-{name}.log"))
                  for name, env in envs.items()}
         time.sleep(QUIET_S + SETTLE_MARGIN_S)
-        before = {name: cpu_seconds(p) for name, p in procs.items()}
+        before = {name: harness.tree_cpu_seconds(p) for name, p in procs.items()}
         time.sleep(SAMPLE_S)
-        after = {name: cpu_seconds(p) for name, p in procs.items()}
+        after = {name: harness.tree_cpu_seconds(p) for name, p in procs.items()}
         return {name: {"cpu_s_per_min": (after[name] - before[name]) * 60 / SAMPLE_S,
                        "rss_mb": rss_mb(p)} for name, p in procs.items()}
 
