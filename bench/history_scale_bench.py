@@ -80,15 +80,8 @@ def postgres_cpu() -> float:
     with psycopg.connect(harness.database_url(), autocommit=True) as conn:
         data_dir = conn.execute("SHOW data_directory").fetchone()[0]
     master = psutil.Process(int((Path(data_dir) / "postmaster.pid").read_text().split()[0]))
-    times = master.cpu_times()
-    total = times.user + times.system + times.children_user + times.children_system
-    for child in master.children():
-        try:
-            times = child.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
+    reaped = master.cpu_times()
+    return harness.tree_cpu_seconds(master) + reaped.children_user + reaped.children_system
 
 
 def window(process: psutil.Process, seconds: float) -> dict[str, float]:
