@@ -77,7 +77,8 @@ def postgres_cpu() -> float:
     backends and workers, and those it has reaped (its children's times)."""
     import psycopg
 
-    with psycopg.connect(harness.database_url(), autocommit=True) as conn:
+    admin = urlsplit(harness.database_url())._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
         data_dir = conn.execute("SHOW data_directory").fetchone()[0]
     master = psutil.Process(int((Path(data_dir) / "postmaster.pid").read_text().split()[0]))
     reaped = master.cpu_times()
