@@ -13,12 +13,14 @@ snapshot every 5 s, `wire.encode_report`, gzip by `client.encode_body`), encoded
 the clock starts. A cheap asyncio client (keep-alive connections, one a node) sends
 them:
 
-- *5 polls a report, paced*: each node every 5 s (RAYWATCH_AGENT_SEND_S=5), the nodes
-  spread over the 5 s: ~102 reports a second;
+- *5 polls a report, paced*: each node every 5 s, the nodes spread over the 5 s: ~102
+  reports a second. What agents do by default at 512 nodes: the server's answers ask
+  for a report every 5.2 s (`send_s`, 512 agents / RAYWATCH_AGENT_REPORTS_PER_S=100;
+  the most frequent advice of each way is printed);
 - *5 polls a report, flat out*: each node sends its next report as soon as the last is
   answered: what the server sustains (the headroom);
-- *1 poll a report, paced*: each node every second (RAYWATCH_AGENT_SEND_S=0): 512
-  reports a second.
+- *1 poll a report, paced*: each node every second, as agents pinned to
+  RAYWATCH_AGENT_SEND_S=0 send whatever they are asked: 512 reports a second.
 
 Answers of 429/503 are retried after Retry-After, as the agent does. `roll_up` and
 `prune` run every 10 s in a thread of this process. The figures: samples stored (rows
@@ -93,6 +95,7 @@ class Outcome:
     acknowledged: int = 0  # samples in reports answered 200
     unsent: int = 0  # reports a paced node was too late to send
     reconnects: int = 0
+    advice: Counter[float] = field(default_factory=Counter)  # send_s of the 200 answers
 
 
 # --- the reports, as the agent encodes them ----------------------------------------------
@@ -159,14 +162,15 @@ class Node:
 
 
 # --- the client ---------------------------------------------------------------------------
-async def answer_of(reader: asyncio.StreamReader) -> tuple[int, float | None]:
-    """The status and Retry-After of one HTTP/1.1 answer (its body read and dropped)."""
+async def answer_of(reader: asyncio.StreamReader
+                    ) -> tuple[int, float | None, dict[str, Any]]:
+    """The status, Retry-After and JSON body of one HTTP/1.1 answer."""
     head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
     status = int(head[0].split()[1])
     fields = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:])}
-    await reader.readexactly(int(fields.get("content-length", "0")))
+    body = await reader.readexactly(int(fields.get("content-length", "0")))
     retry = fields.get("retry-after")
-    return status, float(retry) if retry else None
+    return status, float(retry) if retry else None, json.loads(body) if body else {}
 
 
 class Sender:
@@ -185,7 +189,7 @@ class Sender:
             began = time.perf_counter()
             try:
                 self.connection[1].write(report.request)
-                status, retry = await answer_of(self.connection[0])
+                status, retry, body = await answer_of(self.connection[0])
             except (ConnectionError, asyncio.IncompleteReadError):  # keep-alive timed out
                 self.close()
                 self.outcome.reconnects += 1
@@ -193,7 +197,9 @@ class Sender:
             self.outcome.latencies.append(time.perf_counter() - began)
             self.outcome.answers[status] += 1
             if status not in (429, 503):
-                self.outcome.acknowledged += report.samples if status == 200 else 0
+                if status == 200:
+                    self.outcome.acknowledged += report.samples
+                    self.outcome.advice[body.get("send_s")] += 1
                 return True
             await asyncio.sleep(retry if retry is not None else 1.0)
         return False
@@ -343,7 +349,8 @@ def http_way(name: str, port: int, server: psutil.Process, database: str,
             "postgres_cpu_s_per_s": cpu["postgres_cpu_s"] / wall,
             "client_cpu_s_per_s": client_cpu / wall,
             "connections_opened": sessions(database) - sessions_before,
-            "retention_runs": meter.retention_runs}
+            "retention_runs": meter.retention_runs,
+            "advice_s": outcome.advice.most_common(1)[0][0] if outcome.advice else None}
 
 
 def direct_way(mode: str, rng: random.Random, seconds: int) -> dict[str, Any]:
@@ -429,14 +436,14 @@ def print_figures(results: list[dict[str, Any]]) -> None:
         f"{RETENTION_EVERY_S} s; direct calls: gpu_fleet_bench.py",
         ["way", "reports", "not 200", "samples stored", "of acknowledged", "samples/s",
          "x needed", "latency p50 s", "p95 s", "CPU s/s server", "Postgres", "client",
-         "connections"],
+         "connections", "send_s asked"],
         [[r["way"], r["reports"], _refused(r), r["samples_stored"],
           "yes" if r["samples_stored"] == r["samples_acknowledged"] else
           f"{r['samples_acknowledged']:,}", r["samples_per_s"],
           f"{r['samples_per_s'] / need:.2f}", r["latency_s"]["p50"],
           _or_dash(r["latency_s"]["p95"]), r["server_cpu_s_per_s"],
           r["postgres_cpu_s_per_s"], _or_dash(r["client_cpu_s_per_s"]),
-          _or_dash(r["connections_opened"])] for r in results])
+          _or_dash(r["connections_opened"]), _or_dash(r.get("advice_s"))] for r in results])
     harness.print_json({"bench": "gpu_reports", "nodes": NODES, "gpus": need,
                         "seconds": SECONDS, "results": results})
 

@@ -344,6 +344,16 @@ AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1
 # it: dashboard/agents/together.py); past it an agent is told 503 + Retry-After. A waiting
 # report holds only its decoded body; 512 nodes at 1 Hz hold ~50 (gpu_reports_bench.py).
 AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 256, minimum=1)
+# Reports a second a web process aims for: hearing from more agents than this, it asks
+# each (`send_s` in a report's answer) to gather agents / this many seconds before a
+# report, at most AGENT_SEND_MAX_S (0: never asks). An agent's RAYWATCH_AGENT_SEND_S
+# overrides it (dashboard/agents/pacing.py).
+AGENT_REPORTS_PER_S = env_number("RAYWATCH_AGENT_REPORTS_PER_S", 100.0, minimum=0.01)
+AGENT_SEND_MAX_S = env_number("RAYWATCH_AGENT_SEND_MAX_S", 10.0, minimum=0)
+if AGENT_SEND_MAX_S > AGENT_STALE_S / 2:
+    raise ConfigError(
+        f"RAYWATCH_AGENT_SEND_MAX_S={AGENT_SEND_MAX_S:g}: at most half of "
+        f"RAYWATCH_AGENT_STALE_S ({AGENT_STALE_S:g}), or agents that follow it look stale")
 
 # --- the cluster (README: "Clusters and sessions") --------------------------------------------
 # The name of the cluster RAY_ADDRESS points at: the Cluster page, its sessions, and the

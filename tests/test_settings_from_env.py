@@ -36,6 +36,8 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("RAYWATCH_SECRET_KEY_FILE", "/nonexistent/secret", "cannot be read"),
         ("RAYWATCH_METRICS_ALLOW", "10.0.0.0/33", "is not an address or network"),
         ("RAYWATCH_METRICS_TOKEN_FILE", "/nonexistent/token", "cannot be read"),
+        ("RAYWATCH_AGENT_SEND_MAX_S", "20", "at most half of RAYWATCH_AGENT_STALE_S (30)"),
+        ("RAYWATCH_AGENT_REPORTS_PER_S", "0", "must be at least"),
     ],
 )
 def test_malformed_setting_names_the_variable(tmp_path: Path, name: str, value: str,

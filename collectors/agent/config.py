@@ -37,10 +37,11 @@ class AgentConfig:
     log_rescan_s: float = 300.0
     log_rescan_per_poll: int = 100  # quiet trial dirs the slow rescan checks a poll, at most
     processes_s: float = 5.0  # between process snapshots (every GPU poll after a signal)
-    # Gather this long before a report (0: send what is spooled at once). A report of
-    # five polls costs raywatch about what one of one poll costs (bench/gpu_fleet_bench.py):
+    # Gather this long before a report (0: send what is spooled at once); None: as long
+    # as raywatch's last answer asked (`send_s`: 0 on a small cluster). A report of five
+    # polls costs raywatch about what one of one poll costs (bench/gpu_reports_bench.py):
     # large clusters send every few seconds; trial results then arrive that much later.
-    send_s: float = 0.0
+    send_s: float | None = None
 
     @property
     def api(self) -> str:
@@ -75,7 +76,8 @@ class AgentConfig:
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
             processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),
-            send_s=_number(env, "RAYWATCH_AGENT_SEND_S", 0.0, 0, maximum=MAX_SEND_S),
+            send_s=_number(env, "RAYWATCH_AGENT_SEND_S", 0.0, 0, maximum=MAX_SEND_S)
+            if env.get("RAYWATCH_AGENT_SEND_S") else None,
         )
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from collectors.agent import AGENT_VERSION, wire
 from collectors.agent.client import Reply, Unreachable, call
 from collectors.agent.commands import CommandGuard, Outcome, carry_out
-from collectors.agent.config import AgentConfig, ConfigError
+from collectors.agent.config import MAX_SEND_S, AgentConfig, ConfigError
 from collectors.agent.cursors import CursorStore
 from collectors.agent.headinfo import HeadWatch
 from collectors.agent.spool import Spool, SpoolBusy
@@ -81,6 +81,7 @@ class Agent:
         self.fast_until = -math.inf  # process snapshots at every poll until then
         self.epoch = time.monotonic()  # the collecting loops' common first tick
         self.head = HeadWatch(config.ray_tmp_dir)  # this node's Ray head, if it runs one
+        self.advised_send_s = 0.0  # how long raywatch's last answer asked to gather
 
     # --- collect --------------------------------------------------------------------------
     def collect_forever(self) -> None:
@@ -169,8 +170,7 @@ class Agent:
             wait = self.send_once(backoff)
             if wait is None:  # nothing spooled: sleep until something is
                 if self.spool.appended.wait(IDLE_CHECK_S):
-                    self.stop.wait(self.config.send_s
-                                   or min(LINGER_S, self.config.poll_s / 4))
+                    self.stop.wait(self.send_s or min(LINGER_S, self.config.poll_s / 4))
             else:
                 self.stop.wait(wait)
 
@@ -207,10 +207,11 @@ class Agent:
             if body.get("skipped"):
                 log.warning("raywatch skipped records it does not know: %s (upgrade it)",
                             body["skipped"])
-            if self.config.send_s and self.spool.stats()["batches"] < self.per_request:
-                # Gather the next report's polls for RAYWATCH_AGENT_SEND_S; a backlog (a
-                # full report's worth spooled) goes out report after report.
-                return self.config.send_s
+            self._take_advice(body.get("send_s"))
+            if self.send_s and self.spool.stats()["batches"] < self.per_request:
+                # Gather the next report's polls; a backlog (a full report's worth
+                # spooled) goes out report after report.
+                return self.send_s
             return 0.0
         if reply.status == 413:
             self.per_request = max(1, len(batches) // 2)
@@ -229,6 +230,21 @@ class Agent:
         log.warning("raywatch answered %s (%s); next try in %.1f s", reply.status,
                     reply.detail, wait)
         return wait
+
+    @property
+    def send_s(self) -> float:
+        """How long to gather before a report: RAYWATCH_AGENT_SEND_S, else raywatch's
+        advice."""
+        return self.config.send_s if self.config.send_s is not None else self.advised_send_s
+
+    def _take_advice(self, advice: object) -> None:
+        """raywatch's `send_s` (an older raywatch sends none: send at once)."""
+        value = float(advice) if isinstance(advice, int | float) and not isinstance(
+            advice, bool) and math.isfinite(advice) else 0.0
+        value = min(max(value, 0.0), MAX_SEND_S)
+        if value != self.advised_send_s and self.config.send_s is None:
+            log.info("raywatch asks for a report every %.1f s (0: as polls come)", value)
+        self.advised_send_s = value
 
     # --- commands -------------------------------------------------------------------------
     def commands_forever(self) -> None:

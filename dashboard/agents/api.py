@@ -24,7 +24,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from collectors.agent import wire
-from dashboard.agents import commands, together, tokens
+from dashboard.agents import commands, pacing, together, tokens
 from dashboard.agents.ingest import BatchRefused, Sent, read_body
 from dashboard.agents.models import NodeToken
 from dashboard.core import stopping
@@ -119,13 +119,15 @@ async def stored(header: str | None, address: str, body: bytes | None, encoding:
                  ) -> JsonResponse:
     """The answer to one POST report (`body` None: it was over the size limit). The
     report is authenticated, decoded and stored together with the other agents'
-    reports that arrive meanwhile (together.py); answered once stored. Here, nothing
-    but the request's bounds: one report a token at a time, AGENT_REPORT_SLOTS at once."""
+    reports that arrive meanwhile (together.py); answered once stored, with how long the
+    agent should gather before its next report (pacing.py). Here, nothing else but the
+    request's bounds: one report a token at a time, AGENT_REPORT_SLOTS at once."""
     try:
         if body is None:
             raise RequestDataTooBig("request body too large")
         with _one_at_a_time(header), _slot():
-            return answer(await together.store(Sent(header, address, body, encoding)))
+            outcome = await together.store(Sent(header, address, body, encoding))
+        return answer({**outcome, "send_s": pacing.advice_for(header or "")})
     except (ApiError, RequestDataTooBig, DatabaseError) as exc:
         return refusal(exc)
 
