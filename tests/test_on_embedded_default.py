@@ -31,6 +31,7 @@ ON_BOTH_BACKENDS = (
     "tests/test_agent_token_admin.py",
     "tests/test_metrics_export.py",
     "tests/test_cluster_sessions.py",
+    "tests/test_digit_named_keys.py",  # JSON paths: SQLite's JSON_EXTRACT, not jsonb
 )
 TIMEOUT_S = 900
 

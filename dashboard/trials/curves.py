@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models.fields.json import KeyTextTransform
-
+from dashboard.core.jsonkeys import JsonPath
 from dashboard.trials.models import Experiment, StepResult, Trial
 from dashboard.trials.objective import best
 
@@ -50,7 +49,7 @@ def ranked(trials: list[Trial], want: CurveRequest) -> list[Trial]:
 def _values(trials: list[Trial], metric: str) -> dict[int, list[tuple[int, float]]]:
     attempts = {t.pk: t.attempt for t in trials}
     rows = (StepResult.objects.filter(trial_id__in=list(attempts))
-            .annotate(value=KeyTextTransform(metric, "metrics"))
+            .annotate(value=JsonPath("metrics", metric))
             .order_by("trial_id", "iteration")
             .values_list("trial_id", "attempt", "iteration", "value"))
     found: dict[int, list[tuple[int, float]]] = {}

@@ -20,8 +20,8 @@ from typing import Any
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import CharField, Count, F, Func, Max
-from django.db.models.fields.json import KeyTransform
 
+from dashboard.core.jsonkeys import JsonPath
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.objective import Objective, guess_mode, objective_of
@@ -268,16 +268,11 @@ def _ordered(trials: Any, query: TableQuery, metric: str, mode: str, firing: dic
     elif query.sort == "step":
         fields += ["status", "last_result_at", "last_step_s"]
     elif query.sort == "best" and metric:
-        extra["sort_value"] = KeyTransform("0" if mode == "min" else "1",
-                                           KeyTransform(metric, "metric_range"))
+        extra["sort_value"] = JsonPath("metric_range", metric, 0 if mode == "min" else 1)
     elif query.sort == "last" and metric:
-        extra["sort_value"] = KeyTransform(metric, "last_metrics")
+        extra["sort_value"] = JsonPath("last_metrics", metric)
     elif query.sort.startswith("hp:"):
-        path = query.sort[3:].split("/")
-        value: Any = F("config")
-        for part in path:
-            value = KeyTransform(part, value)
-        extra["sort_value"] = value
+        extra["sort_value"] = JsonPath("config", *query.sort[3:].split("/"))
     if query.text:
         fields += ["status", "node_ip", "hostname", "config"]
     rows = list(trials.annotate(**extra).values(*dict.fromkeys(fields), *extra))
