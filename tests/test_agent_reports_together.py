@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from collectors.agent.client import call
 from dashboard.agents import tokens
-from dashboard.agents.ingest import BatchRefused, decode_report, ingest_reports
+from dashboard.agents.ingest import BatchRefused, Sent, decode_report, ingest_reports, ingest_sent
 from dashboard.agents.models import AgentStream, NodeToken
+from dashboard.core.errors import ApiError
 from dashboard.gpus.models import Gpu, GpuSample
 from tests.agents import gpu_record, report_body
 from tests.conftest import LiveServer
@@ -76,9 +77,53 @@ def test_a_report_the_database_refuses_fails_alone() -> None:
     reports.append(decode_report(good[2], report_body(1, gpus_of("gpu-2"))))
     outcomes = ingest_reports(reports, timezone.now())
     assert [o["stored"] for o in outcomes if isinstance(o, dict)] == [[1], [1], [1]]
-    assert isinstance(outcomes[2], Exception)  # GPU name longer than the column
+    refused = outcomes[2]  # GPU name longer than the column: refused by its seq
+    assert isinstance(refused, BatchRefused) and (refused.status, refused.seq) == (400, 1)
     assert set(Gpu.objects.values_list("node", flat=True)) == {"gpu-0", "gpu-1", "gpu-2"}
-    assert not AgentStream.objects.filter(token=bad).exists()  # it may send it again
+    assert not AgentStream.objects.filter(token=bad).exists()
+
+
+@pytest.mark.django_db
+def test_one_bad_batch_is_refused_by_its_seq_and_the_agent_moves_past_it() -> None:
+    """Batches 1-3 in one report, batch 2's GPU name too long for the database: batch 1
+    is stored and batch 2 refused by its seq (the agent drops it); the agent's next
+    report (batch 3, and 1 again: its answer said nothing of 1) is stored. Before, the
+    whole report was refused without a seq, and the agent sent it again for ever."""
+    token = issue("gpu-m")[0]
+    bodies = [report_body(seq, [gpu_record("GPU-gpu-m-9", name="x" * 300)] if seq == 2
+                          else gpus_of("gpu-m")) for seq in (1, 2, 3)]
+    whole = {**bodies[0], "batches": [b["batches"][0] for b in bodies]}
+    refused = ingest_reports([decode_report(token, whole)], timezone.now())[0]
+    assert isinstance(refused, BatchRefused) and (refused.status, refused.seq) == (400, 2)
+    assert "batch 2" in refused.message
+    rest = {**bodies[0], "batches": [bodies[0]["batches"][0], bodies[2]["batches"][0]]}
+    answer = ingest_reports([decode_report(token, rest)], timezone.now())[0]
+    assert isinstance(answer, dict), answer
+    assert (answer["stored"], answer["duplicate"]) == ([3], [1])
+    assert GpuSample.objects.count() == 2 * 2  # batches 1 and 3, two GPUs each
+
+
+@pytest.mark.django_db
+def test_a_report_raywatch_cannot_read_is_refused_alone_in_its_group() -> None:
+    """A value no check foresaw (a 400-digit number where NVML gives a float), or JSON
+    nested past what the parser takes: that report is refused with a 400, the others
+    sent with it are stored."""
+    tokens_by_node = {node: issue(node)[1] for node in ("gpu-g", "gpu-h", "gpu-i")}
+
+    def sent(node: str, body: bytes) -> Sent:
+        return Sent(f"Bearer {tokens_by_node[node]}", "127.0.0.1", body, "identity")
+
+    huge = report_body(7, [gpu_record("GPU-gpu-h-0", utilization_gpu=10 ** 400)])
+    outcomes = ingest_sent([
+        sent("gpu-g", json.dumps(report_body(1, gpus_of("gpu-g"))).encode()),
+        sent("gpu-h", json.dumps(huge).encode()),
+        sent("gpu-i", b"[" * 100_000 + b"]" * 100_000),
+    ], timezone.now())
+    assert isinstance(outcomes[0], dict) and outcomes[0]["stored"] == [1]
+    assert isinstance(outcomes[1], BatchRefused) and (outcomes[1].status,
+                                                      outcomes[1].seq) == (400, 7)
+    assert isinstance(outcomes[2], ApiError) and outcomes[2].status == 400
+    assert set(Gpu.objects.values_list("node", flat=True)) == {"gpu-g"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -96,14 +141,14 @@ def test_concurrent_reports_of_many_agents_are_stored_exactly_once(
             token, name = (bad, "x" * 300) if n == len(agents) else (agents[n], "A100")
             reply = call("POST", url, token, report_body(seq, gpus_of(f"gpu-{n:02d}", name)))
             answers.append((reply.status, reply.body.get("stored"),
-                            reply.body.get("duplicate")))
+                            reply.body.get("duplicate", reply.body.get("seq"))))
         return answers
 
     with ThreadPoolExecutor(len(agents) + 1) as pool:
         answers = list(pool.map(agent, range(len(agents) + 1)))
     assert answers[:-1] == [[(200, [1], []), (200, [2], []), (200, [3], []), (200, [], [3])]
                             ] * len(agents)
-    assert answers[-1] == [(400, None, None)] * 4
+    assert answers[-1] == [(400, None, seq) for seq in (1, 2, 3, 3)]  # refused by seq
     assert GpuSample.objects.count() == len(agents) * 3 * 2
     assert set(AgentStream.objects.values_list("last_seq", flat=True)) == {3}
 

@@ -56,7 +56,7 @@ def answer(data: dict[str, Any], status: int = 200, retry_after: float | None = 
 
 
 def refusal(exc: Exception) -> JsonResponse:
-    """The protocol's answer to what went wrong (400/401/403/404/409, 413, 503)."""
+    """The protocol's answer to what went wrong (400/401/403/404/409, 413, 500, 503)."""
     if isinstance(exc, BatchRefused):
         return answer({"detail": exc.message, "seq": exc.seq}, exc.status)
     if isinstance(exc, ApiError):
@@ -66,6 +66,10 @@ def refusal(exc: Exception) -> JsonResponse:
         return answer({"detail": f"at most {wire.MAX_BODY_BYTES} bytes a request"}, 413)
     if isinstance(exc, DataError):  # this report's values, not the database: not 503
         return answer({"detail": f"raywatch cannot store this report: {exc}"}, 400)
+    if not isinstance(exc, DatabaseError):  # raywatch's own failure: said, and logged
+        log.error("agent request failed", exc_info=exc)
+        return answer({"detail": f"raywatch failed on this request ({type(exc).__name__}); "
+                                 "retry later"}, 500, DATABASE_RETRY_S)
     log.warning("agent request failed on the database: %s", exc)
     return answer({"detail": "raywatch's database is unavailable; retry later"}, 503,
                   DATABASE_RETRY_S)
@@ -128,7 +132,7 @@ async def stored(header: str | None, address: str, body: bytes | None, encoding:
         with _one_at_a_time(header), _slot():
             outcome = await together.store(Sent(header, address, body, encoding))
         return answer({**outcome, "send_s": pacing.advice_for(header or "")})
-    except (ApiError, RequestDataTooBig, DatabaseError) as exc:
+    except Exception as exc:  # every report is answered, in the protocol's JSON
         return refusal(exc)
 
 

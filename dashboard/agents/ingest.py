@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from collectors.agent import wire
@@ -91,6 +91,10 @@ def ingest_sent(sent: list[Sent], now: datetime) -> list[dict[str, Any] | Except
             refusals.append(None)
         except (ApiError, RequestDataTooBig) as exc:
             refusals.append(exc)
+        except Exception as exc:  # a report's own failure is its alone, never its group's
+            log.exception("an agent report could not be decoded")
+            refusals.append(ApiError(f"raywatch could not read this report: "
+                                     f"{type(exc).__name__}", 400))
     stored = iter(ingest_reports(reports, now) if reports else [])
     return [next(stored) if refused is None else refused for refused in refusals]
 
@@ -111,8 +115,8 @@ def read_body(raw: bytes, encoding: str) -> Any:
         raise ApiError(f"Content-Encoding {encoding!r}: only gzip", 415)
     try:
         return json.loads(raw)
-    except ValueError:
-        raise ApiError("the body is not JSON") from None
+    except (ValueError, RecursionError):
+        raise ApiError("the body is not JSON raywatch can read") from None
 
 
 def decode_report(token: NodeToken, body: Any) -> Report:
@@ -129,7 +133,7 @@ def ingest_reports(reports: list[Report], now: datetime) -> list[dict[str, Any] 
         return _store_together(reports, now)
     except Exception as exc:
         if len(reports) == 1:
-            return [exc]
+            return [_batch_by_batch(reports[0], now, exc)]
         log.warning("storing %d agent reports together failed (%s); storing each alone",
                     len(reports), exc)
         return [_alone(report, now) for report in reports]
@@ -141,6 +145,37 @@ def _alone(report: Report, now: datetime) -> dict[str, Any] | Exception:
     except Exception as exc:
         return exc
     return ingest_reports([report], now)[0]
+
+
+def _batch_by_batch(report: Report, now: datetime, failure: Exception
+                    ) -> dict[str, Any] | Exception:
+    """A report that failed on its own. The database being away is answered 503 and
+    the agent sends it again. Anything else is in its data (a value longer than raywatch
+    keeps, a metric name Postgres refuses) and would fail the same way each time, so its
+    batches are stored one at a time, in order, until the one that fails: that one is
+    refused by its seq (the agent drops it, says so, and sends the rest again, which
+    the batches stored here answer as duplicates). Without this the agent would send
+    the same report for ever and its node's data would stop there."""
+    if isinstance(failure, OperationalError | InterfaceError):
+        return failure
+    answer: dict[str, Any] = {"stored": [], "duplicate": [], "skipped": Counter()}
+    for batch in report.batches:
+        try:
+            report.token.refresh_from_db()  # what a failed try noted was rolled back
+            one = _store_together([Report(report.token, report.agent, [batch])], now)[0]
+        except (OperationalError, InterfaceError) as exc:
+            return exc
+        except Exception as exc:
+            log.error("node %s: batch %s cannot be stored (%s: %s); refused",
+                      report.token.node, batch.seq, type(exc).__name__, exc)
+            return BatchRefused(f"batch {batch.seq}: raywatch cannot store it: "
+                                f"{type(exc).__name__}: {str(exc)[:300]}", 400, batch.seq)
+        if isinstance(one, Exception):  # refused before storing (another node's GPU)
+            return one
+        answer = {**one, "stored": answer["stored"] + one["stored"],
+                  "duplicate": answer["duplicate"] + one["duplicate"],
+                  "skipped": answer["skipped"] + Counter(one["skipped"])}
+    return {**answer, "skipped": dict(answer["skipped"])}  # each batch went in alone
 
 
 def _store_together(reports: list[Report], now: datetime) -> list[dict[str, Any] | Exception]:
@@ -221,6 +256,11 @@ def _decode_batch(node: str, raw: Any) -> Batch:
             _decode_record(node, item, batch)
     except wire.WireError as exc:
         raise BatchRefused(f"batch {seq}: {exc}", 400, seq) from None
+    except (ValueError, OverflowError, TypeError, RecursionError) as exc:
+        # A value no check foresaw (a 400-digit number where a float goes): this batch
+        # can never be stored, whatever else is sent with it.
+        raise BatchRefused(f"batch {seq}: a value raywatch cannot read "
+                           f"({type(exc).__name__}: {str(exc)[:200]})", 400, seq) from None
     return batch
 
 

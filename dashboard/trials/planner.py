@@ -13,12 +13,14 @@ every few minutes, not every poll.
 
 from __future__ import annotations
 
+import logging
 import threading
 
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from dashboard.trials.models import LogCursor, StepResult, Trial
 
+log = logging.getLogger("raywatch.trials")
 ANALYZE_AFTER_RESULTS = 10_000
 GROWTH = 0.1  # of the rows the last ANALYZE counted
 
@@ -35,7 +37,11 @@ def stored(results: int) -> bool:
         if _pending["results"] < max(ANALYZE_AFTER_RESULTS, _pending["threshold"]):
             return False
         _pending["results"] = 0
-    rows = analyze_trial_tables()
+    try:
+        rows = analyze_trial_tables()
+    except DatabaseError as exc:  # statistics only: what was stored stays stored
+        log.warning("ANALYZE of the trial tables failed: %s", exc)
+        return False
     with _LOCK:
         _pending["threshold"] = int(rows * GROWTH)
     return True
