@@ -6,12 +6,14 @@ again, or after AGENT_HOLD_MAX_S, the clock counts; a real hang is still caught.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from collectors.agent import wire
 from dashboard.agents.freshness import AGENT_HOLD_MAX_S
+from dashboard.agents.ingest import decode_report, ingest_reports
 from dashboard.agents.models import AgentStream, NodeToken
 from dashboard.incidents.models import Incident
 from dashboard.trials.tasks import poll_trial_logs
@@ -69,7 +71,31 @@ def test_a_stall_before_the_agents_went_quiet_is_still_caught(search: Clock) -> 
     found = stalled(clock)
     assert found == {f"trial:big_asha/{name(n)}" for n in range(TRIALS)}
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
-    assert "counted to its node agent's last report, 60 s ago" in summary
+    assert "counted to its node agent's newest data, 60 s old" in summary
+
+
+def backlog_report(token: NodeToken, seq: int, age_s: float) -> dict[str, Any]:
+    """A report whose only batch was polled `age_s` before the agent sent it, by an
+    agent clock an hour ahead of raywatch's (only the difference counts)."""
+    agent_now = datetime.now(UTC) + timedelta(hours=1)
+    at = wire.timestamp(agent_now - timedelta(seconds=age_s))
+    return {"version": wire.VERSION,
+            "agent": {"version": "test", "sent_at": wire.timestamp(agent_now)},
+            "batches": [{"stream": "s", "seq": seq, "at": at, "records": []}]}
+
+
+def test_an_agent_sending_its_backlog_holds_the_stall_until_it_is_in(search: Clock) -> None:
+    """After an outage the agents reconnect and send what they spooled, oldest first:
+    their first reports are recent, their data is not. The stall waits for the data."""
+    clock = search
+    agents_reported(clock.now)
+    clock.now += timedelta(seconds=STALL_MIN_S + 300)  # an outage of 5 minutes and more
+    tokens = list(NodeToken.objects.all())
+    ingest_reports([decode_report(t, backlog_report(t, 2, 330)) for t in tokens], clock.now)
+    assert stalled(clock) == set()  # reported just now, but only up to 330 s ago
+    clock.now += timedelta(seconds=5)
+    ingest_reports([decode_report(t, backlog_report(t, 3, 0)) for t in tokens], clock.now)
+    assert stalled(clock) == {f"trial:big_asha/{name(n)}" for n in range(TRIALS)}
 
 
 def test_agents_gone_for_good_hold_nothing_past_the_limit(search: Clock) -> None:
@@ -78,7 +104,7 @@ def test_agents_gone_for_good_hold_nothing_past_the_limit(search: Clock) -> None
     clock.now += timedelta(seconds=AGENT_HOLD_MAX_S + 1)
     assert len(stalled(clock)) == TRIALS
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
-    assert "its node agent (gpu-" in summary and "has sent nothing for" in summary
+    assert "its node agent (gpu-" in summary and "has sent nothing newer than" in summary
 
 
 def test_trials_raywatch_reads_itself_are_never_held(search: Clock, settings: Any) -> None:

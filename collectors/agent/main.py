@@ -191,7 +191,8 @@ class Agent:
 
     def _post_report(self, batches: list[bytes]) -> Reply:
         agent = {"version": AGENT_VERSION, "node": self.config.node_name,
-                 "node_ip": self.node_ip, "hostname": host_name(), "spool": self.spool.stats()}
+                 "node_ip": self.node_ip, "hostname": host_name(), "spool": self.spool.stats(),
+                 "sent_at": wire.timestamp(_now())}  # with each batch's `at`: how old it is
         if head := self.head.current():
             agent["head"] = head  # this node runs a Ray head: its cluster, announced
         return call("POST", f"{self.config.api}report", self.config.token,

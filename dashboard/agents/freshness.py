@@ -1,4 +1,4 @@
-"""How current what node agents sent is: when raywatch last stored a report of each.
+"""How current what node agents sent is: how far the data stored of each reaches.
 
 A trial whose results only agents send looks silent when its agents stop reporting (the
 agent stopped, the network between, raywatch restarting before the agents reconnect).
@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Max
+from django.db.models.functions import Coalesce
 
 from dashboard.agents.models import AgentStream
 from dashboard.trials.models import Trial
@@ -34,14 +35,18 @@ def agent_nodes(paths: Iterable[str], central: bool) -> frozenset[str] | None:
 
 
 def last_reports(cluster_nodes: Iterable[tuple[int, str]]) -> dict[tuple[int, str], datetime]:
-    """When a report of each (cluster pk, agent node) was last stored (the newest of its
-    tokens' streams, revoked tokens left out); a node never heard from is absent."""
+    """How far what each (cluster pk, agent node) sent reaches: when the newest batch
+    stored was polled (an agent sending a backlog after an outage is that far behind),
+    or, from an agent that does not date its reports, when its last report was stored;
+    the newest of its tokens' streams, revoked tokens left out. A node never heard from
+    is absent."""
     wanted = set(cluster_nodes)
     if not wanted:
         return {}
     rows = (AgentStream.objects
             .filter(token__node__in={n for _, n in wanted}, token__revoked_at__isnull=True)
-            .values("token__cluster_id", "token__node").annotate(at=Max("updated_at")))
+            .values("token__cluster_id", "token__node")
+            .annotate(at=Max(Coalesce("data_at", "updated_at"))))
     return {(r["token__cluster_id"], r["token__node"]): r["at"] for r in rows
             if (r["token__cluster_id"], r["token__node"]) in wanted}
 
@@ -67,5 +72,5 @@ def agents_silence(trials: list[Trial], now: datetime) -> dict[int, dict[str, An
             out[pk] = {"data_until": last}
         else:
             out[pk] = {"agent_note": f"its node agent ({', '.join(sorted(nodes))}) has sent "
-                                     f"nothing for {silent:.0f} s"}
+                                     f"nothing newer than {silent:.0f} s ago"}
     return out

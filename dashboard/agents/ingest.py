@@ -9,8 +9,8 @@ import json
 import logging
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -65,6 +65,9 @@ class Report:
     token: NodeToken
     agent: dict[str, Any]
     batches: list[Batch]
+    # How old the newest batch was when the agent sent the report, by the agent's clock
+    # (agent.sent_at less the batch's `at`); None: an agent that does not say.
+    lag: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,19 @@ def read_body(raw: bytes, encoding: str) -> Any:
 def decode_report(token: NodeToken, body: Any) -> Report:
     """Check a report's shape and decode its records (no database)."""
     agent = _check_envelope(token, body)
-    return Report(token, agent, [_decode_batch(token.node, raw) for raw in body["batches"]])
+    batches = [_decode_batch(token.node, raw) for raw in body["batches"]]
+    return Report(token, agent, batches, _lag(agent.get("sent_at"), body["batches"]))
+
+
+def _lag(sent_at: Any, batches: list[Any]) -> timedelta | None:
+    """How old the report's newest batch was when it was sent, both times by the agent's
+    clock; None when either is missing or unreadable (the report is stored all the
+    same: this only dates the data)."""
+    try:
+        newest = max(wire.decode_time(raw.get("at"), "at") for raw in batches)
+        return max(wire.decode_time(sent_at, "agent.sent_at") - newest, timedelta(0))
+    except (wire.WireError, ValueError, TypeError):
+        return None
 
 
 def ingest_reports(reports: list[Report], now: datetime) -> list[dict[str, Any] | Exception]:
@@ -162,7 +177,7 @@ def _batch_by_batch(report: Report, now: datetime, failure: Exception
     for batch in report.batches:
         try:
             report.token.refresh_from_db()  # what a failed try noted was rolled back
-            one = _store_together([Report(report.token, report.agent, [batch])], now)[0]
+            one = _store_together([replace(report, batches=[batch])], now)[0]
         except (OperationalError, InterfaceError) as exc:
             return exc
         except Exception as exc:
@@ -191,7 +206,7 @@ def _store_together(reports: list[Report], now: datetime) -> list[dict[str, Any]
         for report, batches in new:
             _store_processes(report.token, [s for b in batches for s in b.snapshots])
         trials = _store_trial_logs(new, now)
-        _save_seqs(last, now)
+        _save_seqs(last, _data_at(storing, now), now)
     planner.stored(sum(stats.results for stats in trials))  # after the transaction
     for stats in trials:
         _push(stats)
@@ -344,12 +359,20 @@ def _last_seqs(reports: list[Report]) -> dict[tuple[int, str], int]:
             if (row.token_id, row.stream) in wanted}
 
 
-def _save_seqs(last: dict[tuple[int, str], int], now: datetime) -> None:
-    rows = [AgentStream(token_id=token, stream=stream, last_seq=seq, updated_at=now)
+def _data_at(reports: list[Report], now: datetime) -> dict[tuple[int, str], datetime | None]:
+    """How far each (token, stream)'s data reaches once these reports are stored."""
+    return {(r.token.pk, b.stream): now - r.lag if r.lag is not None else None
+            for r in reports for b in r.batches}
+
+
+def _save_seqs(last: dict[tuple[int, str], int],
+               data_at: dict[tuple[int, str], datetime | None], now: datetime) -> None:
+    rows = [AgentStream(token_id=token, stream=stream, last_seq=seq, updated_at=now,
+                        data_at=data_at.get((token, stream)))
             for (token, stream), seq in last.items()]
     AgentStream.objects.bulk_create(rows, update_conflicts=True,
                                     unique_fields=["token", "stream"],
-                                    update_fields=["last_seq", "updated_at"])
+                                    update_fields=["last_seq", "updated_at", "data_at"])
 
 
 def _store_polls(new: list[tuple[Report, list[Batch]]], now: datetime) -> None:

@@ -51,6 +51,11 @@ class AgentStream(models.Model):
     stream = models.CharField(max_length=64)
     last_seq = models.BigIntegerField()
     updated_at = models.DateTimeField()
+    # How far its data reaches: when the newest batch stored was polled, on raywatch's
+    # clock (the report's receipt less the batch's age by the agent's own clock, so the
+    # clocks need not agree). Behind updated_at while an agent sends a backlog; null: an
+    # agent that does not say when it sent (updated_at is all there is).
+    data_at = models.DateTimeField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["token", "stream"],

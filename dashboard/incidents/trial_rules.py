@@ -164,7 +164,7 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         return None
     activity = _activity(trial)
     behind = (now - seen_until).total_seconds()
-    known = f" (counted to its node agent's last report, {behind:.0f} s ago)" \
+    known = f" (counted to its node agent's newest data, {behind:.0f} s old)" \
         if trial.data_until else ""
     return Finding(
         kind="trial_stalled", subject=trial.subject, severity="critical",
