@@ -166,6 +166,23 @@ def test_the_report_route_keeps_djangos_host_check_and_methods(
     assert GpuSample.objects.count() == 2
 
 
+@pytest.mark.django_db(transaction=True)
+def test_plain_http_reports_are_redirected_where_raywatch_wants_https(settings: Any) -> None:
+    """RAYWATCH_SSL_REDIRECT: a report over plain HTTP gets Django's redirect to HTTPS,
+    as every other request does, and nothing of it is stored."""
+    settings.SECURE_SSL_REDIRECT = True  # before the server starts, as at a real start
+    server = LiveServer().start()
+    try:
+        token = issue("gpu-s")[1]
+        port = int(server.url.rsplit(":", 1)[1])
+        body = json.dumps(report_body(1, gpus_of("gpu-s"))).encode()
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        assert _status(port, "POST", body, headers) == 301
+    finally:
+        server.stop()
+    assert GpuSample.objects.count() == 0
+
+
 def _status(port: int, method: str, body: bytes, headers: dict[str, str]) -> int:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:

@@ -35,7 +35,8 @@ def with_reports(app: App) -> App:
     """`app`, with POST report answered before it."""
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] == "http" and scope["method"] == "POST"
-                and scope["path"].removeprefix(scope.get("root_path", "")) == PATH):
+                and scope["path"].removeprefix(scope.get("root_path", "")) == PATH
+                and not _to_redirect(scope)):
             await report(scope, receive, send)
         else:
             await app(scope, receive, send)
@@ -59,6 +60,13 @@ async def report(scope: Scope, receive: Receive, send: Send) -> None:
                 "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
                             for k, v in response.items()]})
     await send({"type": "http.response.body", "body": response.content})
+
+
+def _to_redirect(scope: Scope) -> bool:
+    """Plain HTTP where raywatch redirects to HTTPS (RAYWATCH_SSL_REDIRECT): Django's
+    SecurityMiddleware answers it, as it answers any other request (uvicorn has already
+    applied a trusted proxy's X-Forwarded-Proto to the scheme)."""
+    return bool(settings.SECURE_SSL_REDIRECT) and scope.get("scheme") != "https"
 
 
 def _host_allowed(host: str) -> bool:
