@@ -115,8 +115,16 @@
       problem.textContent = "Could not load the GPUs: " + why;
       return;
     }
+    let body;
+    try { body = await reply.json(); } catch (e) { body = null; }
+    if (mine !== asked) return; // a newer question was asked while this body arrived
+    if (!body) {
+      problem.hidden = false;
+      problem.textContent = "Could not load the GPUs: the server's answer was not JSON";
+      return;
+    }
     problem.hidden = true;
-    data = await reply.json();
+    data = body;
     page = data.page;
     const url = new URL(location.href);
     url.search = q.toString();
