@@ -13,18 +13,18 @@ Each poll is `poll_trial_logs()` whole: scan, ingest, detectors, push.
 
 Then the production topology's CPU a minute: `manage.py serve` (web, Celery worker,
 notifier and beat as its children) on the ingested history's database, then another on
-an empty database watching the empty directory, each on a Redis database of its own
-(flushed before and after, so their queues never mix). The history's runs SETTLE_S
-first (its scanner starts cold: the first pass walks every trial dir and settles them
-after RAYWATCH_LOG_QUIET_S), the empty one's a minute; then the process tree's CPU and
-the Postgres server's (postmaster, live and reaped backends) are sampled over two
-windows of SAMPLE_S: the first shows whether the second is steady. Run it on an
-otherwise idle machine: Postgres's figure is the whole server's.
+an empty database watching the empty directory, on the Redis database of
+BENCH_REDIS_URL (flushed before each and after both, so their queues never mix). The
+history's runs SETTLE_S first (its scanner starts cold: the first pass walks every
+trial dir and settles them after RAYWATCH_LOG_QUIET_S), the empty one's a minute; then
+the process tree's CPU and the Postgres server's (postmaster, live and reaped backends)
+are sampled over two windows of SAMPLE_S: the first shows whether the second is
+steady. Run it on an otherwise idle machine: Postgres's figure is the whole server's.
 
     python bench/history_scale_bench.py            # ~5 GB under TMPDIR, ~17 minutes
     python bench/history_scale_bench.py --smoke    # 60 trials, seconds
-    # overrides: BENCH_TRIALS, BENCH_DATABASE_URL (its server), BENCH_REDIS_URL (its
-    # server: databases 11 and 12 of it are used)
+    # overrides: BENCH_TRIALS, BENCH_DATABASE_URL (its server), BENCH_REDIS_URL (a
+    # database it flushes; default db 11), BENCH_TOPOLOGY=0 (the in-process polls only)
 """
 
 from __future__ import annotations
@@ -47,29 +47,27 @@ from tests.served import embedded_env
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", harness.sized("100000", "60")))
 GOAL_RATIO = 1.2
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
-REDIS_DBS = {"empty": 11, "history": 12}
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/11")
 SETTLE_S = harness.sized(240.0, 10.0)
 SAMPLE_S = harness.sized(60.0, 4.0)
+TOPOLOGY = os.environ.get("BENCH_TOPOLOGY", "1") != "0"  # 0: the in-process polls only
 
 
 # --- the production topology: web, Celery worker, notifier, beat -----------------------------
-def topology_env(database: str, log_dir: Path, data_dir: Path, redis_db: int) -> dict[str, str]:
-    redis = urlsplit(REDIS_URL)._replace(path=f"/{redis_db}").geturl()
+def topology_env(database: str, log_dir: Path, data_dir: Path) -> dict[str, str]:
     return embedded_env(
-        data_dir, DATABASE_URL=database, REDIS_URL=redis, RAYWATCH_LOG_DIRS=str(log_dir),
+        data_dir, DATABASE_URL=database, REDIS_URL=REDIS_URL, RAYWATCH_LOG_DIRS=str(log_dir),
         RAYWATCH_LOG_QUIET_S=str(quiet_history_bench.QUIET_S),
         RAY_ADDRESS=f"http://127.0.0.1:{free_port()}", RAYWATCH_GPU_SOURCE="off",
         RAYWATCH_SECRET_KEY=harness.BENCH_SECRET_KEY)
 
 
-def flush_redis(envs: dict[str, dict[str, str]]) -> None:
+def flush_redis() -> None:
     import redis
 
-    for env in envs.values():
-        client = redis.Redis.from_url(env["REDIS_URL"])
-        client.flushdb()
-        client.close()
+    client = redis.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    client.close()
 
 
 def postgres_cpu() -> float:
@@ -98,10 +96,10 @@ def measure_topology(envs: dict[str, dict[str, str]], logs: Path) -> dict[str, A
     """One topology after the other, so that Postgres's CPU is the one topology's (the
     history's first: its scanner starts cold and needs SETTLE_S; the empty one's a
     minute)."""
-    flush_redis(envs)
     figures = {}
     try:
         for name in ("history", "empty"):
+            flush_redis()  # the other topology's queues and results are not this one's
             with quiet_history_bench.served(envs[name], logs / f"{name}.log") as process:
                 time.sleep(SETTLE_S if name == "history" else min(SETTLE_S, 60.0))
                 before = window(process, SAMPLE_S)
@@ -110,7 +108,7 @@ def measure_topology(envs: dict[str, dict[str, str]], logs: Path) -> dict[str, A
                                  "processes": len(quiet_history_bench.tree(process)),
                                  "rss_mb": quiet_history_bench.rss_mb(process)}
     finally:
-        flush_redis(envs)
+        flush_redis()
     return figures
 
 
@@ -134,14 +132,14 @@ def main() -> int:
                 RAYWATCH_DATA_DIR=str(work / "data"))
             polls = quiet_history_bench.measure_polls(history, empty)
             quiet_history_bench.close_django()
-            envs = {"empty": topology_env(empty_database, empty, work / "data-empty",
-                                          REDIS_DBS["empty"]),
-                    "history": topology_env(database, history, work / "data-history",
-                                            REDIS_DBS["history"])}
-            for env in envs.values():
-                quiet_history_bench.prepare(env)
-            print("polled in-process; starting two production topologies", flush=True)
-            topology = measure_topology(envs, work)
+            envs = {"empty": topology_env(empty_database, empty, work / "data-empty"),
+                    "history": topology_env(database, history, work / "data-history")}
+            topology: dict[str, Any] | None = None
+            if TOPOLOGY:
+                for env in envs.values():
+                    quiet_history_bench.prepare(env)
+                print("polled in-process; starting two production topologies", flush=True)
+                topology = measure_topology(envs, work)
     empty_row, history_row = polls["empty"], polls["history"]
     ratio = history_row["median_ms"] / empty_row["median_ms"]
     harness.print_table(
@@ -155,7 +153,8 @@ def main() -> int:
     print(f"ratio (median): {ratio:.2f}x (goal {GOAL_RATIO}x); first ingest: "
           f"{polls['results']:,} results in {polls['first_ingest_s']:.0f} s "
           f"({polls['ingest_results_per_s']:,.0f} results/s)")
-    report_topology(topology)
+    if topology is not None:
+        report_topology(topology)
     harness.print_json({"bench": "history_scale", "trials": TRIALS, "polls": polls,
                         "ratio": ratio, "goal_ratio": GOAL_RATIO, "topology": topology})
     return 0
