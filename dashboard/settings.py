@@ -346,10 +346,12 @@ AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1
 AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 256, minimum=1)
 # Reports a second a web process aims for: hearing from more agents than this, it asks
 # each (`send_s` in a report's answer) to gather agents / this many seconds before a
-# report, at most AGENT_SEND_MAX_S (0: never asks). An agent's RAYWATCH_AGENT_SEND_S
+# report, at most AGENT_SEND_MAX_S (default 10, or half of AGENT_STALE_S when that is
+# less; 0: never asks). An agent's RAYWATCH_AGENT_SEND_S
 # overrides it (dashboard/agents/pacing.py).
 AGENT_REPORTS_PER_S = env_number("RAYWATCH_AGENT_REPORTS_PER_S", 100.0, minimum=0.01)
-AGENT_SEND_MAX_S = env_number("RAYWATCH_AGENT_SEND_MAX_S", 10.0, minimum=0)
+AGENT_SEND_MAX_S = env_number("RAYWATCH_AGENT_SEND_MAX_S", min(10.0, AGENT_STALE_S / 2),
+                              minimum=0)
 if AGENT_SEND_MAX_S > AGENT_STALE_S / 2:
     raise ConfigError(
         f"RAYWATCH_AGENT_SEND_MAX_S={AGENT_SEND_MAX_S:g}: at most half of "

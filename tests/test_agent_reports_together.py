@@ -5,12 +5,14 @@ others of its group are stored."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from collectors.agent.client import call
@@ -169,18 +171,42 @@ def test_the_report_route_keeps_djangos_host_check_and_methods(
 @pytest.mark.django_db(transaction=True)
 def test_plain_http_reports_are_redirected_where_raywatch_wants_https(settings: Any) -> None:
     """RAYWATCH_SSL_REDIRECT: a report over plain HTTP gets Django's redirect to HTTPS,
-    as every other request does, and nothing of it is stored."""
-    settings.SECURE_SSL_REDIRECT = True  # before the server starts, as at a real start
-    server = LiveServer().start()
-    try:
-        token = issue("gpu-s")[1]
-        port = int(server.url.rsplit(":", 1)[1])
-        body = json.dumps(report_body(1, gpus_of("gpu-s"))).encode()
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        assert _status(port, "POST", body, headers) == 301
-    finally:
-        server.stop()
+    as every other request does, and nothing of it is stored; over HTTPS it is stored.
+    The ASGI app is built after the setting, as at a real start (Django's middleware
+    reads it once)."""
+    from django.core.asgi import get_asgi_application
+
+    from dashboard.agents.reports import PATH, with_reports
+
+    settings.SECURE_SSL_REDIRECT = True
+    app = with_reports(get_asgi_application())
+    token = issue("gpu-s")[1]
+    body = json.dumps(report_body(1, gpus_of("gpu-s"))).encode()
+
+    async def post(scheme: str) -> int:
+        sent: list[dict[str, Any]] = []
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if not messages:  # the client stays connected until answered
+                await asyncio.Event().wait()
+            return messages.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": PATH, "root_path": "",
+                 "scheme": scheme, "query_string": b"", "server": ("testserver", 443),
+                 "client": ("127.0.0.1", 5000), "http_version": "1.1",
+                 "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                             (b"authorization", f"Bearer {token}".encode())]}
+        await app(scope, receive, send)
+        return int(sent[0]["status"])
+
+    assert async_to_sync(post)("http") == 301
     assert GpuSample.objects.count() == 0
+    assert async_to_sync(post)("https") == 200
+    assert GpuSample.objects.count() == 2
 
 
 def _status(port: int, method: str, body: bytes, headers: dict[str, str]) -> int:
