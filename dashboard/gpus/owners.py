@@ -108,9 +108,15 @@ class _RayIndex:
             return Owner(JOB, f"job {job.key} driver", url=None, job_id=job.key)
         worker = self.workers.get((ip, pid))
         if worker is not None:
-            return Owner(WORKER, f"Ray {worker.worker_type.lower()} worker",
+            return Owner(WORKER, _worker_label(worker.worker_type),
                          job_id=worker.job_id or None)
         return _orphan(pid, actor, trial)
+
+
+def _worker_label(worker_type: str) -> str:
+    """Ray's worker type as a person says it: WORKER "Ray worker", DRIVER "Ray driver",
+    SPILL_WORKER "Ray spill worker" (it read "Ray worker worker")."""
+    return "Ray " + (worker_type or "worker").lower().replace("_", " ")
 
 
 def _trial_owner(trial: Trial, actor: Actor) -> Owner:
