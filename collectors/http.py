@@ -1,8 +1,9 @@
 """The one function every outbound HTTP request of the collectors goes through.
 
-It sets a timeout, refuses schemes other than http/https and turns every
-failure into a SourceError whose message an operator can act on. Tests patch
-this seam, not urllib.
+It sets a timeout, refuses schemes other than http/https, never follows a redirect
+with credentials (urllib's own handler sends Authorization and Cookie on to
+wherever the Location points) and turns every failure into a SourceError whose
+message an operator can act on. Tests patch this seam, not urllib.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 from urllib.parse import urlparse
+
+# Headers that say who raywatch is: never sent on to where a redirect points.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
 class SourceError(Exception):
@@ -65,7 +69,7 @@ def request_bytes(url: str, *, headers: dict[str, str] | None = None, timeout: f
         raise SourceError(f"refusing {scheme or 'a scheme-less'} URL {shown!r}: only http/https")
     request = urllib.request.Request(url, headers=headers or {}, method=method, data=body)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
+        with _OPENER.open(request, timeout=timeout) as reply:
             return reply.read(max_bytes) if max_bytes else reply.read()
     except urllib.error.HTTPError as exc:
         said = _said(exc)
@@ -82,6 +86,25 @@ def request_bytes(url: str, *, headers: dict[str, str] | None = None, timeout: f
         raise SourceError(f"{_where(url)} did not answer within {timeout:g} s") from None
     except OSError as exc:
         raise SourceError(f"cannot reach {_where(url)}: {exc}") from None
+
+
+class _RedirectsWithoutCredentials(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only when the request carries no credentials: a dashboard
+    address (or a proxy before it) that points elsewhere never gets the Ray token sent
+    there. The operator is told where it pointed, to give that address instead."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> urllib.request.Request | None:
+        if CREDENTIAL_HEADERS.isdisjoint(name.lower() for name, _ in req.header_items()):
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+        fp.close()
+        raise SourceError(
+            f"{_where(req.full_url)} redirects to {_where(newurl)} (HTTP {code}): raywatch "
+            "sends no credentials on to where a redirect points; give the address it "
+            "redirects to", status=code)
+
+
+_OPENER = urllib.request.build_opener(_RedirectsWithoutCredentials)
 
 
 def _said(exc: urllib.error.HTTPError) -> str:
