@@ -137,11 +137,14 @@ class DecideRequest(serializers.Serializer):
                                     help_text="its dashboard's URL, if not the one announced")
     token = serializers.CharField(required=False, allow_blank=True, allow_null=True,
                                   default=None, help_text="Ray's auth token for it")
+    gcs_address = serializers.CharField(required=False, allow_blank=True, default="",
+                                        max_length=200,
+                                        help_text="its GCS, HOST:PORT, if not the one it has")
 
 
 class ClusterDecision(APIView):
     """Approve (polled from the next Ray poll on) or refuse (never polled) a cluster its
-    head node's agent announced (admins)."""
+    head node's agent announced, or settle what that agent claims (admins)."""
 
     permission_classes = [IsAdmin]
     approve = True
@@ -154,6 +157,7 @@ class ClusterDecision(APIView):
         body.is_valid(raise_exception=True)
         cluster = decide(name, self.approve, timezone.now(), by=request.user.get_username(),
                          address=body.validated_data["address"],
-                         token=body.validated_data["token"])
+                         token=body.validated_data["token"],
+                         gcs_address=body.validated_data["gcs_address"])
         row = next(r for r in overview() if r["name"] == cluster.name)
         return Response(ClusterSummarySerializer(row).data)

@@ -48,7 +48,9 @@ def endpoint_of(name: str | None) -> RayEndpoint:
 
 def gcs_of(name: str | None) -> str | None:
     """HOST:PORT of the named cluster's GCS: RAY_ADDRESS's for the one it points at, the
-    one an admin gave (`cluster add --gcs`) or its head agent announced for another."""
+    one an admin gave (`cluster add --gcs`, `cluster approve --gcs`) or its head agent
+    announced when it registered the cluster for another (a later announcement only
+    claims one: registry.announce)."""
     cluster = named(name)
     if cluster is None:
         return gcs_address() if not name or name == settings.CLUSTER_NAME else None

@@ -30,6 +30,10 @@ class Cluster(models.Model):
     session_hint = models.CharField(max_length=200, blank=True, default="")  # as announced
     announced_by = models.CharField(max_length=16, blank=True, default="")  # a token's prefix
     announced_at = models.DateTimeField(null=True, blank=True)
+    # What a head's agent says that differs from the GCS address or dashboard URL above:
+    # {"gcs_address", "dashboard_url" (those that differ), "by" (a token's prefix), "at",
+    # "decided"}. Never applied by itself: an admin decides (registry.decide).
+    claim = models.JSONField(default=dict, blank=True)
     # Days an ended cluster is kept (its rows, then it); None: RAYWATCH_ENDED_CLUSTER_KEEP_D.
     keep_days = models.PositiveIntegerField(null=True, blank=True)
     dashboard_url = models.CharField(max_length=500, blank=True, default="")
@@ -47,6 +51,12 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
+
+    def open_claim(self) -> dict | None:
+        """What its head's agent claims and no admin has decided on yet, as shown."""
+        if not self.claim or self.claim.get("decided"):
+            return None
+        return {k: v for k, v in self.claim.items() if k != "decided"}
 
 
 def settings_cluster_pk() -> int:

@@ -29,10 +29,7 @@ def add_cluster(name: str, address: str, token: str, now: datetime, by: str = ""
     (HOST:PORT) if raywatch is to kill its actors (a trial on a node with no agent).
     Polled from the next Ray poll on."""
     name, address, token = name.strip(), address.strip().rstrip("/"), token.strip()
-    gcs_address = gcs_address.strip()
-    host, _, port = gcs_address.rpartition(":")
-    if gcs_address and (not host or not port.isdigit()):
-        raise ApiError(f"GCS address {gcs_address!r}: HOST:PORT, as RAY_ADDRESS takes it")
+    gcs_address = _checked_gcs(gcs_address)
     if not NAME.match(name):
         raise ApiError(f"cluster name {name!r}: 1-100 letters, digits, '.', '_' or '-', "
                        "starting with a letter or digit")
@@ -56,7 +53,12 @@ def announce(token_prefix: str, head: Any, now: datetime) -> Cluster | None:
     """A node's agent says its node runs a Ray head (collectors/agent/headinfo.py). The
     cluster it heads is the one raywatch already knows by that session, KubeRay name or
     GCS address; else a new one, origin "registered", polled once an admin approves it
-    (or at once with RAYWATCH_CLUSTERS_APPROVE=auto). A refused one stays refused."""
+    (or at once with RAYWATCH_CLUSTERS_APPROVE=auto). A refused one stays refused.
+
+    A known cluster's dashboard URL, GCS address and token are never changed here: they
+    say where raywatch sends its Ray token, and any node token can announce. A GCS
+    address or URL that differs from the cluster's is kept as its `claim`, for an admin
+    to take or dismiss (`decide`)."""
     facts = _head(head)
     if facts is None:
         return None
@@ -81,9 +83,15 @@ def announce(token_prefix: str, head: Any, now: datetime) -> Cluster | None:
     changes: dict[str, Any] = {}
     if cluster.session_hint != facts["session_name"]:
         changes["session_hint"] = facts["session_name"]
-    for name in ("gcs_address", "kuberay"):
-        if not getattr(cluster, name) and facts[name]:
-            changes[name] = facts[name]
+    if not cluster.kuberay and facts["kuberay"]:
+        changes["kuberay"] = facts["kuberay"]
+    claim = _claim(cluster, facts, token_prefix[:16], now)
+    if claim != cluster.claim:
+        changes["claim"] = claim
+        if claim and not claim.get("decided"):
+            log.warning("cluster %s: the agent %s… claims %s; an admin decides (cluster "
+                        "approve)", cluster.name, token_prefix,
+                        ", ".join(f"{k} {claim[k]}" for k in CLAIMED if k in claim))
     if cluster.origin == Cluster.REGISTERED and not cluster.announced_by:
         changes["announced_by"] = token_prefix[:16]
     # A head's agent announces at every report (once a second): the row is written when
@@ -94,10 +102,12 @@ def announce(token_prefix: str, head: Any, now: datetime) -> Cluster | None:
 
 
 def decide(name: str, approve: bool, now: datetime, by: str = "", address: str = "",
-           token: str | None = None) -> Cluster:
-    """An admin approves (polled from the next Ray poll on; `address` and `token` set
-    or replace its dashboard URL and Ray token) or refuses (never polled) a cluster. The
-    agent that announced an approved cluster reports for it from then on."""
+           token: str | None = None, gcs_address: str = "") -> Cluster:
+    """An admin approves (polled from the next Ray poll on; `address`, `token` and
+    `gcs_address` set or replace its dashboard URL, Ray token and GCS) or refuses (never
+    polled) a cluster. Either settles what its head's agent claimed: the same claim is
+    not raised again. The agent that announced an approved cluster reports for it from
+    then on."""
 
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
@@ -109,6 +119,10 @@ def decide(name: str, approve: bool, now: datetime, by: str = "", address: str =
         cluster.address = _checked_url(address)
     if token is not None:
         cluster.token = token.strip()
+    if gcs_address.strip():
+        cluster.gcs_address = _checked_gcs(gcs_address)
+    if cluster.claim:
+        cluster.claim = {**cluster.claim, "decided": True}
     if approve and not cluster.address:
         raise ApiError(f"cluster {name!r} has no dashboard URL: give one (its head's "
                        "dashboard listens where raywatch cannot reach)", 400)
@@ -138,6 +152,26 @@ def _head(head: Any) -> dict[str, Any] | None:
     return {"dashboard_url": url, "gcs_address": text("gcs_address", 200),
             "session_name": text("session_name", 200), "kuberay": kuberay,
             "node_ip": text("node_ip", 64), "warning": warning}
+
+
+CLAIMED = ("gcs_address", "dashboard_url")
+
+
+def _claim(cluster: Cluster, facts: dict[str, Any], by: str, now: datetime) -> dict[str, Any]:
+    """The claim `cluster` holds after this announcement: what differs from its GCS
+    address and URL (the one it holds when the agent says the same again, decided or
+    not), {} when nothing does. The cluster RAY_ADDRESS points at takes both from
+    settings: nothing to claim."""
+    if cluster.name == settings.CLUSTER_NAME:
+        return {}
+    held = {"gcs_address": cluster.gcs_address, "dashboard_url": cluster.address}
+    said = {key: facts[key] for key in CLAIMED
+            if facts[key] and facts[key].rstrip("/") != held[key].rstrip("/")}
+    if not said:
+        return {}
+    if said == {key: cluster.claim[key] for key in CLAIMED if key in cluster.claim}:
+        return cluster.claim
+    return {**said, "by": by, "at": now.isoformat(), "decided": False}
 
 
 def _known(facts: dict[str, Any]) -> Cluster | None:
@@ -184,6 +218,14 @@ def _free_name(base: str) -> str:
         n += 1
         name = f"{base}-{n}"
     return name
+
+
+def _checked_gcs(gcs_address: str) -> str:
+    gcs_address = gcs_address.strip()
+    host, _, port = gcs_address.rpartition(":")
+    if gcs_address and (not host or not port.isdigit()):
+        raise ApiError(f"GCS address {gcs_address!r}: HOST:PORT, as RAY_ADDRESS takes it")
+    return gcs_address
 
 
 def _checked_url(address: str) -> str:

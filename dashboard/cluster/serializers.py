@@ -74,6 +74,12 @@ class ClusterSummarySerializer(serializers.Serializer):
     end_reason = serializers.CharField()
     last_error = serializers.CharField()
     kuberay = serializers.DictField()
+    gcs_address = serializers.CharField(help_text="its GCS, HOST:PORT, as an admin gave it "
+                                                  "or its head's agent first announced it")
+    claim = serializers.DictField(
+        allow_null=True, help_text="what its head's agent says that differs from its GCS "
+        "address or dashboard URL (gcs_address, dashboard_url, by: the token's prefix, at); "
+        "never used until an admin approves the cluster with it")
     nodes_alive = serializers.IntegerField()
     gpus = ResourceTotalSerializer(help_text="Ray's GPUs on its alive nodes, and how many are "
                                              "in use")

@@ -207,7 +207,8 @@ def overview() -> list[dict[str, Any]]:
             "has_token": bool(cluster.token), "ray_version": cluster.ray_version,
             "last_seen_at": cluster.last_seen_at, "ended_at": cluster.ended_at,
             "end_reason": cluster.end_reason, "last_error": cluster.last_error,
-            "kuberay": cluster.kuberay, "nodes_alive": summary["nodes_alive"],
+            "kuberay": cluster.kuberay, "gcs_address": cluster.gcs_address,
+            "claim": cluster.open_claim(), "nodes_alive": summary["nodes_alive"],
             "gpus": summary["gpu"], "open_incidents": firing.get(cluster.pk, 0),
             "is_default": cluster.name == settings.CLUSTER_NAME,
         })

@@ -151,6 +151,10 @@
       const shown = c.approval === "approved" ? c.state : c.approval;
       state.append(el("span", { class: "cluster-state state-" + shown }, shown));
       if (c.approval === "pending") state.append(el("div", { class: "muted" }, "announced by its head's agent: an admin approves it"));
+      // Never applied by itself: where raywatch sends the cluster's Ray token stays put.
+      if (c.claim) state.append(el("div", { class: "state-down" }, "its head's agent " + c.claim.by + "… claims " +
+        [c.claim.gcs_address && "GCS " + c.claim.gcs_address, c.claim.dashboard_url && "dashboard " + c.claim.dashboard_url].filter(Boolean).join(", ") +
+        ": an admin approves it with that, or keeps what it has (cluster approve)"));
       const last = el("td", {});
       if (c.last_seen_at) last.append(T.el(c.last_seen_at)); else last.append("never");
       const gpus = c.gpus && c.gpus.total ? num(c.gpus.used) + " / " + num(c.gpus.total) : "–";

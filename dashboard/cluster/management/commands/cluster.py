@@ -1,6 +1,7 @@
 """`manage.py cluster add NAME URL [--token-file F] [--gcs HOST:PORT]`: watch another Ray
 cluster; `manage.py cluster list`: every cluster and its state; `manage.py cluster approve
-NAME [--url URL] [--token-file F]` / `refuse NAME`: a cluster its head's agent announced."""
+NAME [--url URL] [--token-file F] [--gcs HOST:PORT]` / `refuse NAME`: a cluster its head's
+agent announced, or what that agent claims (approve without --gcs keeps the one it has)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ class Command(BaseCommand):
         approve.add_argument("--url", default="", help="its dashboard's URL, if not the one "
                                                        "announced")
         approve.add_argument("--token-file", default="", help="Ray's auth token for it")
+        approve.add_argument("--gcs", default="", help="its GCS, HOST:PORT, if not the one "
+                                                       "it has (as its head's agent claims)")
         refuse = sub.add_parser("refuse", help="never poll a cluster its head announced")
         refuse.add_argument("name")
         keep = sub.add_parser("keep", help="days to keep a cluster once it ended (0: for "
@@ -50,6 +53,12 @@ class Command(BaseCommand):
                                   f"{row['approval']}  {row['dashboard_url'] or '-'}  "
                                   f"nodes {row['nodes_alive']}  "
                                   f"open incidents {row['open_incidents']}")
+                if row["claim"]:
+                    claimed = ", ".join(f"{k} {v}" for k, v in row["claim"].items()
+                                        if k in ("gcs_address", "dashboard_url"))
+                    self.stdout.write(f"  claimed by the agent {row['claim']['by']}…: "
+                                      f"{claimed} (approve with --gcs/--url to take it, "
+                                      "without to keep what it has)")
             return
         if what == "keep":
             self._keep(options["name"], options["days"])
@@ -58,7 +67,8 @@ class Command(BaseCommand):
             token = _read(options["token_file"]) if options.get("token_file") else None
             try:
                 cluster = decide(options["name"], what == "approve", timezone.now(),
-                                 address=options.get("url", ""), token=token)
+                                 address=options.get("url", ""), token=token,
+                                 gcs_address=options.get("gcs", ""))
             except ApiError as exc:
                 raise CommandError(exc.message) from None
             self.stdout.write(f"cluster {cluster.name} {what}d")
