@@ -80,9 +80,11 @@ def test_slack_gets_blocks_with_what_where_since_and_links(stalled) -> None:  # 
             {"type": "section", "text": {"type": "mrkdwn", "text": (
                 f":red_circle: *critical* `test_stalled` <{BASE}/incidents/{incident.pk}/|"
                 "trial t_0001: no result for 12 min &lt;b&gt;>\n"
-                f"experiment asha · node 10.0.0.5 · GPU GPU-abc · {since(incident)}")}},
+                f"experiment asha · node 10.0.0.5 · GPU GPU-abc · {since(incident)}"),
+                "verbatim": True}},
             {"type": "context", "elements": [{"type": "mrkdwn", "text": (
-                f"<{BASE}/alerts/?group=experiment%3Aasha|Open in raywatch>")}]},
+                f"<{BASE}/alerts/?group=experiment%3Aasha|Open in raywatch>"),
+                "verbatim": True}]},
         ],
     }
     assert "X-Raywatch-Signature" not in request.headers
@@ -92,10 +94,10 @@ def test_discord_gets_embeds_and_pings_nobody(stalled) -> None:  # type: ignore[
     got, incident = stalled
     [request] = got["discord"].requests
     assert request.json == {
-        "content": "[FIRING:1] experiment asha",
+        "content": "\\[FIRING:1\\] experiment asha",
         "embeds": [{
             "title": "critical · test_stalled",
-            "description": ("trial t_0001: no result for 12 min <b>\n"
+            "description": ("trial t\\_0001: no result for 12 min \\<b\\>\n"
                             f"experiment asha · node 10.0.0.5 · GPU GPU-abc · {since(incident)}"),
             "url": f"{BASE}/incidents/{incident.pk}/", "color": 0xD93F0B,
             "timestamp": incident.opened_at.isoformat(),
@@ -113,10 +115,10 @@ def test_teams_gets_an_adaptive_card_with_a_link_back(stalled) -> None:  # type:
             "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
             "type": "AdaptiveCard", "version": "1.4",
             "body": [
-                {"type": "TextBlock", "text": "[FIRING:1] experiment asha", "weight": "Bolder",
+                {"type": "TextBlock", "text": "\\[FIRING:1\\] experiment asha", "weight": "Bolder",
                  "size": "Medium", "wrap": True, "color": "Attention"},
                 {"type": "TextBlock", "wrap": True, "separator": True,
-                 "text": "**critical** test_stalled: trial t_0001: no result for 12 min <b>"},
+                 "text": "**critical** test_stalled: trial t\\_0001: no result for 12 min \\<b\\>"},
                 {"type": "FactSet", "facts": [
                     {"title": "Where", "value": "experiment asha · node 10.0.0.5 · GPU GPU-abc"},
                     {"title": "When", "value": since(incident)}]},

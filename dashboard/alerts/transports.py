@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -144,8 +145,24 @@ def shown(message: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     return incidents[:SHOWN], len(incidents) - min(len(incidents), SHOWN) + message["truncated"]
 
 
+# Text in a message comes from trials (an error message, an experiment's name): each
+# service gets it as text, never as a link, a mention or a ping. Only raywatch's own
+# links are live.
 def _slack_escape(text: str) -> str:
+    """Slack's mrkdwn: a link or a mention needs <...>; sent with "verbatim" so that a
+    bare URL or @channel in it is not made one either."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+MARKDOWN = re.compile(r"([\\\[\]()*_`~|<>#])")
+PING = re.compile(r"@(everyone|here)\b")
+
+
+def _markdown_escape(text: str) -> str:
+    """Discord's and Teams' markdown: each character that makes a link ([label](url)),
+    emphasis, code, a spoiler, a quote or a heading is backslashed; @everyone and @here
+    get a zero-width space (Discord's allowed_mentions stops the ping, not the look)."""
+    return PING.sub("@\u200b\\1", MARKDOWN.sub(r"\\\1", text))
 
 
 class Slack(Transport):
@@ -162,12 +179,14 @@ class Slack(Transport):
             summary, place = _slack_escape(i["summary"][:500]), _slack_escape(where(i))
             text = (f"{icon} *{i['severity']}* `{i['kind']}` <{i['url']}|{summary}>\n"
                     f"{place} · {_since(i)}")
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+            blocks.append({"type": "section",
+                           "text": {"type": "mrkdwn", "text": text, "verbatim": True}})
         footer = f"<{message['url']}|Open in raywatch>"
         if more:
             footer = f"and {more} more · {footer}"
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
-        return {"text": message["title"], "blocks": blocks}
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer,
+                                                        "verbatim": True}]})
+        return {"text": _slack_escape(message["title"]), "blocks": blocks}
 
 
 class Discord(Transport):
@@ -176,10 +195,12 @@ class Discord(Transport):
 
     def render(self, message: dict[str, Any]) -> dict[str, Any]:
         items, more = shown(message)
-        content = message["title"] + (f" (and {more} more: {message['url']})" if more else "")
+        content = (_markdown_escape(message["title"])
+                   + (f" (and {more} more: {message['url']})" if more else ""))
         embeds = [{
             "title": f"{i['severity']} · {i['kind']}"[:256],
-            "description": f"{i['summary'][:400]}\n{where(i)[:200]} · {_since(i)}",
+            "description": (f"{_markdown_escape(i['summary'][:400])}\n"
+                            f"{_markdown_escape(where(i)[:200])} · {_since(i)}"),
             "url": i["url"],
             "color": self.COLORS["resolved" if i["state"] == "resolved" else i["severity"]],
             "timestamp": i["resolved_at"] or i["opened_at"],
@@ -194,14 +215,16 @@ class Teams(Transport):
     def render(self, message: dict[str, Any]) -> dict[str, Any]:
         items, more = shown(message)
         color = "Good" if message["status"] == "resolved" else "Attention"
-        body: list[dict[str, Any]] = [{"type": "TextBlock", "text": message["title"],
+        body: list[dict[str, Any]] = [{"type": "TextBlock",
+                                       "text": _markdown_escape(message["title"]),
                                        "weight": "Bolder", "size": "Medium", "wrap": True,
                                        "color": color}]
         for i in items:
             body.append({"type": "TextBlock", "wrap": True, "separator": True,
-                         "text": f"**{i['severity']}** {i['kind']}: {i['summary'][:500]}"})
+                         "text": (f"**{i['severity']}** {i['kind']}: "
+                                  f"{_markdown_escape(i['summary'][:500])}")})
             body.append({"type": "FactSet", "facts": [
-                {"title": "Where", "value": where(i)},
+                {"title": "Where", "value": _markdown_escape(where(i))},
                 {"title": "When", "value": _since(i)}]})
         if more:
             body.append({"type": "TextBlock", "text": f"and {more} more", "wrap": True})
