@@ -395,10 +395,18 @@ AUTHENTICATION_BACKENDS = [
     "dashboard.core.login.FailedLoginGuard",
     "django.contrib.auth.backends.ModelBackend",
 ]
+# Failed logins for one username from one address: a stranger guessing the admin's
+# password from elsewhere does not lock the admin out.
 LOGIN_FAILURES_PER_USER = env_int("RAYWATCH_LOGIN_FAILURES_PER_USER", 5, minimum=1)
 # Higher than per user: people behind one NAT or proxy share an address.
 LOGIN_FAILURES_PER_ADDRESS = env_int("RAYWATCH_LOGIN_FAILURES_PER_ADDRESS", 20, minimum=1)
+# Failed logins for one username from every address together (guesses spread over many
+# addresses): past it only a browser that logged in as that user before gets through.
+LOGIN_FAILURES_PER_USER_ANYWHERE = env_int("RAYWATCH_LOGIN_FAILURES_PER_USER_ANYWHERE", 100,
+                                           minimum=1)
 LOGIN_FAILURE_WINDOW_S = env_int("RAYWATCH_LOGIN_FAILURE_WINDOW_S", 300, minimum=1)
+# How long a browser is remembered as one that logged in as its user (a signed cookie).
+LOGIN_KNOWN_BROWSER_DAYS = env_int("RAYWATCH_LOGIN_KNOWN_BROWSER_DAYS", 90, minimum=1)
 
 # --- HTTPS (README: "Deploying with docker-compose") ------------------------------------
 # Secure cookies say raywatch is served over HTTPS, so by default plain HTTP is then

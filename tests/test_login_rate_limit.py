@@ -1,7 +1,7 @@
-"""Guessing passwords is slow: after 5 failed logins for one username (20 from one
-address) within 5 minutes, the login page refuses with "try again in N s" (HTTP 429),
-even the right password; a success clears the username's count; other users and
-other addresses are unaffected; the admin's login form is covered too."""
+"""Guessing passwords is slow: after 5 failed logins for one username from one address
+(20 from one address) within 5 minutes, the login page refuses with "try again in N s"
+(HTTP 429), even the right password; a success clears the username's count; other users
+and other addresses are unaffected; the admin's login form is covered too."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def forget_failures(admin, operator, viewer) -> Iterator[None]:  # type: ignore[
     def forget() -> None:
         names = [admin.username, operator.username, viewer.username, "nobody",
                  *(f"guess-{i}" for i in range(30))]
-        keys = [b.key for name in names for b in budgets(name, None)]
-        keys += [b.key for address in (ATTACKER, OFFICE) for b in budgets(None, address)]
+        keys = [b.key for name in names for address in (ATTACKER, OFFICE, None)
+                for b in budgets(name, address)]
         cache.delete_many([*keys, *(f"{k}:since" for k in keys)])
 
     forget()

@@ -1,11 +1,19 @@
-"""Failed logins are limited per username and per client address.
+"""Failed logins are limited per username from one address, per client address, and
+per username from everywhere together; none of them lets a stranger lock a user out.
+
+A username's own count is kept per address: guesses at the admin's password from one
+place do not stop the admin logging in from another. Guesses spread over many
+addresses meet the username's count from everywhere, which refuses only browsers that
+never logged in as that user: a successful login on the login page leaves a signed
+cookie naming its user (KNOWN_BROWSER_COOKIE), and that browser is let past this one
+count (the others still apply).
 
 Failures are counted in Django's cache (Redis in production, so every web process
 shares the counts) whatever the login path: `user_login_failed` counts, and the
 first authentication backend refuses while a budget is spent, so the admin's own
 login form is covered too. The login page answers 429 with how long to wait. A
-success clears its username's count, not its address's: someone who holds one
-account cannot launder guesses at other accounts through it.
+success clears its username's count at its address, not its address's: someone who
+holds one account cannot launder guesses at other accounts through it.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import user_logged_in, user_login_failed
 from django.contrib.auth.views import LoginView
+from django.core import signing
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
@@ -29,6 +38,8 @@ from django.http import HttpRequest, HttpResponse
 
 log = logging.getLogger(__name__)
 
+KNOWN_BROWSER_COOKIE = "raywatch_known_login"
+KNOWN_BROWSER_SALT = "raywatch.login.known-browser"
 UNAVAILABLE = ("Login is paused: raywatch cannot reach Redis, where it counts failed logins. "
                "Try again when Redis is back.")
 
@@ -39,9 +50,10 @@ class LimiterUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Budget:
-    """Failures of one username, or from one address, within the window."""
+    """Failures of one username from one address, from one address, or of one username
+    from everywhere, within the window."""
 
-    kind: str  # "user" or "address"
+    kind: str  # "user-address", "address" or "user"
     value: str
     limit: int
 
@@ -72,17 +84,50 @@ class Budget:
         _cache(cache.delete_many, [self.key, f"{self.key}:since"])
 
 
+def normalised(username: str | None) -> str:
+    """As Django's login form does it, so both spellings share a count."""
+    return unicodedata.normalize("NFKC", username or "").strip()
+
+
 def budgets(username: str | None, address: str | None) -> list[Budget]:
-    # Normalised as Django's login form does, so both spellings share a count.
-    name = unicodedata.normalize("NFKC", username or "").strip()
-    found = [Budget("user", name, settings.LOGIN_FAILURES_PER_USER)] if name else []
+    name = normalised(username)
+    found = []
+    if name and address:
+        found.append(Budget("user-address", f"{name}\0{address}",
+                            settings.LOGIN_FAILURES_PER_USER))
     if address:
         found.append(Budget("address", address, settings.LOGIN_FAILURES_PER_ADDRESS))
+    if name:
+        found.append(Budget("user", name, settings.LOGIN_FAILURES_PER_USER_ANYWHERE))
     return found
 
 
-def wait_s(username: str | None, address: str | None, now: float) -> int:
-    return max((b.wait_s(now) for b in budgets(username, address)), default=0)
+def wait_s(username: str | None, address: str | None, now: float, known_as: str = "") -> int:
+    """Seconds before this username may try again from this address, in a browser that
+    logged in as `known_as` before (a user's own browser skips its count from
+    everywhere)."""
+    name = normalised(username)
+    return max((b.wait_s(now) for b in budgets(username, address)
+                if not (b.kind == "user" and known_as and known_as == name)), default=0)
+
+
+def known_as(request: HttpRequest | None) -> str:
+    """The user this browser logged in as on the login page, if its cookie says so."""
+    value = request.COOKIES.get(KNOWN_BROWSER_COOKIE) if request is not None else None
+    if not value:
+        return ""
+    try:
+        return str(signing.loads(value, salt=KNOWN_BROWSER_SALT,
+                                 max_age=settings.LOGIN_KNOWN_BROWSER_DAYS * 86400))
+    except signing.BadSignature:
+        return ""
+
+
+def remember_browser(response: HttpResponse, username: str) -> None:
+    response.set_cookie(
+        KNOWN_BROWSER_COOKIE, signing.dumps(normalised(username), salt=KNOWN_BROWSER_SALT),
+        max_age=settings.LOGIN_KNOWN_BROWSER_DAYS * 86400, httponly=True,
+        secure=settings.SESSION_COOKIE_SECURE, samesite="Lax")
 
 
 def client_address(request: HttpRequest | None) -> str | None:
@@ -116,8 +161,9 @@ def count_failure(sender: Any, credentials: dict[str, Any], request: HttpRequest
 def clear_user_failures(sender: Any, request: HttpRequest | None, user: Any,
                         **kwargs: Any) -> None:
     try:
-        for budget in budgets(user.get_username(), None):
-            budget.clear()
+        for budget in budgets(user.get_username(), client_address(request)):
+            if budget.kind == "user-address":
+                budget.clear()
     except LimiterUnavailable as exc:
         log.warning("cannot clear failed logins of %s: %s", user.get_username(), exc)
 
@@ -134,7 +180,8 @@ class FailedLoginGuard:
     def authenticate(self, request: HttpRequest | None, username: str | None = None,
                      **credentials: Any) -> None:
         try:
-            refused = wait_s(username, client_address(request), time.time()) > 0
+            refused = wait_s(username, client_address(request), time.time(),
+                             known_as(request)) > 0
         except LimiterUnavailable:
             refused = True
         if refused:
@@ -146,7 +193,8 @@ class RateLimitedLoginView(LoginView):
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
-            wait = wait_s(request.POST.get("username"), client_address(request), time.time())
+            wait = wait_s(request.POST.get("username"), client_address(request), time.time(),
+                          known_as(request))
         except LimiterUnavailable:
             return self.refuse(503, UNAVAILABLE)
         if wait:
@@ -154,6 +202,11 @@ class RateLimitedLoginView(LoginView):
             response["Retry-After"] = str(wait)
             return response
         return super().post(request, *args, **kwargs)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        remember_browser(response, form.get_user().get_username())
+        return response
 
     def refuse(self, status: int, message: str) -> HttpResponse:
         # An unbound form: a bound one would try the password while rendering.
