@@ -407,6 +407,10 @@ LOGIN_FAILURES_PER_USER_ANYWHERE = env_int("RAYWATCH_LOGIN_FAILURES_PER_USER_ANY
 LOGIN_FAILURE_WINDOW_S = env_int("RAYWATCH_LOGIN_FAILURE_WINDOW_S", 300, minimum=1)
 # How long a browser is remembered as one that logged in as its user (a signed cookie).
 LOGIN_KNOWN_BROWSER_DAYS = env_int("RAYWATCH_LOGIN_KNOWN_BROWSER_DAYS", 90, minimum=1)
+# An open live-update socket checks its session and its user's role again this often
+# (and at once when raywatch hears its user changed or logged out): one that may no
+# longer see the pages closes (dashboard/core/consumers.py).
+SOCKET_RECHECK_S = env_number("RAYWATCH_SOCKET_RECHECK_S", 30.0, minimum=0.1)
 
 # --- HTTPS (README: "Deploying with docker-compose") ------------------------------------
 # Secure cookies say raywatch is served over HTTPS, so by default plain HTTP is then

@@ -7,4 +7,5 @@ class CoreConfig(AppConfig):
     verbose_name = "raywatch core"
 
     def ready(self) -> None:
-        from dashboard.core import login  # noqa: F401 - connects the failed-login counters
+        # Connect their receivers: the failed-login counters; role changes told to sockets.
+        from dashboard.core import login, rolechanges  # noqa: F401

@@ -41,6 +41,17 @@ def trial_group(pk: int) -> str:
     return f"trial-{pk}"
 
 
+def user_group(pk: int) -> str:
+    """Every socket of one user: told to check again that it may stay open."""
+    return f"user-{pk}"
+
+
+# The topic that tells a socket to check its session and role again (never sent on to
+# the page): to a user's group when that user changed, to HEALTH_GROUP (every socket)
+# when a role's group did. Its data may name a session that ended: {"ended": KEY}.
+RECHECK = "recheck"
+
+
 # What every page shows live besides its own topics, by group: the current state a page
 # gets on connect. The app that owns it registers it in its AppConfig.ready(), so core
 # serves the header without importing the apps above it.
