@@ -326,6 +326,14 @@ FORCE_WAIT_S = env_number("RAYWATCH_FORCE_WAIT_S", 10.0, minimum=1)
 ACTION_RATE = env_int("RAYWATCH_ACTION_RATE", 10, minimum=1)
 ACTION_RATE_WINDOW_S = env_number("RAYWATCH_ACTION_RATE_WINDOW_S", 60.0, minimum=1)
 CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": NOTIFY_QUEUE}
+# An action no executor took within this long fails, with nothing signalled (a worker that
+# was down must not act late on a target that has moved on); one taken and not finished
+# within its own deadline (dashboard/actions/settle.py) fails as lost, so its target can
+# be acted on again.
+ACTION_QUEUE_S = env_number("RAYWATCH_ACTION_QUEUE_S", 30.0, minimum=1)
+CELERY_BEAT_SCHEDULE["settle-actions"] = {
+    "task": "dashboard.actions.tasks.settle_actions", "schedule": 10.0,
+    "options": {"expires": 20}}
 
 # --- where a stalled trial hangs: its Python stack (README: "Detectors") ---------------------
 # py-spy for processes on raywatch's own host; unset: the one beside Python, else on PATH.

@@ -147,8 +147,9 @@ def roleless(db: None) -> User:
 # --- Ray ------------------------------------------------------------------------------
 @pytest.fixture
 def hung_process() -> Iterator[subprocess.Popen]:
-    """A process on this host that never ends by itself: what a hung trial runs."""
-    process = subprocess.Popen(["sleep", "600"])
+    """A process on this host that never ends by itself: what a hung trial runs, titled as
+    Ray titles its workers (raywatch signals a trial's process only if it is one)."""
+    process = subprocess.Popen(["ray::train.train", "600"], executable=shutil.which("sleep"))
     yield process
     process.kill()
     process.wait()

@@ -23,8 +23,8 @@ from tests.test_terminate_on_this_host import hung_trial
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def terminate(user, trial_id: str, **expected: Any):  # type: ignore[no-untyped-def]
-    return token_client(user).post(f"/api/trials/{trial_id}/terminate",
+def terminate(user, trial_pk: int, **expected: Any):  # type: ignore[no-untyped-def]
+    return token_client(user).post(f"/api/trials/{trial_pk}/terminate",
                                    {"reason": "silent for 5 min", "expected": expected},
                                    format="json")
 
@@ -36,7 +36,7 @@ def audited(**filters: str) -> list[dict[str, Any]]:
 
 def test_a_stale_target_is_refused_and_audited(operator, hung_process) -> None:  # type: ignore[no-untyped-def]
     trial = hung_trial(hung_process.pid)
-    reply = terminate(operator, trial.trial_id, pid=hung_process.pid + 1, attempt=0)
+    reply = terminate(operator, trial.pk, pid=hung_process.pid + 1, attempt=0)
     assert reply.status_code == 409
     assert "changed since the page was drawn" in reply.json()["detail"]
     assert hung_process.poll() is None  # nothing was signalled
@@ -53,7 +53,7 @@ def test_a_stale_target_is_refused_and_audited(operator, hung_process) -> None: 
 
 def test_a_viewer_is_refused_and_audited(viewer, hung_process) -> None:  # type: ignore[no-untyped-def]
     trial = hung_trial(hung_process.pid)
-    reply = terminate(viewer, trial.trial_id)
+    reply = terminate(viewer, trial.pk)
     assert reply.status_code == 403
     [entry] = audited()
     assert (entry["username"], entry["state"]) == (viewer.username, "refused")
@@ -65,10 +65,8 @@ def test_a_viewer_is_refused_and_audited(viewer, hung_process) -> None:  # type:
 def test_an_unreachable_node_is_refused_and_audited(settings, operator) -> None:  # type: ignore[no-untyped-def]
     settings.RAY_ADDRESS = settings.RAY_GCS_ADDRESS = None
     settings.LOCAL_RAY_FILE = None
-    trial = hung_trial(4242)
-    trial.hostname = "another-node"  # not this host: only Ray's GCS could end it
-    trial.save()
-    reply = terminate(operator, trial.trial_id)
+    trial = hung_trial(4242, node_ip="10.0.0.9")  # not this host: only Ray's GCS could end it
+    reply = terminate(operator, trial.pk)
     assert reply.status_code == 503
     [entry] = audited()
     assert entry["state"] == "refused" and "knows no GCS address" in entry["outcome"]
@@ -78,7 +76,7 @@ def test_the_rate_limit_is_audited_once_per_window(settings, operator, hung_proc
     settings.ACTION_RATE, settings.ACTION_RATE_WINDOW_S = 2, 600
     trial = hung_trial(hung_process.pid)
     stale = {"pid": hung_process.pid + 1}
-    assert [terminate(operator, trial.trial_id, **stale).status_code for _ in range(4)] == [
+    assert [terminate(operator, trial.pk, **stale).status_code for _ in range(4)] == [
         409, 409, 429, 429]  # refusals count: a loop of them is itself limited
     outcomes = [e["outcome"] for e in audited()]
     assert len(outcomes) == 3 and outcomes[2].startswith("too many actions")

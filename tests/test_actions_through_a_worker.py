@@ -43,7 +43,7 @@ def finished(api, action_id: int) -> dict | None:  # type: ignore[no-untyped-def
 def test_a_trial_is_terminated_by_a_worker(worker, operator, hung_process) -> None:  # type: ignore[no-untyped-def]
     trial = hung_trial(hung_process.pid)
     api = token_client(operator)
-    reply = api.post(f"/api/trials/{trial.trial_id}/terminate",
+    reply = api.post(f"/api/trials/{trial.pk}/terminate",
                      {"reason": "silent for 5 min"}, format="json")
     assert reply.status_code == 202, reply.json()
     wait_for(lambda: hung_process.poll() is not None, 60, 0.2, "the worker to end the process")

@@ -71,7 +71,7 @@ def test_a_stall_before_the_agents_went_quiet_is_still_caught(search: Clock) -> 
     found = stalled(clock)
     assert found == {f"trial:big_asha/{name(n)}" for n in range(TRIALS)}
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
-    assert "counted to its node agent's newest data, 60 s old" in summary
+    assert "counted to the newest data raywatch has, 60 s old" in summary
 
 
 def backlog_report(token: NodeToken, seq: int, age_s: float) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from collectors.agent import wire
 from collectors.agent.client import call
 from collectors.localray import LocalCluster, free_port
 from dashboard.agents import tokens
-from dashboard.trials.models import Experiment, StepResult
+from dashboard.trials.models import Experiment, StepResult, Trial
 from tests.agents import agent_env, running_agent, stop_agent
 from tests.conftest import LiveServer, start_search, token_client, wait_for
 from tests.served import api_get, embedded_env, manage, start_serve, stop_serve
@@ -93,7 +93,9 @@ def unlocked(read: Callable[[], T]) -> T | None:
 
 
 def stored(api, trial_id: str) -> list[tuple[int, int, float]]:  # type: ignore[no-untyped-def]
-    reply = unlocked(lambda: api.get(f"/api/trials/{trial_id}/results/"))
+    pk = unlocked(lambda: Trial.objects.filter(trial_id=trial_id).values_list("pk", flat=True)
+                  .first())
+    reply = unlocked(lambda: api.get(f"/api/trials/{pk}/results/")) if pk else None
     if reply is None or reply.status_code != 200:
         return []
     return [(r["attempt"], r["iteration"], r["metrics"]["score"]) for r in reply.json()]
@@ -315,9 +317,11 @@ def test_on_the_embedded_default_with_central_reading_off(  # type: ignore[no-un
 
     def arrived() -> bool:
         try:
-            return all([(r["attempt"], r["iteration"], r["metrics"]["score"]) for r in
-                        api_get(f"{url}/api/trials/{tid}/results/", api_token)] == expected(p)
-                       for tid, p in files.items())
+            ids = {t["trial_id"]: t["id"] for t in api_get(f"{url}/api/trials/", api_token)}
+            return all(tid in ids and [
+                (r["attempt"], r["iteration"], r["metrics"]["score"]) for r in
+                api_get(f"{url}/api/trials/{ids[tid]}/results/", api_token)] == expected(p)
+                for tid, p in files.items())
         except OSError:
             return False
 

@@ -47,7 +47,7 @@ def test_an_operator_takes_a_stack_from_the_trial_page(  # type: ignore[no-untyp
     expect(dump).to_contain_text("wait_for_the_data_loader (<string>:6)", timeout=30_000)
     expect(box).to_contain_text("py-spy on raywatch's host")
     expect(box).to_contain_text(f"asked by {operator.username}")
-    expect(box).to_contain_text("Tried first: node 10.0.0.5 has no raywatch agent; "
+    expect(box).to_contain_text("Tried first: node 127.0.0.1 has no raywatch agent; "
                                 "Ray's dashboard: cannot reach")
     style = dump.evaluate("e => [getComputedStyle(e).fontFamily, getComputedStyle(e).overflow]")
     assert "monospace" in style[0] and style[1] == "auto", style
@@ -67,7 +67,7 @@ def test_the_incident_page_follows_the_stalls_stack(  # type: ignore[no-untyped-
     expect(page.locator('[data-fact="Activity"]')).to_have_text(
         "idle: CPU 0%, state S, per the agent of gpu-b")
     box = page.locator("#incident-stack")
-    expect(box).to_contain_text(f"Taking the stack of pid {trial.pid} on 10.0.0.5")
+    expect(box).to_contain_text(f"Taking the stack of pid {trial.pid} on 127.0.0.1")
 
     def fails() -> None:
         TrialStack.objects.filter(pk=asked.pk).update(

@@ -36,7 +36,11 @@ def test_terminate_from_the_trial_page(  # type: ignore[no-untyped-def]
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     dialog = open_dialog(page, live_server_asgi, operator, trial)
-    expect(dialog.locator('[data-fact="Process"]')).to_have_text(f"pid {hung_process.pid}")
+    # The process as Ray knows it, and where: never as a result line names it.
+    expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
+        f"pid {hung_process.pid}: Ray worker of actor train ")
+    expect(dialog.locator('[data-fact="Cluster"]')).to_have_text(trial.experiment.cluster.name)
+    expect(dialog.locator('[data-fact="Node"]')).to_contain_text("(raywatch's own host)")
     expect(dialog.locator('[data-fact="Trial"]')).to_contain_text("t_00000 of search")
     page.fill("#action-reason", "silent for 5 min")
     page.click("#action-confirm")
@@ -58,7 +62,8 @@ def test_the_dialog_says_why_the_preview_failed(  # type: ignore[no-untyped-def]
     dialog = page.locator("#action-dialog")
     expect(dialog).to_be_visible()
     expect(dialog.locator("#action-error")).to_have_text(
-        f"trial t_00000's process {hung_process.pid} is already gone")
+        f"trial t_00000's process {hung_process.pid} is already gone, or is no Ray worker on "
+        "this host")
     expect(dialog.locator("#action-confirm")).to_be_disabled()
 
 

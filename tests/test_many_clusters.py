@@ -204,7 +204,7 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
             assert message["group"]["key"] == f"beta/experiment:{name_b}", message
             assert [i["cluster"] for i in message["incidents"]] == ["beta"]
             assert not [m for m in to_alpha.accepted() if m["cluster"] == "beta"]
-            results_before = len(rw.api(f"/api/trials/{hung['trial_id']}/results/"))
+            results_before = len(rw.api(f"/api/trials/{hung['id']}/results/"))
             assert results_before >= 4
             in_the_browser(page, rw, name_a, name_b, beta_cluster, ray_cluster.node_id)
 
@@ -223,7 +223,7 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
         # Beta's history is still there: its trials, their results, its node (now DEAD),
         # and its stall resolved (an ended cluster runs nothing).
         assert len(trials_of("beta", name_b)) == 3
-        assert len(rw.api(f"/api/trials/{hung['trial_id']}/results/")) >= results_before
+        assert len(rw.api(f"/api/trials/{hung['id']}/results/")) >= results_before
         [node] = rw.api("/api/nodes/?cluster=beta")
         assert (node["node_id"], node["state"]) == (beta_cluster.node_id, "DEAD"), node
         wait_for(lambda: not stall("beta"), 60, 1, "beta's stall to resolve")

@@ -1,7 +1,9 @@
 """Terminate a trial whose process runs on this host (as on `make run`'s local
 cluster): the confirm dialog's preview names the GPUs its process tree holds, the
-process is gone after SIGTERM, and the audit keeps every step. No Ray is needed for
-a local process, so this runs on both backends (see test_on_embedded_default.py)."""
+process is gone after SIGTERM, and the audit keeps every step. Ray's view of the trial's
+actor is written as raywatch's Ray poll stores it (a live node at this host's address, a
+live actor with the trial's pid), so this runs on both backends without a cluster (see
+test_on_embedded_default.py)."""
 
 from __future__ import annotations
 
@@ -13,20 +15,32 @@ import pytest
 from django.utils import timezone
 
 from collectors.procstat import this_host
+from dashboard.cluster.models import Actor, Node
 from dashboard.gpus.models import Gpu, GpuProcess
 from dashboard.trials.models import Experiment, Trial
 from tests.conftest import token_client, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-NODE_IP = "10.0.0.5"
+NODE_IP = "127.0.0.1"  # an address of this host: Ray placed the trial here
 
 
-def hung_trial(pid: int) -> Trial:
+def hung_trial(pid: int, node_ip: str = NODE_IP, trial_id: str = "t_00000",
+               experiment: str = "search", ray: bool = True) -> Trial:
+    """A running trial whose results name `pid` on `node_ip`; with `ray`, Ray lists a live
+    actor of its trainable with that pid on a live node at that address."""
     now = timezone.now()
+    if ray:
+        node = Node.objects.get_or_create(node_id=f"node-{node_ip}", defaults=dict(
+            node_ip=node_ip, hostname=this_host() if node_ip == NODE_IP else "gpu-b",
+            state=Node.ALIVE, last_seen_at=now))[0]
+        Actor.objects.create(actor_id=f"actor-{pid}-{node_ip}", state="ALIVE", pid=pid,
+                             node_id=node.node_id, repr_name="train", job_id="01000000",
+                             start_time=now - timedelta(minutes=30), first_seen_at=now,
+                             updated_at=now)
     return Trial.objects.create(
-        experiment=Experiment.objects.create(name="search"), trial_id="t_00000",
-        status=Trial.RUNNING, pid=pid, hostname=this_host(), node_ip=NODE_IP, iteration=4,
-        last_result_at=now - timedelta(minutes=5))
+        experiment=Experiment.objects.get_or_create(name=experiment)[0], trial_id=trial_id,
+        trainable="train", status=Trial.RUNNING, pid=pid, hostname=this_host(),
+        node_ip=node_ip, iteration=4, last_result_at=now - timedelta(minutes=5))
 
 
 def gpu_process(uuid: str, node_ip: str, pid: int, ancestors: list[int]) -> None:
@@ -49,12 +63,12 @@ def test_an_operator_terminates_a_hung_trial_on_this_host(  # type: ignore[no-un
     gpu_process("GPU-3", "10.0.0.6", pid, [1])  # the same pid on another node
     api = token_client(operator)
 
-    preview = api.get(f"/api/trials/{trial.trial_id}/terminate")
+    preview = api.get(f"/api/trials/{trial.pk}/terminate")
     assert preview.status_code == 200, preview.content
     held = [(g["uuid"], g["pid"]) for g in preview.json()["target"]["gpus"]]
     assert sorted(held) == [("GPU-0", pid), ("GPU-1", pid + 7)]
 
-    reply = api.post(f"/api/trials/{trial.trial_id}/terminate",
+    reply = api.post(f"/api/trials/{trial.pk}/terminate",
                      {"reason": "silent for 5 min", "expected": {"pid": pid}}, format="json")
     assert reply.status_code == 202, reply.content
     wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")

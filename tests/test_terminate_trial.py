@@ -13,6 +13,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from dashboard.actions.models import AuditEntry
+from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
 from tests.conftest import start_search, stop_node, token_client, wait_for
 
@@ -40,7 +41,7 @@ def stuck(experiment: str, behaviour: str) -> Trial:
 
 
 def terminate(api: APIClient, trial: Trial, **expected: Any) -> Any:
-    return api.post(f"/api/trials/{trial.trial_id}/terminate",
+    return api.post(f"/api/trials/{trial.pk}/terminate",
                     {"reason": "hung in step 5", "expected": expected or {"pid": trial.pid}},
                     format="json")
 
@@ -86,8 +87,14 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
         assert not psutil.pid_exists(hung.pid)
         assert action["target"]["pid"] == hung.pid and action["username"] == "oscar-operator"
         assert action["reason"] == "hung in step 5"
-        wait_for(lambda: Trial.objects.get(pk=hung.pk).status == Trial.ERROR, 60, 0.5,
-                 "Tune to record the terminated trial as errored")
+        ended = wait_for(lambda: Trial.objects.filter(pk=hung.pk, status=Trial.ERROR).first(),
+                         60, 0.5, "Tune to record the terminated trial as errored")
+        # The operator's own kill is shown as theirs, and pages nobody.
+        wait_for(lambda: Trial.objects.get(pk=hung.pk).status_reason ==
+                 "terminated by oscar-operator through raywatch", 30, 0.5, "the detectors")
+        shown = {t["id"]: t for t in token_client(viewer).get("/api/trials/").json()}
+        assert shown[hung.pk]["terminated_by"] == "oscar-operator"
+        assert not Incident.objects.filter(trial=ended, kind="trial_errored").exists()
 
         # A trial that ignores SIGTERM is forced after the grace period.
         stubborn = stuck(name, "stubborn")

@@ -25,6 +25,8 @@ from collectors.localray import free_port
 from collectors.procstat import this_host
 from dashboard.agents import tokens
 from dashboard.agents.models import NodeProcess
+from dashboard.cluster.models import Actor
+from dashboard.cluster.tasks import poll_ray_state
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial, TrialStack
 from dashboard.trials.stacks import request_stack, stack_payload
@@ -105,8 +107,8 @@ def test_a_hung_trials_incident_shows_where_it_hangs_and_whether_it_is_busy(  # 
                     and d["busy"] is False, "the hung trial idle per Ray's reporter")
 
         # ... and a stack asked for now says why none can be taken.
-        assert token_client(viewer).post(f"/api/trials/{hung.trial_id}/stack").status_code == 403
-        reply = token_client(operator).post(f"/api/trials/{hung.trial_id}/stack")
+        assert token_client(viewer).post(f"/api/trials/{hung.pk}/stack").status_code == 403
+        reply = token_client(operator).post(f"/api/trials/{hung.pk}/stack")
         assert reply.status_code == 202 and reply.json()["created"] is True, reply.json()
         asked = reply.json()["stack"]["id"]
         details = stall_where(hung, lambda d: d["stack"]["id"] == asked
@@ -193,9 +195,14 @@ def test_ray_gives_the_stack_when_its_head_allows_profiling(  # type: ignore[no-
     try:
         assert driver.stdout is not None
         pid, node_ip = driver.stdout.readline().split()
+        # Ray's view of its actor, as raywatch's Ray poll stores it: what ties the trial
+        # to the process (a result line's pid alone is never enough).
+        wait_for(lambda: poll_ray_state() or Actor.objects.filter(pid=int(pid)).exists(),
+                 30, 0.5, "Ray's poll to list the actor")
         trial = Trial.objects.create(experiment=Experiment.objects.create(name="loader"),
                                      trial_id="l_00000", status=Trial.RUNNING, pid=int(pid),
-                                     node_ip=node_ip, hostname="a-node-without-agent")
+                                     trainable="Loader", node_ip=node_ip,
+                                     hostname="a-node-without-agent")
         stack, created = request_stack(trial, timezone.now())
         assert created
         done = wait_for(lambda: (s := stack_payload(TrialStack.objects.get(pk=stack.pk)))

@@ -252,8 +252,8 @@ def test_a_hang_on_node_b_is_seen_explained_and_ended_through_its_agent(  # type
         hung, healthy = trials["hang"], trials["healthy"]
         assert hung["node_ip"] == NODE_B_IP and healthy["node_ip"] == NODE_B_IP
         assert hung["hostname"] == NODE_B
-        steps = len(rw.api(f"/api/trials/{healthy['trial_id']}/results/"))
-        wait_for(lambda: len(rw.api(f"/api/trials/{healthy['trial_id']}/results/")) > steps + 2,
+        steps = len(rw.api(f"/api/trials/{healthy['id']}/results/"))
+        wait_for(lambda: len(rw.api(f"/api/trials/{healthy['id']}/results/")) > steps + 2,
                  30, 0.5, "the healthy trial's steps to keep arriving")
 
         # The hang: detected, idle per B's agent, its stack taken by B's agent.
@@ -295,7 +295,7 @@ def test_a_hang_on_node_b_is_seen_explained_and_ended_through_its_agent(  # type
             seen: dict[str, object] = {}
 
             def caught_up() -> bool:
-                stored = rw.api(f"/api/trials/{healthy['trial_id']}/results/?page_size=1000")
+                stored = rw.api(f"/api/trials/{healthy['id']}/results/?page_size=1000")
                 keys = [(r["attempt"], r["iteration"]) for r in stored]
                 missing = sorted(written - {i for _, i in keys})
                 doubled = sorted({k for k in keys if keys.count(k) > 1})
@@ -309,7 +309,7 @@ def test_a_hang_on_node_b_is_seen_explained_and_ended_through_its_agent(  # type
                                      f"{(tmp_path / 'agent-b.log').read_text()[-1500:]}")
 
             # Terminate the hung trial: it goes through B's agent and ends the process.
-            action = api_post(f"{rw.url}/api/trials/{hung['trial_id']}/terminate", rw.token,
+            action = api_post(f"{rw.url}/api/trials/{hung['id']}/terminate", rw.token,
                                {"reason": "hung on node B"})
             done = wait_for(lambda: (a := rw.api(f"/api/actions/{action['action_id']}/"))
                             and a["state"] in ("succeeded", "failed") and a, 90, 1,

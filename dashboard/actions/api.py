@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from dashboard.actions import plans
 from dashboard.actions.models import AuditEntry, AuditStep
 from dashboard.actions.service import Plan, active, request
+from dashboard.actions.settle import settle
 from dashboard.cluster.scope import CLUSTER_PARAMETER, requested_cluster
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import ADMIN, OPERATOR
@@ -83,6 +84,7 @@ def preview(plan_of: Callable[[], Plan]) -> Response:
     is answered with why (404, 409), as the request would be."""
     plan = plan_of()
     plan.check({})
+    settle(timezone.now(), plan.key)
     running = active(plan.key)
     return Response({"kind": plan.kind, "target": plan.target,
                      "active_action": running.pk if running else None})
@@ -92,12 +94,12 @@ class TerminateTrial(APIView):
     """Terminate a trial (operators): SIGTERM, RAYWATCH_TERMINATE_GRACE_S, then force."""
 
     @extend_schema(responses={200: Preview, 404: None, 409: None})
-    def get(self, req: Request, trial_id: str) -> Response:
-        return preview(lambda: plans.trial_plan(trial_id, timezone.now()))
+    def get(self, req: Request, pk: int) -> Response:
+        return preview(lambda: plans.trial_plan(pk, timezone.now()))
 
     @extend_schema(request=ActionRequest, responses={202: Accepted, **REFUSALS})
-    def post(self, req: Request, trial_id: str) -> Response:
-        return act(req, lambda: plans.trial_plan(trial_id, timezone.now()), OPERATOR)
+    def post(self, req: Request, pk: int) -> Response:
+        return act(req, lambda: plans.trial_plan(pk, timezone.now()), OPERATOR)
 
 
 class StopJob(APIView):

@@ -16,12 +16,18 @@ def step(entry: AuditEntry, name: str, at: datetime, detail: str = "") -> None:
     publish(ACTIONS_GROUP, "action", {"id": entry.pk, "state": entry.state})
 
 
-def advance(entry: AuditEntry, state: str, at: datetime, detail: str) -> None:
-    """Move the action on (signalled, succeeded, failed) and record the step."""
+def advance(entry: AuditEntry, state: str, at: datetime, detail: str,
+            since: tuple[str, ...] = AuditEntry.ACTIVE) -> bool:
+    """Move the action on (signalled, succeeded, failed) and record the step, if it is
+    still in one of the states `since`. An action that already ended (failed as lost while
+    its executor was stalled) keeps its outcome: what came late is a step of its own."""
     fields: dict[str, Any] = {"state": state}
     if state in (AuditEntry.SUCCEEDED, AuditEntry.FAILED):
         fields.update(outcome=detail, finished_at=at)
-    AuditEntry.objects.filter(pk=entry.pk).update(**fields)
+    if not AuditEntry.objects.filter(pk=entry.pk, state__in=since).update(**fields):
+        step(entry, "late", at, f"{state} after the action had ended: {detail}")
+        return False
     for name, value in fields.items():
         setattr(entry, name, value)
     step(entry, state, at, detail)
+    return True

@@ -27,8 +27,9 @@ from collectors import raykill
 from collectors.http import SourceError
 from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
+from dashboard.actions.settle import queue_limit, settle
 from dashboard.actions.targets import create_time
-from dashboard.agents.remote import RemoteProcess, node_with_agent
+from dashboard.agents.remote import RemoteProcess
 from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import endpoint_of, gcs_of
 from dashboard.cluster.models import Job
@@ -46,8 +47,14 @@ SIGNAL_PROCESS = "dashboard.actions.tasks.signal_process"
 def run(entry_id: int) -> None:
     # One runner per action, even if its task is delivered twice: the claim is a
     # conditional update.
-    if not AuditEntry.objects.filter(pk=entry_id, state=AuditEntry.REQUESTED,
-                                     started_at=None).update(started_at=timezone.now()):
+    now = timezone.now()
+    # Taken late (a worker that was down, a queue drained after a restart): the target
+    # has moved on since it was confirmed, so the action is not run (settle.py).
+    if not AuditEntry.objects.filter(pk=entry_id, state=AuditEntry.REQUESTED, started_at=None,
+                                     requested_at__gte=now - queue_limit()).update(
+                                         started_at=now):
+        settle(now, AuditEntry.objects.filter(pk=entry_id).values_list(
+            "target_key", flat=True).first())
         return
     entry = AuditEntry.objects.get(pk=entry_id)
     try:
@@ -96,16 +103,11 @@ def signal_through(queue: str | None, pid: int, sig: int) -> None:
     celery_app.send_task(SIGNAL_PROCESS, args=[pid, int(sig)], queue=queue, expires=30)
 
 
-def agent_serves(node_ip: str, node: str, cluster: str = "") -> bool:
-    """Whether the node (of `cluster`, when given) runs an HTTP agent that reported lately
-    (it can signal there)."""
-    return node_with_agent(node_ip, node, cluster) is not None
-
-
-def through_agent(entry: AuditEntry, t: dict[str, Any], node: str) -> RemoteProcess | None:
-    """The process's node runs an HTTP agent (docs/agent-protocol.md): it signals there."""
-    name = None if t["local"] else node_with_agent(t["node_ip"], node, t.get("cluster", ""))
-    return RemoteProcess(entry, name, t["pid"]) if name else None
+def through_agent(entry: AuditEntry, t: dict[str, Any]) -> RemoteProcess | None:
+    """The process's node runs an HTTP agent (docs/agent-protocol.md): it signals there,
+    the process that started when the operator confirmed (the target's create_time)."""
+    node = None if t["local"] else t.get("agent_node")
+    return RemoteProcess(entry, node, t["pid"], t.get("create_time")) if node else None
 
 
 def kill_local(pid: int, started: float | None, sig: int) -> None:
@@ -118,7 +120,7 @@ def kill_local(pid: int, started: float | None, sig: int) -> None:
 def terminate_trial(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['hostname'] or t['node_ip']}"
-    remote = through_agent(entry, t, t["hostname"])
+    remote = through_agent(entry, t)
     if t["local"]:
         gone = local_gone(t["pid"], t["create_time"])
         kill_local(t["pid"], t["create_time"], signal.SIGTERM)
@@ -139,6 +141,10 @@ def terminate_trial(entry: AuditEntry) -> None:
             raykill.kill_actor(address, token, t["actor_id"], force=False)
             how = f"graceful kill of actor {t['actor_id']} ({where}) asked of the GCS"
         advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
+    # Tune records this kill as the attempt's error: the operator's doing, not an alarm.
+    Trial.objects.filter(pk=t["trial_pk"], attempt=t["attempt"]).update(
+        terminated_by=entry.username, terminated_attempt=t["attempt"],
+        updated_at=timezone.now())  # the detectors look at it again
     took = wait_until(gone, settings.TERMINATE_GRACE_S)
     if took is None:
         step(entry, "forced", timezone.now(),
@@ -235,7 +241,7 @@ def stop_job(entry: AuditEntry) -> None:
 def kill_process(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['node']} (GPU {t['gpu_index']})"
-    remote = through_agent(entry, t, t["node"])
+    remote = through_agent(entry, t)
     send: Callable[[int], object]
     if t["local"]:
         gone = local_gone(t["pid"], t["create_time"])

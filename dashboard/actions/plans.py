@@ -11,7 +11,7 @@ from django.db.models import Q
 from collectors import raykill
 from collectors.http import SourceError, get_json
 from dashboard.actions import targets
-from dashboard.actions.executor import agent_queue, agent_serves
+from dashboard.actions.executor import agent_queue
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
 from dashboard.actions.targets import TargetError
@@ -23,28 +23,27 @@ from dashboard.gpus.views_data import owner_maps_for
 from dashboard.trials.models import Trial
 
 
-def trial_plan(trial_id: str, now: datetime) -> Plan:
-    trial = (Trial.objects.select_related("experiment").filter(trial_id=trial_id)
-             .order_by("-updated_at").first())
+def trial_plan(pk: int, now: datetime) -> Plan:
+    """The trial of this primary key: a trial id alone may be claimed by any cluster's
+    logs, so actions name the row, which belongs to one cluster."""
+    trial = Trial.objects.select_related("experiment__cluster").filter(pk=pk).first()
     if trial is None:
-        raise TargetError(f"no trial {trial_id!r}", 404)
+        raise TargetError(f"no trial #{pk}", 404)
     target = targets.trial_target(trial, now)
-    return Plan(AuditEntry.TERMINATE_TRIAL, f"trial:{trial.experiment.name}/{trial.trial_id}",
+    return Plan(AuditEntry.TERMINATE_TRIAL,
+                f"trial:{target['cluster']}/{trial.experiment.name}/{trial.trial_id}",
                 target, OPERATOR, lambda: trial_unreachable(target),
                 lambda expected: targets.check_trial(trial, target, expected))
 
 
 def trial_unreachable(target: dict[str, Any]) -> str | None:
-    if target["local"] or agent_serves(target["node_ip"], target["hostname"],
-                                       target.get("cluster", "")):
+    if target["local"] or target["agent_node"]:
         return None  # signalled from this host, or by the node's agent
     address = gcs_of(target.get("cluster"))
     if not address:
         return ("the trial runs on another host and raywatch knows no GCS address to kill "
                 f"its actor through (set RAY_GCS_ADDRESS, or give cluster "
                 f"{target.get('cluster')}'s with `manage.py cluster add --gcs`)")
-    if not target["actor_id"]:
-        return "Ray lists no live actor with the trial's pid: wait for the next poll"
     try:
         raykill.actor_state(address, endpoint_of(target.get("cluster")).token,
                             target["actor_id"])
@@ -96,8 +95,7 @@ def process_plan(uuid: str, pid: int, now: datetime) -> Plan:
 
 
 def process_unreachable(target: dict[str, Any]) -> str | None:
-    if (target["local"] or agent_queue(target["node_ip"])
-            or agent_serves(target["node_ip"], target["node"])):
+    if target["local"] or target["agent_node"] or agent_queue(target["node_ip"]):
         return None
     return f"the agent of node {target['node']} is not answering: it cannot be signalled"
 

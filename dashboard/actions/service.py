@@ -19,6 +19,7 @@ from django.utils import timezone
 from dashboard.actions import executor
 from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
+from dashboard.actions.settle import settle
 from dashboard.actions.targets import TargetError
 from dashboard.core.background import send_soon
 from dashboard.core.errors import ApiError
@@ -55,6 +56,7 @@ def request(user: Any, plan_of: Callable[[], Plan], expected: dict[str, Any], re
     if not reason.strip():
         raise ActionRefused("say why (a reason is required; it goes into the audit)", 400)
     plan = plan_of()  # TargetError (an ActionRefused's kin) when there is no such target
+    settle(now, plan.key)  # an action lost to a restart does not hold its target for ever
     allowed = has_role(user, needed) and has_role(user, plan.role)
     if allowed and (existing := active(plan.key)):
         return existing, False
@@ -133,6 +135,7 @@ def start(entry: AuditEntry) -> None:
     When it cannot be sent (the broker is down), the action fails with that reason
     instead of staying "requested" and blocking its target."""
     try:
-        send_soon(executor.RUN_ACTION, executor.run, entry.pk, expires=3600)  # to notify
+        send_soon(executor.RUN_ACTION, executor.run, entry.pk,  # to notify
+                  expires=settings.ACTION_QUEUE_S)
     except Exception as exc:
         advance(entry, AuditEntry.FAILED, timezone.now(), f"could not start the action: {exc}")

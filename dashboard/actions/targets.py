@@ -9,11 +9,14 @@ from typing import Any
 
 import psutil
 
-from collectors.procstat import this_host
-from dashboard.cluster.models import Actor, Job, Node
+from collectors.procstat import is_ray_worker, this_host
+from dashboard.agents.models import NodeProcess
+from dashboard.agents.remote import node_with_agent
+from dashboard.cluster.models import Job
 from dashboard.core.errors import ApiError
 from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
+from dashboard.trials.process import trial_process
 
 
 class TargetError(ApiError):
@@ -42,36 +45,67 @@ def gpus_held(node_ip: str, pid: int | None) -> list[dict[str, Any]]:
 
 
 def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:
-    cluster_id = trial.experiment.cluster_id
-    node_ids = list(Node.objects.filter(cluster_id=cluster_id, node_ip=trial.node_ip)
-                    .values_list("node_id", flat=True))
-    actor = (Actor.objects.filter(cluster_id=cluster_id, node_id__in=node_ids, pid=trial.pid,
-                                  state="ALIVE").first()
-             if trial.pid else None)
-    local = bool(trial.hostname) and trial.hostname == this_host()
+    """The trial and the process Ray ties it to (dashboard.trials.process): a result line's
+    pid, host or address never decides what is signalled, or where."""
+    bound = trial_process(trial)
     silent = (now - trial.last_result_at).total_seconds() if trial.last_result_at else None
-    return {
+    target: dict[str, Any] = {
         "cluster": trial.experiment.cluster.name,
         "trial_pk": trial.pk, "trial_id": trial.trial_id, "experiment": trial.experiment.name,
         "status": trial.status, "attempt": trial.attempt, "pid": trial.pid,
-        "node_ip": trial.node_ip, "hostname": trial.hostname, "local": local,
-        "create_time": create_time(trial.pid) if local else None,
-        "actor_id": actor.actor_id if actor else None,
         "silent_s": round(silent) if silent is not None else None,
         "last_result_at": trial.last_result_at.isoformat() if trial.last_result_at else None,
-        "iteration": trial.iteration, "gpus": gpus_held(trial.node_ip, trial.pid),
+        "iteration": trial.iteration,
     }
+    if isinstance(bound, str):
+        return {**target, "unbound": bound, "node_ip": trial.node_ip,
+                "hostname": trial.hostname, "local": False, "agent_node": None,
+                "create_time": None, "actor_id": None, "gpus": []}
+    agent = None if bound.local else node_with_agent(bound.node_ip, bound.hostname,
+                                                    target["cluster"])
+    return {**target, "unbound": None, "node_ip": bound.node_ip, "hostname": bound.hostname,
+            "node_id": bound.node_id, "local": bound.local, "agent_node": agent,
+            "create_time": process_started(bound.pid, bound.local, agent),
+            "actor_id": bound.actor_id, "actor": bound.actor, "job_id": bound.job_id,
+            "actor_since": bound.since.isoformat() if bound.since else None,
+            "gpus": gpus_held(bound.node_ip, bound.pid)}
+
+
+def process_started(pid: int, local: bool, agent: str | None) -> float | None:
+    """The start time of the process the operator is about to confirm: read here for a
+    Ray worker on this host, else as the node's agent last reported it. The signal is
+    pinned to it, so a pid reused before the signal goes is left alone."""
+    if local:
+        return create_time(pid) if local_ray_worker(pid) else None
+    fact = NodeProcess.objects.filter(node=agent, pid=pid).first() if agent else None
+    return fact.create_time if fact else None
+
+
+def local_ray_worker(pid: int) -> bool:
+    """Whether the pid on this host is a Ray worker process (what an agent watches)."""
+    try:
+        return is_ray_worker(psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        return False
 
 
 def check_trial(trial: Trial, target: dict[str, Any], expected: dict[str, Any]) -> None:
+    what = f"trial {trial.trial_id}"
     if trial.status in Trial.FINISHED:
-        raise TargetError(f"trial {trial.trial_id} has already ended ({trial.status}): "
-                          "nothing to terminate", 409)
+        raise TargetError(f"{what} has already ended ({trial.status}): nothing to terminate",
+                          409)
     if not trial.pid:
-        raise TargetError(f"trial {trial.trial_id} has no known process yet", 409)
-    _check_expected(target, expected, ("pid", "attempt"), f"trial {trial.trial_id}")
+        raise TargetError(f"{what} has no known process yet", 409)
+    _check_expected(target, expected, ("pid", "attempt"), what)
+    if target["unbound"]:
+        raise TargetError(f"{target['unbound']}. Stop its Ray job instead, or wait for "
+                          "Ray's next poll.", 409)
     if target["local"] and target["create_time"] is None:
-        raise TargetError(f"trial {trial.trial_id}'s process {trial.pid} is already gone", 409)
+        raise TargetError(f"{what}'s process {trial.pid} is already gone, or is no Ray "
+                          "worker on this host", 409)
+    if target["agent_node"] and target["create_time"] is None:
+        raise TargetError(f"the agent of {target['agent_node']} does not list pid "
+                          f"{trial.pid}: it ended, or is not a process the agent watches", 409)
 
 
 def _check_expected(target: dict[str, Any], expected: dict[str, Any], keys: tuple[str, ...],
@@ -107,10 +141,16 @@ def check_process(pid: int, owner: Any) -> None:
 
 
 def process_target(proc: GpuProcess, owner: Any) -> dict[str, Any]:
-    agent = Agent.objects.filter(node_ip=proc.gpu.node_ip).order_by("-last_poll_at").first()
+    # On this host only when this host's own GPU poller (a queue of its own; an HTTP
+    # agent's row has none) reported the GPU: a node's token cannot name itself this host.
+    agent = (Agent.objects.filter(node_ip=proc.gpu.node_ip).exclude(queue="")
+             .order_by("-last_poll_at").first())
     local = agent is not None and agent.node == this_host()
+    remote = None if local else node_with_agent(proc.gpu.node_ip, proc.gpu.node)
     return {"gpu": proc.gpu.uuid, "gpu_index": proc.gpu.index, "node": proc.gpu.node,
             "node_ip": proc.gpu.node_ip, "pid": proc.pid, "used_memory": proc.used_memory_bytes,
             "owner": owner.kind, "owner_label": owner.label, "owner_reason": owner.reason,
             "first_seen_at": proc.first_seen_at.isoformat(), "local": local,
-            "create_time": create_time(proc.pid) if local else None}
+            # An orphan is no Ray worker: on this host its start time is read as it is.
+            "agent_node": remote, "create_time": create_time(proc.pid) if local
+            else process_started(proc.pid, False, remote)}

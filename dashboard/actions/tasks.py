@@ -4,14 +4,15 @@ and the request send these tasks by name (executor.RUN_ACTION, executor.SIGNAL_P
 from __future__ import annotations
 
 from celery import shared_task
+from django.utils import timezone
 
-from dashboard.actions import executor
+from dashboard.actions import executor, settle
 
 
 @shared_task(name=executor.RUN_ACTION, ignore_result=True, acks_late=False)
 def run_action(entry_id: int) -> None:
     """Not acks_late: an action half-done by a worker that died is not redone blindly;
-    it stays signalled in the audit for a person to look at."""
+    settle_actions ends it as lost, with what is known, in the audit."""
     executor.run(entry_id)
 
 
@@ -19,3 +20,9 @@ def run_action(entry_id: int) -> None:
 def signal_process(pid: int, sig: int) -> None:
     """Runs on the agent of the process's node (its own queue)."""
     executor.signal_pid(pid, sig)
+
+
+@shared_task(name="dashboard.actions.tasks.settle_actions", ignore_result=True)
+def settle_actions() -> None:
+    """End the actions that nothing will finish (settle.py)."""
+    settle.settle(timezone.now())

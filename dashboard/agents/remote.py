@@ -34,12 +34,15 @@ def node_with_agent(node_ip: str, node: str = "", cluster: str = "") -> str | No
 class RemoteProcess:
     """A process on another node, signalled through that node's agent."""
 
-    def __init__(self, entry: AuditEntry, node: str, pid: int) -> None:
-        fact = NodeProcess.objects.filter(node=node, pid=pid).first()
-        if fact is None:
-            raise SourceError(f"the agent of {node} does not report process {pid} (it watches "
-                              "Ray workers and GPU processes): it has ended or is not one")
-        self.entry, self.node, self.pid, self.create_time = entry, node, pid, fact.create_time
+    def __init__(self, entry: AuditEntry, node: str, pid: int, create_time: float | None
+                 ) -> None:
+        """`create_time`: the start time the operator confirmed, as the agent reported it;
+        the agent signals only a process that started then."""
+        if create_time is None:
+            raise SourceError(f"the agent of {node} did not report process {pid} when the "
+                              "action was confirmed (it watches Ray workers and GPU "
+                              "processes): it had ended or is not one")
+        self.entry, self.node, self.pid, self.create_time = entry, node, pid, create_time
         self.ended = False
 
     def send(self, sig: int) -> str:

@@ -17,6 +17,7 @@ from dashboard.agents.models import AgentCommand, NodeProcess, NodeToken
 from dashboard.agents.remote import node_with_agent
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
+from dashboard.trials.process import TrialProcess
 
 POLL_S = 0.2
 ANSWER_GRACE_S = 10.0  # after py-spy's own timeout, for the answer to come back
@@ -50,16 +51,14 @@ def no_agent(trial: Trial) -> str:
     return f"node {where} has no raywatch agent"
 
 
-def agent_stack(trial: Trial) -> Stack | str | None:
-    if trial.pid is None:
-        return None
-    node = node_with_agent(trial.node_ip, trial.hostname, trial.experiment.cluster.name)
+def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
+    node = node_with_agent(bound.node_ip, bound.hostname, trial.experiment.cluster.name)
     if node is None:
         return no_agent(trial)
-    fact = NodeProcess.objects.filter(node=node, pid=trial.pid).first()
+    fact = NodeProcess.objects.filter(node=node, pid=bound.pid).first()
     if fact is None:
-        return f"the agent of {node} does not list pid {trial.pid}: it ended, or is no Ray worker"
-    command = wait_for_answer(create_stack(node, trial.pid, fact.create_time, timezone.now()))
+        return f"the agent of {node} does not list pid {bound.pid}: it ended, or is no Ray worker"
+    command = wait_for_answer(create_stack(node, bound.pid, fact.create_time, timezone.now()))
     if isinstance(command, str):
         return command
     if command.outcome == "taken":

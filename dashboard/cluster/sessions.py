@@ -17,6 +17,9 @@ from collectors.records import RaySession
 from dashboard.cluster.models import Cluster, ClusterSession, Node
 from dashboard.core.templatetags.rw import age
 
+# Why a node is DEAD when it went with its whole session: no node_dead alarm for it.
+SESSION_ENDED = "its session ended: the head restarted"
+
 
 @contextmanager
 def held(now: datetime, name: str | None = None) -> Iterator[Cluster | None]:
@@ -52,6 +55,11 @@ def note_answer(cluster: Cluster, session: RaySession, dashboard_url: str,
         return changed
     if current is not None:
         _end_session(current, f"the head restarted: a new session, {session.session_name}")
+        # Its nodes went with it (the new session's raylets have new ids): history, as
+        # when a cluster ends, not nodes that died one by one.
+        Node.objects.filter(cluster=cluster).exclude(state=Node.DEAD).update(
+            state=Node.DEAD, state_message=SESSION_ENDED, ended_at=current.last_seen_at,
+            updated_at=now)
     row, created = ClusterSession.objects.get_or_create(
         cluster=cluster, session_name=session.session_name,
         defaults={"ray_version": session.ray_version or "", "first_seen_at": now,

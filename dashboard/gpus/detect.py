@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.cluster.models import Cluster, Demand, Job, Node
+from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
 from dashboard.gpus.models import Agent, Gpu, GpuProcess
 from dashboard.gpus.owners import JOB, TRIAL, Owner
@@ -164,11 +165,12 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             findings.append(replace(finding, cluster_id=host.cluster_id))
             context[finding.subject] = {"node_ip": host.node_ip}
     # An ended cluster's nodes and demand are history (its nodes were marked DEAD when it
-    # ended): nothing there to alert on.
+    # ended), and so are an ended session's nodes: nothing there to alert on.
     for demand in Demand.objects.exclude(cluster__state=Cluster.ENDED):
         if finding := rules.demand_waiting(demand_view(demand), th, now):
             findings.append(replace(finding, cluster_id=demand.cluster_id))
-    for node in Node.objects.exclude(cluster__state=Cluster.ENDED):
+    for node in Node.objects.exclude(cluster__state=Cluster.ENDED).exclude(
+            state_message=SESSION_ENDED):
         view = node_view(node)
         for finding in (rules.object_store_spilling(view, th, now), rules.node_dead(view, th, now)):
             if finding:

@@ -98,6 +98,7 @@ class TrialSnapshot:
     # restarted before they reconnected): its silence is counted up to their last report.
     data_until: datetime | None = None
     agent_note: str = ""  # its agents have been silent longer than a hold: said so
+    ended_by: str = ""  # who terminated its current attempt through raywatch
 
     @property
     def subject(self) -> str:
@@ -164,7 +165,7 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         return None
     activity = _activity(trial)
     behind = (now - seen_until).total_seconds()
-    known = f" (counted to its node agent's newest data, {behind:.0f} s old)" \
+    known = f" (counted to the newest data raywatch has, {behind:.0f} s old)" \
         if trial.data_until else ""
     return Finding(
         kind="trial_stalled", subject=trial.subject, severity="critical",
@@ -210,8 +211,8 @@ def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> F
 
 
 def trial_errored(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
-    if trial.status != "ERROR" or not trial.error_text:
-        return None
+    if trial.status != "ERROR" or not trial.error_text or trial.ended_by:
+        return None  # an operator's terminate is no failure to page about
     # Months of finished searches under ~/ray_results hold old failures: raywatch's first
     # read of them is history, not news. An open incident stays open until it clears.
     if (not trial.errored_firing and trial.error_at is not None
@@ -396,15 +397,17 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
 
 
 def derive_status(
-    tune_status: str, error_present: bool, process_alive: bool | None
+    tune_status: str, error_present: bool, process_alive: bool | None, ended_by: str = ""
 ) -> tuple[str, str]:
     """Tune's status where it can be trusted, corrected by the logs and by Ray.
 
     experiment_state files lag and lie (docs/ray-facts.md): error.txt and the
-    actor's liveness are the real signals.
+    actor's liveness are the real signals. `ended_by`: who terminated the attempt
+    through raywatch (Tune writes error.txt for that kill too).
     """
     if error_present:
-        return "ERROR", "error.txt was written"
+        return "ERROR", (f"terminated by {ended_by} through raywatch" if ended_by
+                         else "error.txt was written")
     if process_alive is True and tune_status in ("", "RUNNING", "PENDING", "UNKNOWN"):
         return "RUNNING", "its actor is alive"
     if tune_status:

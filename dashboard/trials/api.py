@@ -36,13 +36,11 @@ from dashboard.trials.views_data import jsonable, results_payload
 STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR", "UNKNOWN")
 
 
-def find_trial(trial_id: str) -> Trial:
-    """Tune trial ids carry the experiment's random prefix, so they are unique in practice;
-    the newest wins if two experiments ever share one."""
-    trial = (Trial.objects.select_related("experiment").filter(trial_id=trial_id)
-             .order_by("-first_seen_at").first())
+def find_trial(pk: int) -> Trial:
+    """A trial by its row: a trial id alone can be claimed by any cluster's logs."""
+    trial = Trial.objects.select_related("experiment__cluster").filter(pk=pk).first()
     if trial is None:
-        raise Http404(f"no trial {trial_id!r}")
+        raise Http404(f"no trial #{pk}")
     return trial
 
 
@@ -80,9 +78,9 @@ class TrialResults(APIView):
                                      description="at most this many (20000)")],
         responses={200: StepResultSerializer(many=True), 400: None, 404: None},
     )
-    def get(self, request: Request, trial_id: str) -> Response:
+    def get(self, request: Request, pk: int) -> Response:
         limit = whole_number(request, "limit", 20_000, 1, 100_000)
-        return Response(results_payload(find_trial(trial_id), limit))
+        return Response(results_payload(find_trial(pk), limit))
 
 
 class StackSerializer(serializers.Serializer):
@@ -115,14 +113,14 @@ class TrialStackView(APIView):
         return [IsOperator()] if self.request.method == "POST" else [IsViewer()]
 
     @extend_schema(responses={200: StackReply, 404: None})
-    def get(self, request: Request, trial_id: str) -> Response:
-        return Response({"stack": stack_payload(latest_stack(find_trial(trial_id)))})
+    def get(self, request: Request, pk: int) -> Response:
+        return Response({"stack": stack_payload(latest_stack(find_trial(pk)))})
 
     @extend_schema(request=None, responses={202: StackReply, 403: None, 404: None, 409: None})
-    def post(self, request: Request, trial_id: str) -> Response:
-        trial = find_trial(trial_id)
+    def post(self, request: Request, pk: int) -> Response:
+        trial = find_trial(pk)
         if trial.pid is None:
-            return Response({"detail": f"trial {trial_id} has no process yet"},
+            return Response({"detail": f"trial {trial.trial_id} has no process yet"},
                             status=status.HTTP_409_CONFLICT)
         stack, created = request_stack(trial, timezone.now(), request.user,
                                        str(request.META.get("REMOTE_ADDR", "")))
@@ -151,9 +149,9 @@ class TrialOutputView(APIView):
                                      description="lines of each (100)")],
         responses={200: OutputSerializer, 400: None, 404: None},
     )
-    def get(self, request: Request, trial_id: str) -> Response:
+    def get(self, request: Request, pk: int) -> Response:
         lines = whole_number(request, "lines", 100, 1, MAX_LINES)
-        return Response(trial_output(find_trial(trial_id), lines).as_dict())
+        return Response(trial_output(find_trial(pk), lines).as_dict())
 
 
 class CurveSerializer(serializers.Serializer):

@@ -16,6 +16,11 @@ class TrialsConfig(AppConfig):
         register_activity(30, "raywatch's host", hostprobes.host_activity)
         register_stack(30, "py-spy on raywatch's host", hostprobes.host_stack)
 
+        from dashboard.trials.detect import register_silence
+        from dashboard.trials.lag import reader_lag
+
+        register_silence(reader_lag)  # the central log reader's own lag
+
         from dashboard.core.push import EXPERIMENTS_GROUP, SCOPED, rows_in_cluster
 
         SCOPED[EXPERIMENTS_GROUP] = rows_in_cluster  # a page scoped to one cluster

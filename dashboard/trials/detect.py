@@ -21,10 +21,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
-from dashboard.cluster.models import Actor, Cluster, Node
+from dashboard.cluster.models import Actor, Cluster, ClusterSession, Node
 from dashboard.cluster.state import current_clusters
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
@@ -88,11 +88,13 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     context: dict[str, dict[str, Any]] = {}
     stalled: list[Trial] = []
     checks: dict[int, datetime | None] = {}
-    # A cluster that ended (torn down, head lost) runs nothing: its trials' incidents resolve.
+    # A cluster that ended (torn down, head lost) runs nothing, and neither does a session
+    # that a restarted head ended: their trials' incidents resolve.
     ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
+    restarted = session_ends()
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     for trial in trials:
-        if trial.experiment.cluster_id in ended:
+        if trial.experiment.cluster_id in ended or of_ended_session(trial, restarted):
             checks[trial.pk] = None
             continue
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
@@ -130,6 +132,23 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     return result
 
 
+def session_ends() -> dict[int, datetime]:
+    """When the last ended session of each cluster that has a current one ended: the
+    cluster's head restarted then (dashboard.cluster.sessions)."""
+    current = ClusterSession.objects.filter(ended_at__isnull=True).values("cluster_id")
+    return dict(ClusterSession.objects.filter(ended_at__isnull=False, cluster_id__in=current)
+                .values("cluster_id").annotate(end=Max("ended_at"))
+                .values_list("cluster_id", "end"))
+
+
+def of_ended_session(trial: Trial, ends: dict[int, datetime]) -> bool:
+    """A trial last heard of before its cluster's head restarted: its actor went with the
+    old session (Tune's trials do not outlive the GCS), so it is history, not gone."""
+    end = ends.get(trial.experiment.cluster_id)
+    heard = trial.last_result_at or trial.first_seen_at
+    return end is not None and heard is not None and heard <= end
+
+
 UNREAD_BY_RULES = ("config", "last_metrics", "metric_range", "last_parse_error")
 
 # Sources that say a trial's results are known only up to some time (its node agents
@@ -146,9 +165,18 @@ def register_silence(source: SilenceSource) -> None:
 
 
 def silences(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
+    """Each trial held by any source: at the earliest data any of them has, with every
+    note."""
     found: dict[int, dict[str, Any]] = {}
     for source in _silence_sources:
-        found.update(source(trials, now))
+        for pk, held in source(trials, now).items():
+            if (before := found.get(pk)) is None:
+                found[pk] = dict(held)
+                continue
+            untils = [u for u in (before.get("data_until"), held.get("data_until")) if u]
+            notes = [n for n in (before.get("agent_note"), held.get("agent_note")) if n]
+            found[pk] = {"data_until": min(untils) if untils else None,
+                         "agent_note": "; ".join(notes)}
     return found
 
 
@@ -297,7 +325,8 @@ def reconcile(trial: Trial, live: dict[int, dict[tuple[str, int], float]],
             trial.process_gone_since = now
         trial.process_alive = alive
     error_present = bool(trial.error_text) and trial.attempt <= trial.error_attempt
-    trial.status, trial.status_reason = derive_status(trial.tune_status, error_present, alive)
+    trial.status, trial.status_reason = derive_status(trial.tune_status, error_present, alive,
+                                                      trial.ended_by)
     return before != (trial.status, trial.status_reason, trial.process_alive,
                       trial.process_gone_since, trial.gpus)
 
@@ -442,6 +471,6 @@ def snapshot_of(trial: Trial, steps: list[StepTiming],
         trial_id=trial.trial_id, experiment=trial.experiment.name, status=trial.status,
         process_alive=trial.process_alive, process_gone_since=trial.process_gone_since,
         last_result_at=trial.last_result_at, error_text=trial.error_text,
-        error_at=trial.error_at,
+        error_at=trial.error_at, ended_by=trial.ended_by,
         node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline, steps=steps,
     )

@@ -11,14 +11,12 @@ from collectors.procstat import process_cpu_percent, process_state, this_host
 from collectors.pystack import dump_stack
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
-
-
-def on_this_host(trial: Trial) -> bool:
-    return trial.pid is not None and bool(trial.hostname) and trial.hostname == this_host()
+from dashboard.trials.process import TrialProcess, trial_process
 
 
 def host_activity(trial: Trial, now: datetime) -> Activity | str | None:
-    if not on_this_host(trial):
+    bound = trial_process(trial)  # on this host by Ray's address, never by a line's name
+    if isinstance(bound, str) or not bound.local:
         return None
     state = process_state(trial.pid)  # type: ignore[arg-type]
     if state is None:
@@ -28,10 +26,10 @@ def host_activity(trial: Trial, now: datetime) -> Activity | str | None:
                     state=state[0], rss_bytes=state[1])
 
 
-def host_stack(trial: Trial) -> Stack | str | None:
-    if not on_this_host(trial):
+def host_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
+    if not bound.local:
         return None
-    dump = dump_stack(trial.pid, settings.PY_SPY, settings.STACK_TIMEOUT_S)  # type: ignore[arg-type]
+    dump = dump_stack(bound.pid, settings.PY_SPY, settings.STACK_TIMEOUT_S)
     if dump.text is None:
         return f"on raywatch's host {this_host()}: {dump.reason}"
     return Stack(source=f"py-spy on raywatch's host {this_host()}", text=dump.text)

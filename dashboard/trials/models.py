@@ -61,6 +61,10 @@ class Trial(models.Model):
     process_alive = models.BooleanField(null=True)  # None: Ray could not tell
     gpus = models.FloatField(null=True)  # the GPUs its actor asked Ray for, when last seen
     process_gone_since = models.DateTimeField(null=True)
+    # Who ended which attempt through a raywatch action (dashboard.actions.executor): Tune
+    # records that kill as an error, which is then the operator's, not news to page about.
+    terminated_by = models.CharField(max_length=150, blank=True, default="")
+    terminated_attempt = models.PositiveIntegerField(default=0)
     # When the detectors must look at it again though nothing new arrived: the deadline
     # it crosses next (its stall limit, a grace period). None: only new data can change
     # what they find (dashboard.trials.detect evaluates only what changed or is due).
@@ -80,6 +84,11 @@ class Trial(models.Model):
 
     def __str__(self) -> str:
         return f"{self.experiment.name}/{self.trial_id}"
+
+    @property
+    def ended_by(self) -> str:
+        """Who ended its current attempt through raywatch, or ""."""
+        return self.terminated_by if self.terminated_attempt == self.attempt else ""
 
 
 class StepResult(models.Model):

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from dashboard.trials.models import Trial
+from dashboard.trials.process import TrialProcess, trial_process
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,9 @@ class Stack:
 
 
 ActivityProbe = Callable[[Trial, datetime], "Activity | str | None"]
-StackTaker = Callable[[Trial], "Stack | str | None"]
+# A stack is taken only of the process Ray ties the trial to (dashboard.trials.process),
+# never of a pid a result line names.
+StackTaker = Callable[[Trial, TrialProcess], "Stack | str | None"]
 _activity_probes: list[tuple[int, str, ActivityProbe]] = []
 _stack_takers: list[tuple[int, str, StackTaker]] = []
 
@@ -70,9 +73,12 @@ def activity_of(trial: Trial, now: datetime) -> Activity:
 
 def stack_of(trial: Trial) -> Stack | str:
     """The stack from the best source that can take it, or why none could."""
+    bound = trial_process(trial)
+    if isinstance(bound, str):
+        return bound
     reasons = []
     for _, name, taker in list(_stack_takers):
-        found = _ask(name, taker, trial)
+        found = _ask(name, taker, trial, bound)
         if isinstance(found, Stack):
             return Stack(found.source, found.text, reasons)
         if found:

@@ -21,6 +21,7 @@ from dashboard.cluster.endpoint import endpoint_of
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
+from dashboard.trials.process import TrialProcess
 
 CACHE_S = 5.0  # Ray's reporter refreshes a node's workers every few seconds anyway
 _cache: dict[str, tuple[float, dict[int, WorkerStats] | str]] = {}
@@ -76,15 +77,12 @@ def worker_stats(node_id: str, cluster: str = "") -> dict[int, WorkerStats] | st
     return found
 
 
-def ray_stack(trial: Trial) -> Stack | str | None:
-    nodes = ray_nodes_of(trial) if trial.pid is not None else []
-    if trial.pid is None or not (nodes or trial.node_ip):
-        return None
+def ray_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
     try:
-        text = fetch_traceback(endpoint_of(trial.experiment.cluster.name), trial.pid,
-                               node_id=nodes[0] if nodes else "",
-                               ip=trial.node_ip, timeout_s=settings.STACK_TIMEOUT_S + 5)
+        text = fetch_traceback(endpoint_of(trial.experiment.cluster.name), bound.pid,
+                               node_id=bound.node_id, ip=bound.node_ip,
+                               timeout_s=settings.STACK_TIMEOUT_S + 5)
     except SourceError as exc:
         return exc.message
-    return Stack(source=f"py-spy by Ray's reporter on {trial.node_ip or trial.hostname} "
+    return Stack(source=f"py-spy by Ray's reporter on {bound.node_ip} "
                         "(/worker/traceback)", text=capped(text, MAX_CHARS))

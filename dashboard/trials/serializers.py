@@ -37,6 +37,9 @@ class TrialSerializer(serializers.ModelSerializer):
         help_text="every firing incident of the trial, worst first (e.g. stalled, slow)")
     best_value = serializers.SerializerMethodField(
         help_text="the trial's best result of the search's metric, by its mode")
+    terminated_by = serializers.CharField(
+        source="ended_by", help_text="who terminated its current attempt through raywatch "
+        "(its ERROR is that kill, and raises no alert); empty otherwise")
     metric_range = serializers.DictField(
         child=serializers.ListField(child=serializers.FloatField(), min_length=2,
                                     max_length=2),
@@ -49,7 +52,7 @@ class TrialSerializer(serializers.ModelSerializer):
             "tune_status", "iteration", "attempt", "last_result_at", "pid", "node_ip",
             "hostname", "health", "health_all", "best_value", "metric_range", "last_metrics",
             "last_step_s", "process_alive", "parse_errors", "last_parse_error", "error_text",
-            "trainable", "config",
+            "trainable", "config", "terminated_by",
         ]
 
     def get_cluster(self, trial: Trial) -> str:

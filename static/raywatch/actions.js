@@ -1,6 +1,6 @@
 // Actions: the confirm dialog (what will be ended, and why) and the live progress of
 // an action (requested -> signalled -> succeeded or failed, each step as it happens).
-// Buttons: <button data-terminate-trial="TRIAL_ID">, <button data-kill-process="UUID/PID">,
+// Buttons: <button data-terminate-trial="TRIAL_PK">, <button data-kill-process="UUID/PID">,
 // <button data-stop-job="SUBMISSION_ID">.
 (function () {
   "use strict";
@@ -30,9 +30,16 @@
     const gpus = t.gpus.length
       ? t.gpus.map((g) => "GPU " + g.index + " (" + bytes(g.used_memory) + ")").join(", ")
       : "none seen";
-    return [["Trial", t.trial_id + " of " + t.experiment], ["Status", t.status],
-      ["Actor", t.actor_id || "not listed by Ray"], ["Process", "pid " + t.pid],
-      ["Node", (t.hostname || "") + " " + t.node_ip], ["GPUs held", gpus],
+    // The process as Ray knows it (never as a result line names it); when Ray does not
+    // tie the trial to one, the preview is refused and the dialog says why instead.
+    const actor = t.actor_id
+      ? "Ray worker of actor " + (t.actor || "") + " " + t.actor_id.slice(0, 12) +
+        (t.actor_since ? ", since " + window.raywatch.time.stamp(t.actor_since) : "")
+      : "not listed by Ray";
+    return [["Cluster", t.cluster], ["Trial", t.trial_id + " of " + t.experiment],
+      ["Status", t.status], ["Process", "pid " + t.pid + ": " + actor],
+      ["Node", (t.hostname || "") + " " + t.node_ip + (t.agent_node ? " (its agent signals)" :
+        t.local ? " (raywatch's own host)" : "")], ["GPUs held", gpus],
       ["Silent for", duration(t.silent_s) + (t.iteration ? " (after step " + t.iteration + ")" : "")],
       ["Attempt", t.attempt]];
   }

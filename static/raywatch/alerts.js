@@ -55,9 +55,9 @@
       if (note) box.append(note);
       box.append(button);
     }
-    if (withNote && i.trial_id && TERMINABLE.includes(i.kind)) {
+    if (withNote && i.trial_pk && TERMINABLE.includes(i.kind)) {
       box.append(el("button", { type: "button", class: "danger", id: "terminate-trial",
-                                "data-terminate-trial": i.trial_id }, "Terminate trial…"), " ");
+                                "data-terminate-trial": i.trial_pk }, "Terminate trial…"), " ");
     }
     const q = new URLSearchParams({ kind: i.kind, subject: i.subject });
     box.append(" ", el("a", { href: "/alerts/silences/?" + q, class: "silence" }, "Silence…"));

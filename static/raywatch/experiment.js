@@ -61,7 +61,8 @@
       { key: "trial_id", head: "Trial", cell: (t) => {
         const td = el("td"); td.append(el("a", { href: "/trials/" + t.id + "/" }, t.trial_id)); return td; } },
       { key: "status", head: "Status", cell: (t) =>
-        el("td", { class: "status status-" + t.status, title: t.status_reason }, t.status) },
+        el("td", { class: "status status-" + t.status, title: t.status_reason },
+           t.terminated_by ? t.status + " · terminated by " + t.terminated_by : t.status) },
       { key: "iteration", head: "Iter", cell: (t) => el("td", { class: "num" }, kit.fmt(t.iteration)) },
     ];
     for (const k of data.hp_keys) {

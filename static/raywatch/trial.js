@@ -21,7 +21,7 @@
   // --- facts ----------------------------------------------------------------------------
   function set(name, text) { document.querySelector('[data-fact="' + name + '"]').textContent = text; }
   function renderFacts() {
-    set("status", trial.status);
+    set("status", trial.status + (trial.terminated_by ? " · terminated by " + trial.terminated_by : ""));
     set("health", trial.health_all && trial.health_all.length ? trial.health_all.join(", ") : "ok");
     set("iteration", trial.iteration ?? "–");
     set("attempt", trial.attempt);
@@ -34,7 +34,7 @@
     err.hidden = !trial.error_text; err.textContent = trial.error_text || "";
     const perr = document.getElementById("parse-error");
     perr.hidden = !trial.parse_errors;
-    perr.textContent = trial.parse_errors ? trial.parse_errors + " unreadable log line(s); last: " + trial.last_parse_error : "";
+    perr.textContent = trial.parse_errors ? trial.parse_errors + " unreadable log line(s) or file(s); last: " + trial.last_parse_error : "";
   }
   function renderLastResult() {
     const cell = document.querySelector('[data-fact="last_result_at"]');
@@ -72,7 +72,7 @@
     outputBusy = true;
     const reason = document.getElementById("output-reason");
     try {
-      const reply = await fetch("/api/trials/" + encodeURIComponent(trial.trial_id) + "/output?lines=100",
+      const reply = await fetch("/api/trials/" + trial.id + "/output?lines=100",
         { credentials: "same-origin" });
       const body = await reply.json().catch(() => ({}));
       if (!reply.ok) {

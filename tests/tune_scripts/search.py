@@ -106,6 +106,10 @@ def main() -> None:
     elif scenario == "stacks":
         space = {"behaviour": tune.grid_search(["hang", "spin"]), "steps": 40}
         scheduler = None
+    elif scenario == "restart":
+        # Long enough to be running when the test restarts the cluster under it.
+        space = {"behaviour": tune.grid_search(["healthy", "healthy"]), "steps": 1000}
+        scheduler = None
     elif scenario == "quick":
         space = {"behaviour": "healthy", "lr": tune.grid_search([1.0, 0.5, 0.1]), "steps": 6}
         scheduler = None

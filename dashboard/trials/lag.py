@@ -1,0 +1,49 @@
+"""How far the central log reader's data reaches: a trial read from this host's log dirs
+is known only up to the start of the last poll that read them. A poll that takes long (a
+first ingest of a long history, a slow machine) or one left to another process that is
+still reading, leaves every trial's newest results unread: counting their silence to now
+would call thousands of them stalled at once. Registered with the trial detectors as a
+source of silences (TrialsConfig.ready), as the node agents' is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from dashboard.cluster.models import settings_cluster_pk
+from dashboard.trials.models import Trial
+
+_read_until: list[datetime] = []  # when the newest poll that read the log dirs began
+
+
+def note_read(started: datetime) -> None:
+    """This process's poll that began at `started` read the log dirs to the end."""
+    _read_until[:] = [started]
+
+
+def note_busy(at: datetime) -> None:
+    """Another process is reading the log dirs: what this one knows ends here."""
+    if not _read_until:
+        _read_until[:] = [at]
+
+
+def behind_s() -> float:
+    """How long the reader may be behind before stalls wait for it: a few polls."""
+    return max(3 * settings.POLL_LOGS_S, 10.0)
+
+
+def reader_lag(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
+    """The trials of the reader's cluster, held at its data while it lags."""
+    if not settings.CENTRAL_LOGS or not _read_until:
+        return {}
+    until = _read_until[0]
+    behind = (now - until).total_seconds()
+    if behind <= behind_s():
+        return {}
+    note = (f"raywatch's log reader is {behind:.0f} s behind the log dirs (a long first "
+            "ingest, or a slow machine): its silence is counted to what was read")
+    cluster = settings_cluster_pk()
+    return {t.pk: {"data_until": until, "agent_note": note} for t in trials
+            if t.experiment.cluster_id == cluster}

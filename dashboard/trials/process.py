@@ -1,0 +1,89 @@
+"""Which process runs a trial, as Ray knows it: the one thing an action or a stack may
+be aimed at.
+
+A result line says `pid`, `hostname` and `node_ip`, but a result line is written by the
+job's author and read from a shared disk: it is shown, never obeyed. Here it only picks
+among Ray's own facts. The process is a live actor that Ray (the GCS, polled into the
+Actor and Node tables) lists in the trial's cluster, with that pid, on a live node of that
+cluster, running the trial's trainable (Tune's actors carry the trainable's name as their
+`repr_name`: docs/ray-facts.md); and no other running trial names the same process. Its
+node, address and host are Ray's, and "on raywatch's own host" means Ray placed it at an
+address of this machine, never that a line said this host's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psutil
+
+from dashboard.cluster.models import Actor, Node
+from dashboard.trials.models import Trial
+
+
+@dataclass(frozen=True)
+class TrialProcess:
+    """A trial's process as Ray describes it."""
+
+    pid: int
+    actor_id: str
+    actor: str  # its label: the trainable's name as Ray shows it
+    job_id: str
+    since: datetime | None  # when Ray started the actor
+    node_id: str
+    node_ip: str
+    hostname: str  # Ray's name of the node's host
+    local: bool  # on raywatch's own host (by Ray's address of the node)
+
+
+def trial_process(trial: Trial) -> TrialProcess | str:
+    """The trial's process, or why raywatch cannot tie the trial to one."""
+    if not trial.pid:
+        return f"trial {trial.trial_id} has reported no process yet"
+    cluster_id = trial.experiment.cluster_id
+    actors = [a for a in Actor.objects.filter(cluster_id=cluster_id, pid=trial.pid,
+                                              state="ALIVE")
+              if runs(a, trial.trainable)]
+    nodes = {n.node_id: n for n in Node.objects.filter(
+        cluster_id=cluster_id, state=Node.ALIVE, node_id__in=[a.node_id for a in actors])}
+    found = [(a, nodes[a.node_id]) for a in actors if a.node_id in nodes]
+    if len(found) > 1 and trial.node_ip:  # the line's address picks among Ray's nodes
+        found = [(a, n) for a, n in found if n.node_ip == trial.node_ip]
+    if not found:
+        return (f"Ray lists no live {trial.trainable or 'Tune'} actor with pid {trial.pid} "
+                f"(the pid trial {trial.trial_id}'s results name) in cluster "
+                f"{trial.experiment.cluster.name}: raywatch acts only on a process Ray "
+                "runs for the trial")
+    if len(found) > 1:
+        return (f"pid {trial.pid} is a live actor on {len(found)} of Ray's nodes and the "
+                "trial's results do not say which: raywatch will not guess")
+    actor, node = found[0]
+    if rival := claimed_by_another(trial, node):
+        return (f"trial {rival} also names pid {trial.pid} on {node.node_ip}: raywatch "
+                "will not guess which trial that process runs")
+    return TrialProcess(
+        pid=trial.pid, actor_id=actor.actor_id, actor=actor.label, job_id=actor.job_id,
+        since=actor.start_time, node_id=node.node_id, node_ip=node.node_ip,
+        hostname=node.hostname, local=node.node_ip in host_addresses())
+
+
+def runs(actor: Actor, trainable: str) -> bool:
+    """Whether the actor runs this trainable (Tune names a trial's dir after it)."""
+    if not trainable:
+        return False
+    return trainable in (actor.repr_name, actor.class_name.rsplit(".", 1)[-1])
+
+
+def claimed_by_another(trial: Trial, node: Node) -> str | None:
+    rival = (Trial.objects.filter(experiment__cluster_id=trial.experiment.cluster_id,
+                                  pid=trial.pid, node_ip=node.node_ip)
+             .exclude(pk=trial.pk).exclude(status__in=Trial.FINISHED)
+             .select_related("experiment").first())
+    return str(rival) if rival else None
+
+
+def host_addresses() -> set[str]:
+    """This machine's own addresses (a Ray node here runs at one of them)."""
+    return {a.address.split("%")[0] for addresses in psutil.net_if_addrs().values()
+            for a in addresses}

@@ -1,0 +1,114 @@
+"""A result line is the job author's text: its `pid`, `hostname` and `node_ip` never
+choose what raywatch signals or samples. A trial is acted on only through the process Ray
+ties it to (a live actor of its trainable with that pid, on a live node of its cluster);
+otherwise the terminate and the stack are refused with the reason, audited, and nothing
+is signalled. Runs on both backends (test_on_embedded_default.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from django.utils import timezone
+
+from dashboard.actions.models import AuditEntry
+from dashboard.cluster.models import Actor, Cluster
+from dashboard.trials.models import TrialStack
+from tests.conftest import token_client, wait_for
+from tests.test_terminate_on_this_host import hung_trial
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen]:
+    """A process of this host that no trial runs (raywatch's database, sshd, ...)."""
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def terminate(user, trial, **expected):  # type: ignore[no-untyped-def]
+    return token_client(user).post(f"/api/trials/{trial.pk}/terminate",
+                                   {"reason": "looks stalled", "expected": expected},
+                                   format="json")
+
+
+def test_a_line_naming_this_host_and_any_pid_signals_nothing(  # type: ignore[no-untyped-def]
+        settings, operator, bystander) -> None:
+    settings.EMBEDDED = True
+    trial = hung_trial(bystander.pid, ray=False)  # the line says: this host, that pid
+    preview = token_client(operator).get(f"/api/trials/{trial.pk}/terminate")
+    assert preview.status_code == 409
+    assert "Ray lists no live train actor with pid" in preview.json()["detail"]
+    reply = terminate(operator, trial, pid=bystander.pid)
+    assert reply.status_code == 409 and reply.json()["detail"] == preview.json()["detail"]
+    [entry] = AuditEntry.objects.all()
+    assert entry.state == AuditEntry.REFUSED and entry.outcome == reply.json()["detail"]
+    assert bystander.poll() is None  # never signalled
+
+
+def test_a_ray_actor_of_another_trainable_is_not_the_trial(  # type: ignore[no-untyped-def]
+        settings, operator, hung_process) -> None:
+    settings.EMBEDDED = True
+    trial = hung_trial(hung_process.pid)
+    Actor.objects.filter(pid=hung_process.pid).update(repr_name="Learner")  # not a trial
+    reply = terminate(operator, trial, pid=hung_process.pid)
+    assert reply.status_code == 409 and "no live train actor" in reply.json()["detail"]
+    assert hung_process.poll() is None
+
+
+def test_a_pid_reused_by_another_program_on_this_host_is_left_alone(  # type: ignore[no-untyped-def]
+        settings, operator, bystander) -> None:
+    settings.EMBEDDED = True
+    trial = hung_trial(bystander.pid)  # Ray still lists the actor; the pid is a plain sleep
+    reply = terminate(operator, trial, pid=bystander.pid)
+    assert reply.status_code == 409
+    assert "is no Ray worker on this host" in reply.json()["detail"]
+    assert bystander.poll() is None
+
+
+def test_a_second_trial_naming_the_same_process_is_refused(  # type: ignore[no-untyped-def]
+        settings, operator, hung_process) -> None:
+    settings.EMBEDDED = True
+    real = hung_trial(hung_process.pid)
+    forged = hung_trial(hung_process.pid, trial_id="f_00000", experiment="other", ray=False)
+    for trial in (forged, real):
+        reply = terminate(operator, trial, pid=hung_process.pid)
+        assert reply.status_code == 409, reply.content
+        assert "also names pid" in reply.json()["detail"]
+    assert hung_process.poll() is None
+
+
+def test_a_trial_id_of_another_cluster_cannot_shadow_the_one_acted_on(  # type: ignore[no-untyped-def]
+        settings, operator, hung_process) -> None:
+    """Actions name the row: a newer trial of the same id on another cluster (any node
+    token can write one) is not the one the operator confirmed."""
+    settings.EMBEDDED = True
+    real = hung_trial(hung_process.pid)
+    other = Cluster.objects.create(name="elsewhere", first_seen_at=timezone.now(),
+                                   state_since=timezone.now())
+    shadow = hung_trial(4242, ray=False, experiment="search-b")
+    shadow.experiment.cluster = other
+    shadow.experiment.save()
+    shadow.trial_id = real.trial_id
+    shadow.save()
+    preview = token_client(operator).get(f"/api/trials/{real.pk}/terminate").json()
+    assert preview["target"]["trial_pk"] == real.pk
+    assert preview["target"]["cluster"] == real.experiment.cluster.name
+    assert preview["target"]["pid"] == hung_process.pid
+    assert preview["target"]["actor_id"] == f"actor-{hung_process.pid}-127.0.0.1"
+
+
+def test_a_stack_of_a_process_ray_does_not_tie_to_the_trial_is_not_taken(  # type: ignore[no-untyped-def]
+        settings, operator, bystander) -> None:
+    settings.EMBEDDED = True  # the stack is taken in this process's background pool
+    trial = hung_trial(bystander.pid, ray=False)
+    reply = token_client(operator).post(f"/api/trials/{trial.pk}/stack")
+    assert reply.status_code == 202
+    stack = wait_for(lambda: TrialStack.objects.exclude(state=TrialStack.PENDING).first(),
+                     30, 0.2, "the stack's outcome")
+    assert stack.state == TrialStack.FAILED and not stack.text
+    assert "Ray lists no live train actor" in stack.reason
