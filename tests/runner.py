@@ -143,6 +143,29 @@ BESIDE = (
 
 def main(argv: list[str]) -> int:
     ensure_chromium()
+    before = ray_current_cluster()
+    code = run_suite(argv)
+    if ray_current_cluster() != before:
+        print(f"[make test] ERROR: the run changed {RAY_CURRENT}: a Ray head was started "
+              "without a temp dir of its own, and a plain ray.init() on this machine would "
+              "now try its stopped GCS", file=sys.stderr, flush=True)
+        return code or 1
+    return code
+
+
+# Where `ray start --head` leaves its address for a plain ray.init() to join: a test run
+# must leave it as it found it.
+RAY_CURRENT = Path("/tmp/ray/ray_current_cluster")
+
+
+def ray_current_cluster() -> str | None:
+    try:
+        return RAY_CURRENT.read_text()
+    except OSError:
+        return None
+
+
+def run_suite(argv: list[str]) -> int:
     with ExitStack() as stack:
         db_url = os.environ.get("DATABASE_URL") or DEFAULT_DB
         parsed = urlparse(db_url)

@@ -8,10 +8,12 @@ head started with RAY_DASHBOARD_ENABLE_PROFILING=1, Ray's /worker/traceback give
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,12 +154,16 @@ def profiling_head(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A Ray head of its own (ports of its own: docs/ray-facts.md) started with
     RAY_DASHBOARD_ENABLE_PROFILING=1 and py-spy on its PATH: (GCS address, dashboard)."""
     bin_dir = Path(sys.executable).parent
+    # A temp dir of its own: `ray start --head` writes ray_current_cluster there, not in
+    # /tmp/ray, where a later plain ray.init() on this machine would try the dead head.
+    temp_dir = Path(tempfile.mkdtemp(prefix="rw-prof-", dir="/tmp"))  # short: socket paths
     gcs, dashboard = f"127.0.0.1:{free_port()}", free_port()
     ports = ["ray-client-server-port", "metrics-export-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "node-manager-port",
              "object-manager-port"]
     cmd = [str(bin_dir / "ray"), "start", "--head", "--block", f"--port={gcs.split(':')[1]}",
            f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1", "--num-cpus=1",
+           f"--temp-dir={temp_dir}",
            "--disable-usage-stats", *worker_ports(1),
            *[f"--{name}={free_port()}" for name in ports]]
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
@@ -174,6 +180,7 @@ def profiling_head(tmp_path: Path) -> Iterator[tuple[str, str]]:
         yield gcs, f"http://127.0.0.1:{dashboard}"
     finally:
         stop_ray_start(head)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def port_open(port: int) -> bool:
