@@ -222,14 +222,19 @@ class LogScanner:
     def retry(self, scan: Scan) -> None:
         """The caller could not store what `scan` handed over: hand it over again at the
         next poll (this scanner already remembers the new sizes and mtimes)."""
-        now = self.clock()
-        for trial_dir in scan.trial_dirs:
-            if (entry := self.trials.get(trial_dir.path)) is not None:
-                entry.dir_mtime, entry.files = -1, {}
-                self._warm(entry, now)
+        self.again(d.path for d in scan.trial_dirs)
         for _, directory in scan.state_dirs:
             if (container := self.containers.get(directory)) is not None:
                 container.state_stat = None
+
+    def again(self, paths: Iterable[Path]) -> None:
+        """Hand these trial dirs over at the next poll too (more to read than a read
+        takes, or what was read could not be stored)."""
+        now = self.clock()
+        for path in paths:
+            if (entry := self.trials.get(path)) is not None:
+                entry.dir_mtime, entry.files = -1, {}
+                self._warm(entry, now)
 
     # --- containers -------------------------------------------------------------------------
     def _visit(self, directory: Path, depth: int, walk: _Walk) -> None:

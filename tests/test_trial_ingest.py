@@ -97,3 +97,16 @@ def test_missing_log_dirs_degrade_the_source_with_the_reason(db: None, settings,
     poll_trial_logs()
     row = SourceHealth.objects.get(source="trial_logs")
     assert row.state == "degraded" and "no log directory exists yet" in row.last_error
+
+
+def test_a_history_longer_than_one_read_is_read_whole_over_polls(db: None, logs: Path) -> None:
+    """A finished trial's result.json of 12 MB (more than a read takes, 8 MiB): the rest
+    is read at the next poll though the file does not change again."""
+    _, live = copies(logs)
+    padding = "x" * 1000
+    write(live, "".join(line(i).replace('"score"', f'"pad": "{padding}", "score"')
+                        for i in range(1, 12_001)))
+    poll_trial_logs()
+    poll_trial_logs()
+    trial = Trial.objects.get(trial_id="ab12c_00000")
+    assert StepResult.objects.filter(trial=trial).count() == 12_000 and trial.iteration == 12_000

@@ -74,6 +74,7 @@ class TrialLogIngest:
         self.cursors: dict[str, LogCursor] = {}
         self.tune_states: dict[Path, dict[str, TuneTrialState]] = {}
         self.objectives: dict[Path, SearchObjective | None] = {}
+        self.unfinished: list[Path] = []  # trial dirs with more to read than a read takes
 
     def run(self, trial_dirs: Iterable[TrialDir]) -> IngestStats:
         dirs = list(trial_dirs)
@@ -96,10 +97,12 @@ class TrialLogIngest:
     def _read(self, trial_dir: TrialDir, read: Read) -> None:
         base = TrialUpdate.about(trial_dir)
         trial = self.store.trial(base)
-        for path in trial_dir.result_files:
-            self._tail(trial, base, Path(path), LogCursor.RESULT_JSON, read)
-        for path in trial_dir.event_files:
-            self._tail(trial, base, Path(path), LogCursor.TB_EVENTS, read)
+        done = [self._tail(trial, base, Path(path), kind, read)
+                for kind, paths in ((LogCursor.RESULT_JSON, trial_dir.result_files),
+                                    (LogCursor.TB_EVENTS, trial_dir.event_files))
+                for path in paths]
+        if not all(done):
+            self.unfinished.append(trial_dir.path)
         read.updates.append(self._side_facts(trial, base, trial_dir))
 
     def _store(self, read: Read) -> Read:
@@ -126,14 +129,16 @@ class TrialLogIngest:
 
     # --- tailing ------------------------------------------------------------------------------
     def _tail(self, trial: Trial, base: TrialUpdate, path: Path, kind: str,
-              read: Read) -> None:
+              read: Read) -> bool:
+        """Read on from the file's cursor; False when more is left than one read takes
+        (read on at the next poll: a long history, a line too long to read at once)."""
         try:
             stat = path.stat()
         except OSError:
-            return  # deleted while we looked: nothing to read, nothing lost
+            return True  # deleted while we looked: nothing to read, nothing lost
         row = self.cursors.get(str(path))
         if row and row.size == stat.st_size and row.mtime_ns == stat.st_mtime_ns:
-            return
+            return True
         cursor = _to_cursor(row) if row else None
         if kind == LogCursor.RESULT_JSON:
             result = tail_result_json(path, cursor, trial.trial_id)
@@ -147,8 +152,13 @@ class TrialLogIngest:
             base, results=tuple(result.results), problem_count=len(result.problems),
             last_problem=(f"{Path(last.path).name} @ byte {last.byte_offset}: "
                           f"{last.message}") if last else None))
-        read.cursors.append(_cursor_row(row, trial, path, kind, result, stat))
+        # At the end, or nothing more to read (a partial last line): the stat says so.
+        done = result.cursor.offset >= stat.st_size or (
+            result.cursor.offset == (cursor.offset if cursor else 0) and not result.reset)
+        read.cursors.append(_cursor_row(row, trial, path, kind, result,
+                                        stat if done else None))
         read.lines += len(result.results)
+        return done
 
     def _save_cursors(self, rows: list[LogCursor]) -> None:
         now = timezone.now()
@@ -245,6 +255,7 @@ def ingest_logs(roots: Sequence[Path], now: datetime) -> IngestStats:
         except BaseException:
             scanner.retry(scan)  # the scanner already took in the new sizes and mtimes
             raise
+        scanner.again(ingest.unfinished)
         stats.checked, stats.known = scan.checked, scan.known
     planner.stored(stats.results)  # after the poll's transactions
     return stats
@@ -283,12 +294,14 @@ _TUNE_STATES = TuneStates()
 
 
 def _cursor_row(row: LogCursor | None, trial: Trial, path: Path, kind: str,
-                result: TailResult, stat: os.stat_result) -> LogCursor:
+                result: TailResult, stat: os.stat_result | None) -> LogCursor:
+    """`stat`: the file's when read to its end; None: more to read (-1: not the file's)."""
     c = result.cursor
     row = row or LogCursor(path=str(path))
     row.offset, row.head_hash, row.attempt = c.offset, c.head_hash or "", c.attempt
     row.last_iteration, row.last_pid = c.last_iteration, c.last_pid
-    row.size, row.mtime_ns, row.trial, row.kind = stat.st_size, stat.st_mtime_ns, trial, kind
+    row.size, row.mtime_ns = (stat.st_size, stat.st_mtime_ns) if stat else (-1, -1)
+    row.trial, row.kind = trial, kind
     return row
 
 
