@@ -25,6 +25,10 @@ every poll costs a core. A LogScanner remembers what it saw:
   share (at most `rescan_per_poll`): quiet trial dirs are not looked at, not even in
   memory. A trial dir is
   forgotten when its container, listed again, no longer holds it, or is itself gone.
+- Links are not followed below a root (the root itself may be one): a linked directory
+  is not entered, and one named as a Tune trial dir is handed on as refused, so that its
+  trial shows why nothing of it is read. A file is named whatever it is (a link, a FIFO):
+  collectors.rootfiles refuses it when it is opened, as that trial's problem.
 
 Nothing here imports Django; time comes from `clock` (monotonic seconds).
 """
@@ -39,6 +43,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISLNK
+
+from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
 
 RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
 EVENTS_PREFIX = "events.out.tfevents."
@@ -65,6 +72,8 @@ class TrialDir:
     event_files: tuple[str, ...] = ()
     params_file: str | None = None
     error_file: str | None = None
+    root: Root | None = None  # the log root it was found under; its files stay inside
+    refused: str | None = None  # why nothing of it is read (a link to a directory)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -159,8 +168,9 @@ def discover(roots: Sequence[Path]) -> list[TrialDir]:
 class LogScanner:
     def __init__(self, roots: Sequence[Path], quiet_after_s: float = 60.0,
                  rescan_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 rescan_per_poll: int = RESCAN_PER_POLL) -> None:
+                 rescan_per_poll: int = RESCAN_PER_POLL, caps: Caps = DEFAULT_CAPS) -> None:
         self.roots = [Path(r) for r in roots]
+        self.caps = caps
         self.quiet_after_s = quiet_after_s
         self.rescan_s = rescan_s
         self.rescan_per_poll = rescan_per_poll
@@ -179,7 +189,7 @@ class LogScanner:
         now = self.clock()
         walk = _Walk(now)
         for root in self.roots:
-            self._visit(root, 0, walk)
+            self._visit(root, 0, walk, Root.of(root, self.caps))
         self._forget(walk)
         out = list(walk.new)
         checked = 0
@@ -237,35 +247,37 @@ class LogScanner:
                 self._warm(entry, now)
 
     # --- containers -------------------------------------------------------------------------
-    def _visit(self, directory: Path, depth: int, walk: _Walk) -> None:
+    def _visit(self, directory: Path, depth: int, walk: _Walk, root: Root) -> None:
         if directory in self.trials:  # a root that is itself a trial dir
             return
         try:
-            stat = os.stat(directory)
+            stat = os.stat(directory, follow_symlinks=depth == 0)
         except OSError:
             return  # gone: forgotten below
+        if S_ISLNK(stat.st_mode):
+            return  # became a link since it was listed: not followed
         if (stat.st_dev, stat.st_ino) in walk.seen:
             return  # a symlink loop or a directory reached twice
         walk.seen.add((stat.st_dev, stat.st_ino))
         known = self.containers.get(directory)
         if known is None or known.mtime != stat.st_mtime_ns:
-            if self._list(directory, stat.st_mtime_ns, depth, walk):
+            if self._list(directory, stat.st_mtime_ns, depth, walk, root):
                 return  # it holds results: a trial directory, not a container
             known = self.containers[directory]
             self._warm_children(known, walk.now)
         walk.containers.add(directory)
         self._check_state(directory, known, walk)
         for sub in sorted(known.containers):  # a copy: a sub may turn out a trial dir
-            self._visit(sub, depth + 1, walk)
+            self._visit(sub, depth + 1, walk, root)
 
-    def _list(self, directory: Path, mtime: int, depth: int, walk: _Walk) -> bool:
+    def _list(self, directory: Path, mtime: int, depth: int, walk: _Walk, root: Root) -> bool:
         """List a new or changed directory; True when it turned out to be a trial dir."""
         try:
             entries = list(os.scandir(directory))
         except OSError:
             return True  # unreadable: neither
-        files = {e.name for e in entries if _is_file(e)}
-        trial_dir = _trial_dir(directory, files)
+        files = {e.name for e in entries if not _is_dir(e)}
+        trial_dir = _trial_dir(directory, files, root)
         if trial_dir is not None:
             self._drop_container(directory)
             if (parent := self.containers.get(directory.parent)) is not None:
@@ -276,22 +288,40 @@ class LogScanner:
                         and n.endswith(STATE_SUFFIX))
         children = {Path(e.path) for e in entries if e.name not in SKIP_DIRS
                     and not e.name.startswith(".") and _is_dir(e)} if depth < MAX_DEPTH else set()
+        links = self._links(directory, entries, walk, root)
         previous = self.containers.get(directory)
-        for gone in previous.children - children if previous else ():
+        for gone in previous.children - children - links if previous else ():
             self._drop_trial(gone)  # a container among them is forgotten once unreached
+        for path in children:
+            if (known := self.trials.get(path)) is not None and known.trial_dir.refused:
+                self._drop_trial(path)  # a link no more: read what it is now
         self.containers[directory] = _Container(
-            mtime=mtime, children=children,
+            mtime=mtime, children=children | links,
             containers={c for c in children if c not in self.trials},
             state_file=states[-1] if states else None,
             state_stat=previous.state_stat if previous else None,
         )
         return False
 
+    def _links(self, directory: Path, entries: list[os.DirEntry], walk: _Walk,
+               root: Root) -> set[Path]:
+        """Links named as Tune trial dirs: not followed, handed on once as refused."""
+        links = set()
+        for entry in entries:
+            if entry.is_symlink() and TRIAL_DIR_RE.match(entry.name):
+                path = Path(entry.path)
+                links.add(path)
+                known = self.trials.get(path)
+                if known is None or not known.trial_dir.refused:
+                    self._drop_trial(path)
+                    self._add_trial(_linked_dir(path, root), 0, walk)
+        return links
+
     def _check_state(self, directory: Path, container: _Container, walk: _Walk) -> None:
         if container.state_file is None:
             return
         try:
-            stat = os.stat(directory / container.state_file)
+            stat = os.stat(directory / container.state_file, follow_symlinks=False)
         except OSError:
             return
         now_stat = (stat.st_size, stat.st_mtime_ns)
@@ -324,17 +354,20 @@ class LogScanner:
         """Stat a trial dir and its files; True (and hot again) when something changed.
         A new file (error.txt, an event file) moves the directory's mtime."""
         path = entry.trial_dir.path
+        if entry.trial_dir.refused:
+            return False  # a link: its container, listed again, says what it became
         try:
-            mtime = os.stat(path).st_mtime_ns
+            mtime = os.stat(path).st_mtime_ns  # a root may be a link to a trial dir
         except OSError:
             return False  # gone: forgotten once its container is listed again
         listed = mtime != entry.dir_mtime
         if listed:
             try:
-                files = {e.name for e in os.scandir(path) if _is_file(e)}
+                files = {e.name for e in os.scandir(path) if not _is_dir(e)}
             except OSError:
                 return False
-            entry.trial_dir = _trial_dir(path, files) or entry.trial_dir
+            entry.trial_dir = (_trial_dir(path, files, entry.trial_dir.root)
+                               or entry.trial_dir)
             entry.dir_mtime = mtime
         stats = _file_stats(entry.trial_dir)
         if not listed and stats == entry.files:
@@ -350,12 +383,14 @@ class LogScanner:
         that) as they were. params.json, written once, is looked at again only once one
         of these moved."""
         trial_dir = entry.trial_dir
+        if trial_dir.refused:
+            return True
         try:
             if os.stat(trial_dir.path).st_mtime_ns != entry.dir_mtime:
                 return False
             for name in (*trial_dir.result_files, *trial_dir.event_files,
                          *filter(None, [trial_dir.error_file])):
-                stat = os.stat(name)
+                stat = os.stat(name, follow_symlinks=False)
                 if (stat.st_size, stat.st_mtime_ns) != entry.files.get(name):
                     return False
         except OSError:
@@ -414,7 +449,7 @@ def experiment_name(directory: Path) -> str:
     return directory.parent.name if directory.name == LIVE_PARENT else directory.name
 
 
-def _trial_dir(path: Path, files: set[str]) -> TrialDir | None:
+def _trial_dir(path: Path, files: set[str], root: Root | None) -> TrialDir | None:
     results = (RESULT_FILE,) if RESULT_FILE in files else ()
     events = tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
     if not results and not events:
@@ -429,8 +464,18 @@ def _trial_dir(path: Path, files: set[str]) -> TrialDir | None:
         result_files=tuple(str(path / n) for n in results),
         event_files=() if results else tuple(str(path / n) for n in events),
         params_file=str(path / PARAMS_FILE) if PARAMS_FILE in files else None,
-        error_file=str(path / ERROR_FILE) if ERROR_FILE in files else None,
+        error_file=str(path / ERROR_FILE) if ERROR_FILE in files else None, root=root,
     )
+
+
+def _linked_dir(path: Path, root: Root) -> TrialDir:
+    match = TRIAL_DIR_RE.match(path.name)
+    assert match is not None
+    return TrialDir(
+        experiment=experiment_name(path.parent), experiment_dir=path.parent, path=path,
+        name=path.name, trial_id=match["trial_id"], trainable=match["trainable"],
+        live=path.parent.name == LIVE_PARENT, root=root,
+        refused="is a symbolic link: not followed")
 
 
 def _file_stats(trial_dir: TrialDir) -> dict[str, tuple[int, int]]:
@@ -441,22 +486,16 @@ def _file_stats(trial_dir: TrialDir) -> dict[str, tuple[int, int]]:
         if name is None:
             continue
         try:
-            stat = os.stat(name)
+            stat = os.stat(name, follow_symlinks=False)
         except OSError:
             continue
         stats[name] = (stat.st_size, stat.st_mtime_ns)
     return stats
 
 
-def _is_file(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
-
-
 def _is_dir(entry: os.DirEntry) -> bool:
+    """A directory itself, not a link to one (from the listing: no system call)."""
     try:
-        return entry.is_dir()
+        return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False

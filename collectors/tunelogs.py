@@ -4,15 +4,21 @@ and TensorBoard event files (RL/LLM training runs that log there, OpenRLHF/verl 
 fetch side: collectors.logscan finds the trial directories (discover() and TrialDir
 are re-exported here); tail_*() read only the bytes added since a FileCursor. Parsing
 is pure (parse_result_line). Nothing here raises on hostile input: bad lines become
-ParseProblems and the tail goes on.
+ParseProblems and the tail goes on. Every file is opened through collectors.rootfiles,
+held to the root it was found under (`root`; None: its own directory): a link, a FIFO
+or a file over its cap is a ParseProblem too. Values a file nests past MAX_NESTING are
+not read (Python's recursion would stop the reader).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
+import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -27,6 +33,8 @@ except ImportError:  # pragma: no cover
 
 from collectors.logscan import TrialDir as TrialDir
 from collectors.logscan import discover as discover
+from collectors.rootfiles import DEFAULT_CAPS, Caps, Root, open_file, problem_text, read_file
+from collectors.rootfiles import storable as storable
 from collectors.tunesearch import (
     TUNER_FILE,
     SearchObjective,
@@ -35,8 +43,11 @@ from collectors.tunesearch import (
     runner_metric,
 )
 
+log = logging.getLogger("raywatch.trial_logs")
 HEAD_BYTES = 4096
-MAX_LINE_BYTES = 8 << 20  # a longer result.json line is skipped (a problem), not read
+MAX_LINE_BYTES = 8 << 20  # a longer result.json line (TensorBoard record) is skipped
+MAX_NESTING = 64  # deeper objects in a result line are not metrics; params.json: refused
+ERROR_HEAD_BYTES = 64 << 10
 MAX_KEY = 200
 MAX_INT = 2**31 - 1  # iterations and pids are stored in 32-bit columns
 MAX_METRICS = 500
@@ -98,19 +109,15 @@ class TuneTrialState:
 
 # --- result.json ------------------------------------------------------------------------
 def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str | None,
-                     max_bytes: int = MAX_LINE_BYTES, max_line: int | None = None
-                     ) -> TailResult:
+                     max_bytes: int = MAX_LINE_BYTES, max_line: int | None = None,
+                     root: Root | None = None) -> TailResult:
     """The complete lines added since `cursor`: about `max_bytes` of them (more when one
     line is longer, up to `max_line`; a line longer than that is skipped)."""
     max_line = max(max_line or max_bytes, max_bytes)
     cursor = cursor or FileCursor(str(path))
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return TailResult(cursor)
-    except OSError as exc:
-        return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset,
-                                                         f"cannot read: {exc.strerror}")])
+    handle = _open(path, root, _caps(root).log_bytes, cursor)
+    if isinstance(handle, TailResult):
+        return handle
     with handle:
         size = os.fstat(handle.fileno()).st_size
         cursor, reset = _check_head(handle, cursor, size)
@@ -120,9 +127,10 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
         offset = cursor.offset
         lines, skip_to = _complete_lines(handle, offset, size, max_bytes, max_line)
         if skip_to is not None:
-            problems.append(ParseProblem(str(path), offset,
-                                         f"a line longer than {max_line} bytes was skipped"))
-            offset = skip_to
+            problems.append(ParseProblem(str(path), offset, (
+                f"a line longer than {max_line} bytes was skipped" if skip_to >= 0 else
+                f"a line longer than {max_line} bytes has no end yet: skipped once it has")))
+            offset = max(offset, skip_to)
         attempts = _Attempts(cursor.attempt, cursor.last_iteration, cursor.last_pid)
         for start, raw in lines:
             offset = start + len(raw) + 1
@@ -140,6 +148,21 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
                 else _head_hash(handle, offset))
         cursor = replace(cursor, offset=offset, head_hash=head)
     return TailResult(cursor, results, problems, reset)
+
+
+def _open(path: Path, root: Root | None, cap: int, cursor: FileCursor) -> Any:
+    """The file open for a tail, or the TailResult that says why not."""
+    try:
+        return open_file(path, root, cap)
+    except FileNotFoundError:
+        return TailResult(cursor)  # deleted while we looked: nothing to read, nothing lost
+    except OSError as exc:
+        return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset,
+                                                         problem_text(exc))])
+
+
+def _caps(root: Root | None) -> Caps:
+    return root.caps if root else DEFAULT_CAPS
 
 
 def _check_head(handle: Any, cursor: FileCursor, size: int) -> tuple[FileCursor, bool]:
@@ -163,7 +186,7 @@ def _complete_lines(handle: Any, offset: int, size: int, max_bytes: int,
                     max_line: int) -> tuple[list[tuple[int, bytes]], int | None]:
     """Complete lines from `offset`; a partial last line is left for the next poll.
     A line longer than max_line is skipped whole once its end is seen: the second
-    value is where reading resumes after it."""
+    value is where reading resumes after it (-1: it has no end yet)."""
     # No more than the file holds: a read of max_bytes (256 KiB) allocates all of it first,
     # for the few hundred bytes a live trial adds a poll.
     data = handle.read(max(0, min(max_bytes, size - offset)))
@@ -180,14 +203,16 @@ def _complete_lines(handle: Any, offset: int, size: int, max_bytes: int,
     return lines, skip_to
 
 
-def _skip_long_line(handle: Any, position: int) -> int | None:
+def _skip_long_line(handle: Any, position: int) -> int:
+    """Where the line that goes on at `position` ends; -1 while it has no end (still
+    being written: look again next time). Read no further than the file's cap allows."""
     handle.seek(position)
     while chunk := handle.read(1 << 20):
         end = chunk.find(b"\n")
         if end >= 0:
             return position + end + 1
         position += len(chunk)
-    return None  # still being written: look again next time
+    return -1
 
 
 def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] | str:
@@ -232,12 +257,18 @@ def _loads(raw: bytes) -> Any:
         return "line is not valid UTF-8"
     try:
         value = json.loads(text)
+        if _SURROGATE.search(text):  # Postgres stores no lone surrogate: none is kept
+            value = json_safe(value)
     except (ValueError, RecursionError):
-        return f"line is not JSON: {text[:80]!r}"
+        return f"line is not JSON: {storable(text[:80])!r}"
     return value if not isinstance(value, str) else None
 
 
-def flatten_metrics(obj: dict[str, Any], prefix: str = "") -> dict[str, float | None]:
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def flatten_metrics(obj: dict[str, Any], prefix: str = "",
+                    depth: int = 1) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for key, value in obj.items():
         if not prefix and key in BOOKKEEPING:
@@ -248,7 +279,8 @@ def flatten_metrics(obj: dict[str, Any], prefix: str = "") -> dict[str, float | 
         if type(value) is float:  # most metrics: the checks below, cheaper
             out[name] = value if isfinite(value) else None
         elif isinstance(value, dict):
-            out.update(flatten_metrics(value, f"{name}/"))
+            if depth < MAX_NESTING:
+                out.update(flatten_metrics(value, f"{name}/", depth + 1))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = _number(value)
         if len(out) >= MAX_METRICS:
@@ -311,13 +343,14 @@ def _text(value: Any) -> str | None:
 
 
 def json_safe(value: Any) -> Any:
-    """What Postgres jsonb accepts: no NaN/Infinity (Tune writes them), no NUL characters."""
+    """What Postgres jsonb accepts: no NaN/Infinity (Tune writes them), no NUL characters,
+    no lone surrogates. Recursive: for values checked against MAX_NESTING."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return value.replace("\x00", "")
+        return storable(value)
     if isinstance(value, dict):
-        return {str(k).replace("\x00", ""): json_safe(v) for k, v in value.items()}
+        return {storable(str(k)): json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     return value
@@ -325,40 +358,31 @@ def json_safe(value: Any) -> Any:
 
 # --- TensorBoard event files ------------------------------------------------------------------
 def tail_tb_events(path: Path, cursor: FileCursor | None, trial_id: str,
-                   max_bytes: int = 8 << 20) -> TailResult:
-    """Scalars by step, read with the tensorboard package's own record reader."""
+                   max_bytes: int = 8 << 20, root: Root | None = None) -> TailResult:
+    """Scalars by step, from TFRecords read here (a record's length is the file's word:
+    the tensorboard package's reader would allocate whatever it says)."""
     from tensorboard.compat.proto import event_pb2
-    from tensorboard.compat.tensorflow_stub import errors
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import (
-        PyRecordReader_New,
-    )
 
     cursor = cursor or FileCursor(str(path))
-    try:
-        handle = path.open("rb")
-        reader = PyRecordReader_New(str(path))
-    except (OSError, errors.NotFoundError) as exc:
-        return TailResult(cursor, problems=[ParseProblem(str(path), cursor.offset, str(exc)[:200])])
+    handle = _open(path, root, _caps(root).log_bytes, cursor)
+    if isinstance(handle, TailResult):
+        return handle
     with handle:
-        cursor, reset = _check_head(handle, cursor, os.fstat(handle.fileno()).st_size)
-        reader.file_handle.close()
+        size = os.fstat(handle.fileno()).st_size
+        cursor, reset = _check_head(handle, cursor, size)
         handle.seek(cursor.offset)
-        reader.file_handle = handle  # resume at our offset: the stub reader cannot seek
         steps: dict[int, dict[str, Any]] = {}
         problems: list[ParseProblem] = []
         offset = cursor.offset
         while offset - cursor.offset < max_bytes:
-            try:
-                reader.GetNext()
-            except errors.OutOfRangeError:
-                break
-            except errors.DataLossError as exc:
-                if "truncated" not in str(exc):
-                    problems.append(ParseProblem(str(path), offset, str(exc)[:200]))
-                break  # a record still being written: read it next time
-            record = reader.record()
-            start, offset = offset, offset + 16 + len(record)
-            _add_event(steps, record, event_pb2, problems, str(path), start)
+            record, end, problem = _tf_record(handle, offset, size)
+            if problem:
+                problems.append(ParseProblem(str(path), offset, problem))
+            if end == offset:
+                break  # the end, a record still being written, or damage
+            if record is not None:
+                _add_event(steps, record, event_pb2, problems, str(path), offset)
+            offset = end
         cursor = replace(cursor, offset=offset, head_hash=_head_hash(handle, offset))
     results = [
         ResultLine(trial_id=trial_id, attempt=1, iteration=step, at=item["at"],
@@ -367,6 +391,33 @@ def tail_tb_events(path: Path, cursor: FileCursor | None, trial_id: str,
         for step, item in sorted(steps.items())
     ]
     return TailResult(cursor, results, problems, reset)
+
+
+def _tf_record(handle: Any, offset: int, size: int) -> tuple[bytes | None, int, str | None]:
+    """The TFRecord at `offset` (the handle is there): length (8 bytes) and its masked
+    CRC-32C (4), data, the data's CRC (4). (data, its end, None); (None, its end, why)
+    for one too long to read, skipped; (None, offset, why or None) where reading stops:
+    the end, a record still being written, damage."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    header = handle.read(12)
+    if len(header) < 12:
+        return None, offset, None
+    (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
+    if masked_crc32c(header[:8]) != crc:
+        return None, offset, "damaged TensorBoard record (its length's CRC does not match)"
+    end = offset + 16 + length
+    if length > MAX_LINE_BYTES:  # not read: skipped once it is all there
+        if end > size:
+            return None, offset, f"a TensorBoard record of {length} bytes is not whole yet"
+        handle.seek(end)
+        return None, end, f"a TensorBoard record of {length} bytes was skipped"
+    if end > size:
+        return None, offset, None  # still being written: read it next time
+    data, footer = handle.read(length), handle.read(4)
+    if len(footer) < 4 or masked_crc32c(data) != struct.unpack("<I", footer)[0]:
+        return None, offset, "damaged TensorBoard record (its data's CRC does not match)"
+    return data, end, None
 
 
 def _add_event(steps: dict[int, dict[str, Any]], record: bytes, event_pb2: Any,
@@ -386,7 +437,7 @@ def _add_event(steps: dict[int, dict[str, Any]], record: bytes, event_pb2: Any,
     for value in event.summary.value:
         number = _scalar(value)
         if number is not None or value.HasField("simple_value"):
-            item["metrics"][value.tag[:MAX_KEY]] = number
+            item["metrics"][storable(value.tag[:MAX_KEY])] = number
 
 
 def _scalar(value: Any) -> float | None:
@@ -408,26 +459,54 @@ def _scalar(value: Any) -> float | None:
 
 
 # --- params.json, error.txt, experiment state ---------------------------------------------
-def read_params(path: Path) -> tuple[dict | None, ParseProblem | None]:
+def read_params(path: Path, root: Root | None = None
+                ) -> tuple[dict | None, ParseProblem | None]:
     try:
-        data = json.loads(path.read_bytes()[: 4 << 20].decode("utf-8", "replace"))
+        raw = read_file(path, root, _caps(root).json_bytes)
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        return None, ParseProblem(str(path), 0, problem_text(exc))
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))
+    except RecursionError:  # nested past what the parser takes
+        return None, ParseProblem(str(path), 0, _TOO_DEEP)
+    except ValueError as exc:
         return None, ParseProblem(str(path), 0, f"params.json unreadable: {str(exc)[:160]}")
     if not isinstance(data, dict):
         return None, ParseProblem(str(path), 0, "params.json is not a JSON object")
+    if nested_deeper(data, MAX_NESTING):
+        return None, ParseProblem(str(path), 0, _TOO_DEEP)
     return json_safe(data), None
 
 
-def read_error(path: Path, max_lines: int = 20) -> str | None:
+_TOO_DEEP = f"params.json is nested deeper than {MAX_NESTING} levels: not read"
+
+
+def nested_deeper(value: Any, levels: int) -> bool:
+    """Whether `value` nests objects or arrays more than `levels` deep; not recursive."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > levels:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return False
+
+
+def read_error(path: Path, max_lines: int = 20, root: Root | None = None
+               ) -> tuple[str | None, ParseProblem | None]:
+    """error.txt's first lines, or the problem that kept it from being read."""
     try:
-        with path.open("rb") as handle:
-            head = handle.read(64 << 10)
-    except OSError:
-        return None
+        head = read_file(path, root, _caps(root).log_bytes, ERROR_HEAD_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, ParseProblem(str(path), 0, problem_text(exc))
     lines = head.decode("utf-8", "replace").splitlines()[:max_lines]
-    return "\n".join(lines) or None
+    return storable("\n".join(lines)) or None, None
 
 
 def newest_state_file(exp_dir: Path) -> Path | None:
@@ -437,29 +516,30 @@ def newest_state_file(exp_dir: Path) -> Path | None:
         return None
 
 
-def read_experiment_state(exp_dir: Path) -> dict[str, TuneTrialState]:
-    return _read_state(exp_dir)[0]
+def read_experiment_state(exp_dir: Path, root: Root | None = None
+                          ) -> dict[str, TuneTrialState]:
+    newest = newest_state_file(exp_dir)
+    return _read_state(newest, root)[0] if newest else {}
 
 
-def _read_state(exp_dir: Path) -> tuple[dict[str, TuneTrialState], str | None]:
+def _read_state(path: Path, root: Root | None
+                ) -> tuple[dict[str, TuneTrialState], str | None]:
     """Each trial's state, and the search's metric (runner_data._metric)."""
     try:
-        newest = newest_state_file(exp_dir)
-        if newest is None:
-            return {}, None
-        data = json.loads(newest.read_bytes())
+        data = json.loads(read_file(path, root, _caps(root).json_bytes))
     except (ValueError, OSError, RecursionError):
         return {}, None
+    pairs = data.get("trial_data") if isinstance(data, dict) else None
     states: dict[str, TuneTrialState] = {}
-    for pair in data.get("trial_data", []) if isinstance(data, dict) else []:
+    for pair in pairs if isinstance(pairs, list) else []:
         try:
             trial, meta = json.loads(pair[0]), json.loads(pair[1])
-            states[str(trial["trial_id"])] = TuneTrialState(
-                status=str(trial.get("status") or "")[:16],
+            states[storable(str(trial["trial_id"]))] = TuneTrialState(
+                status=storable(str(trial.get("status") or ""))[:16],
                 num_failures=meta.get("num_failures"),
                 last_result_time=meta.get("last_result_time"),
             )
-        except (ValueError, TypeError, KeyError, IndexError):
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
             continue
     return states, runner_metric(data)
 
@@ -469,51 +549,60 @@ class TuneStates:
     experiment_state-*.json changed: Tune rewrites it whole at every snapshot, and it can
     be megabytes for 1,000 trials. Also the search's objective (collectors.tunesearch),
     tuner.pkl read again only when it changed. The one reader for raywatch's own
-    collector and the node agent's."""
+    collector and the node agent's. `root`: the log root the experiment dir is under."""
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[Any, Any]] = {}  # dir -> (state file stat, state)
         self._tuners: dict[str, tuple[Any, Any]] = {}  # dir -> (tuner.pkl stat, objective)
 
-    def get(self, exp_dir: Path) -> dict[str, TuneTrialState]:
-        return self._state(exp_dir)[0]
+    def get(self, exp_dir: Path, root: Root | None = None) -> dict[str, TuneTrialState]:
+        return self._state(exp_dir, root)[0]
 
-    def objective(self, exp_dir: Path) -> SearchObjective | None:
+    def objective(self, exp_dir: Path, root: Root | None = None) -> SearchObjective | None:
         """The search's metric and mode, as far as its files say."""
-        return combine(self._tuner(exp_dir), self._state(exp_dir)[1])
+        return combine(self._tuner(exp_dir, root), self._state(exp_dir, root)[1])
 
-    def _state(self, exp_dir: Path) -> tuple[dict[str, TuneTrialState], str | None]:
+    def _state(self, exp_dir: Path, root: Root | None
+               ) -> tuple[dict[str, TuneTrialState], str | None]:
         newest = newest_state_file(exp_dir)
         try:
-            key = (newest.name, newest.stat().st_mtime_ns) if newest else None
+            stat = os.stat(newest, follow_symlinks=False) if newest else None
         except OSError:
-            key = None
-        if key is None:
+            stat = None
+        if newest is None or stat is None:
             return {}, None
-        return _cached(self._cache, exp_dir, key, _read_state)
+        return _cached(self._cache, exp_dir, (newest.name, stat.st_size, stat.st_mtime_ns),
+                       lambda: _read_state(newest, root), ({}, None))
 
-    def _tuner(self, exp_dir: Path) -> SearchObjective | None:
+    def _tuner(self, exp_dir: Path, root: Root | None) -> SearchObjective | None:
         try:
-            stat = (exp_dir / TUNER_FILE).stat()
+            stat = os.stat(exp_dir / TUNER_FILE, follow_symlinks=False)
         except OSError:
             return None
-        return _cached(self._tuners, exp_dir, (stat.st_size, stat.st_mtime_ns), read_tuner)
+        return _cached(self._tuners, exp_dir, (stat.st_size, stat.st_mtime_ns),
+                       lambda: read_tuner(exp_dir, root), None)
 
     def changed_at(self, exp_dir: Path) -> float | None:
         """When the newest state file was last written (epoch seconds), or None."""
         newest = newest_state_file(exp_dir)
         try:
-            return newest.stat().st_mtime if newest else None
+            return os.stat(newest, follow_symlinks=False).st_mtime if newest else None
         except OSError:
             return None
 
 
 def _cached(cache: dict[str, tuple[Any, Any]], exp_dir: Path, key: Any,
-            read: Callable[[Path], Any]) -> Any:
-    """read(exp_dir), read again only when `key` (a file's stat) changed."""
+            read: Callable[[], Any], unknown: Any) -> Any:
+    """read(), again only when `key` (a file's stat) changed. What the experiment's files
+    hold is theirs to get wrong: a failure no check foresaw leaves the experiment's state
+    `unknown` until the file changes, and every other experiment is read."""
     kept = cache.get(str(exp_dir))
     if kept and kept[0] == key:
         return kept[1]
-    value = read(exp_dir)
+    try:
+        value = read()
+    except Exception as exc:
+        log.warning("%s: Tune's files not read: %s: %s", exp_dir, type(exc).__name__, exc)
+        value = unknown
     cache[str(exp_dir)] = (key, value)
     return value

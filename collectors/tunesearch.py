@@ -10,7 +10,8 @@ Tune keeps them in two places in the experiment directory (Ray 2.60, docs/ray-fa
 
 A pickle is never loaded here: loading runs code, and these files are the user's. Its
 opcodes are walked (pickletools.genops executes nothing) and only the plain strings that
-follow those keys are taken. Pure apart from reading the two files; no Django.
+follow those keys are taken. Pure apart from reading the two files (through
+collectors.rootfiles, held to their log root); no Django.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pickletools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from collectors.rootfiles import DEFAULT_CAPS, Root, read_file, storable
 
 TUNER_FILE = "tuner.pkl"
 MAX_PICKLE_BYTES = 4 << 20  # tuner.pkl is a few KB; a bigger one is read this far
@@ -50,8 +53,8 @@ def combine(pickled: SearchObjective | None, runner: str | None) -> SearchObject
     return SearchObjective(metric, mode) if metric or mode else None
 
 
-def read_tuner(exp_dir: Path) -> SearchObjective | None:
-    return pickled_objective(_head(exp_dir / TUNER_FILE))
+def read_tuner(exp_dir: Path, root: Root | None = None) -> SearchObjective | None:
+    return pickled_objective(_head(exp_dir / TUNER_FILE, root))
 
 
 def runner_metric(state: Any) -> str | None:
@@ -109,10 +112,10 @@ def _string_items(data: bytes) -> list[tuple[str, str | None]]:
     return items
 
 
-def _head(path: Path) -> bytes | None:
-    try:
-        with path.open("rb") as handle:
-            return handle.read(MAX_PICKLE_BYTES)
+def _head(path: Path, root: Root | None) -> bytes | None:
+    try:  # a tuner.pkl that cannot be read (a link, a FIFO) says nothing
+        return read_file(path, root, (root.caps if root else DEFAULT_CAPS).log_bytes,
+                         MAX_PICKLE_BYTES)
     except OSError:
         return None
 
@@ -120,7 +123,7 @@ def _head(path: Path) -> bytes | None:
 def _name(value: Any) -> str | None:
     if not isinstance(value, str) or not value or value == "_metric":
         return None
-    return value.replace("\x00", "")[:MAX_NAME]
+    return storable(value)[:MAX_NAME]  # a pickle's text may hold lone surrogates
 
 
 def _mode(value: Any) -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from collectors import rootfiles
 from dashboard.envconf import (
     ConfigError,
     env_bool,
@@ -280,6 +281,12 @@ LOG_DIRS = env_list("RAYWATCH_LOG_DIRS", [], sep=":")
 LOG_QUIET_S = env_number("RAYWATCH_LOG_QUIET_S", 60.0, minimum=0)
 LOG_RESCAN_S = env_number("RAYWATCH_LOG_RESCAN_S", 300.0, minimum=1)
 LOG_RESCAN_PER_POLL = env_int("RAYWATCH_LOG_RESCAN_PER_POLL", 100, minimum=1)
+# The largest log file read, in MiB: larger is refused, as its trial's problem. A
+# result.json or event file is read in pieces (so are the heads of error.txt and tuner.pkl);
+# params.json and experiment_state-*.json are parsed whole, in memory.
+LOG_FILE_MAX_MB = env_int("RAYWATCH_LOG_FILE_MAX_MB", rootfiles.LOG_FILE_MAX_MB, minimum=1)
+LOG_JSON_FILE_MAX_MB = env_int("RAYWATCH_LOG_JSON_FILE_MAX_MB", rootfiles.JSON_FILE_MAX_MB,
+                               minimum=1)
 RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", "/tmp/ray"))
 TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s"])
 STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)

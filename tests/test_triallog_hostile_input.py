@@ -143,7 +143,7 @@ def test_trial_dir_deleted_while_tailed(tmp_path: Path) -> None:
     shutil.rmtree(directory)
     gone = tail(path, first.cursor)
     assert gone.results == [] and gone.cursor.offset == first.cursor.offset
-    assert read_error(directory / "error.txt") is None
+    assert read_error(directory / "error.txt") == (None, None)
     assert read_params(directory / "params.json") == (None, None)
 
 
@@ -159,7 +159,7 @@ def test_discovery_survives_symlink_loops_and_finds_live_copies(tmp_path: Path) 
     assert sorted((d.experiment, d.trial_id, d.live) for d in found) == [
         ("exp", "ab12c_00003", False), ("exp", "ab12c_00003", True)]
     live_dir = next(d for d in found if d.live)
-    assert read_error(Path(live_dir.error_file)).endswith("RuntimeError: boom")
+    assert read_error(Path(live_dir.error_file))[0].endswith("RuntimeError: boom")
 
 
 def test_unreadable_params_and_state_are_reported_not_raised(tmp_path: Path) -> None:

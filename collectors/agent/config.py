@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from collectors.rootfiles import JSON_FILE_MAX_MB, LOG_FILE_MAX_MB, Caps
+
 GPU_SOURCES = ("nvml", "simulated", "off")
 SIMULATED_MODULE = "collectors.simnvml"
 
@@ -36,6 +38,8 @@ class AgentConfig:
     log_quiet_s: float = 60.0
     log_rescan_s: float = 300.0
     log_rescan_per_poll: int = 100  # quiet trial dirs the slow rescan checks a poll, at most
+    log_file_max_mb: int = LOG_FILE_MAX_MB  # a larger log file is refused (rootfiles)
+    log_json_file_max_mb: int = JSON_FILE_MAX_MB  # params.json, experiment_state: parsed whole
     processes_s: float = 5.0  # between process snapshots (every GPU poll after a signal)
     # Gather this long before a report (0: send what is spooled at once); None: as long
     # as raywatch's last answer asked (`send_s`: 0 on a small cluster). A report of five
@@ -46,6 +50,10 @@ class AgentConfig:
     @property
     def api(self) -> str:
         return f"{self.url}/api/agent/v1/"
+
+    @property
+    def log_caps(self) -> Caps:
+        return Caps.mb(self.log_file_max_mb, self.log_json_file_max_mb)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> AgentConfig:
@@ -73,6 +81,9 @@ class AgentConfig:
             log_quiet_s=_number(env, "RAYWATCH_LOG_QUIET_S", 60.0, 0),
             log_rescan_s=_number(env, "RAYWATCH_LOG_RESCAN_S", 300.0, 1),
             log_rescan_per_poll=_whole(env, "RAYWATCH_LOG_RESCAN_PER_POLL", 100, 1),
+            log_file_max_mb=_whole(env, "RAYWATCH_LOG_FILE_MAX_MB", LOG_FILE_MAX_MB, 1),
+            log_json_file_max_mb=_whole(env, "RAYWATCH_LOG_JSON_FILE_MAX_MB",
+                                        JSON_FILE_MAX_MB, 1),
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
             processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),

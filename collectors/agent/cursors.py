@@ -1,6 +1,7 @@
 """Where the agent's trial-log collector keeps how far it read, in the spool directory:
 a file's cursor (offset, head hash, attempt, size and mtime when read) and what was sent
-of a trial dir (params.json, error.txt, Tune's status, the search's objective). SQLite
+of a trial dir (params.json, error.txt, Tune's status, the search's objective, that it is
+a link). SQLite
 (stdlib): a poll upserts only the rows it changed, in one transaction, so the cost follows
 what changed and a crash leaves the previous state or the new one, never half of each."""
 
@@ -29,6 +30,7 @@ class TrialSent:
     status: str = ""  # Tune's status as sent
     tensorboard: str = ""  # "problem": event files but no tensorboard package, said once
     search: str = ""  # the search's objective as sent ("metric/mode")
+    link: str = ""  # "problem": the trial dir is a link, not followed (said once)
 
 
 class CursorStore:
@@ -89,4 +91,4 @@ def _trial_sent(data: dict) -> TrialSent:
     return TrialSent(params=data.get("params", ""),
                      error=(error[0], error[1]) if error else None,
                      status=data.get("status", ""), tensorboard=data.get("tensorboard", ""),
-                     search=data.get("search", ""))
+                     search=data.get("search", ""), link=data.get("link", ""))

@@ -156,7 +156,8 @@ class Agent:
         store = CursorStore(self.config.spool_dir / "trial-logs.sqlite3")
         return TrialLogCollector(self.log_roots, self.spool, store, self.config.log_quiet_s,
                                  self.config.log_rescan_s,
-                                 rescan_per_poll=self.config.log_rescan_per_poll)
+                                 rescan_per_poll=self.config.log_rescan_per_poll,
+                                 caps=self.config.log_caps)
 
     def log_roots(self) -> list[Path]:
         roots = default_log_dirs(Path.home(), self.config.ray_tmp_dir)

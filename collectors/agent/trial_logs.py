@@ -13,6 +13,9 @@ sent as `trial_log` records through the spool.
 - Settling: a trial dir quiet for a while stops being watched once it is finished by
   Tune's experiment state or its error.txt (no database here); the LogScanner's slow
   rescan still visits it. A poll costs what changed, not the history on disk.
+- The agent runs as root: files are held to their root and its caps
+  (collectors.rootfiles, RAYWATCH_LOG_FILE_MAX_MB, RAYWATCH_LOG_JSON_FILE_MAX_MB). A
+  link, a FIFO or a file over its cap is sent as that trial's problem, once a change.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
 from collectors.logscan import RESCAN_PER_POLL, LogScanner, TrialDir
 from collectors.records import TrialUpdate
+from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
 from collectors.tunelogs import (
     MAX_LINE_BYTES,
     ParseProblem,
@@ -75,11 +79,12 @@ class TrialLogCollector:
                  quiet_after_s: float = 60.0, rescan_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
-                 rescan_per_poll: int = RESCAN_PER_POLL) -> None:
+                 rescan_per_poll: int = RESCAN_PER_POLL, caps: Caps = DEFAULT_CAPS) -> None:
         self.roots = roots
         self.spool = spool
         self.store = store
-        self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock, rescan_per_poll)
+        self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock, rescan_per_poll,
+                                  caps)
         self.wall = wall
         self.files, self.sent = store.load()
         self.backlog: dict[Path, TrialDir] = {}
@@ -118,6 +123,9 @@ class TrialLogCollector:
     # --- one trial dir ---------------------------------------------------------------------
     def _read(self, trial_dir: TrialDir, out: _Pending) -> None:
         base = TrialUpdate.about(trial_dir)
+        if trial_dir.refused:  # a link to a directory: nothing of it is read
+            self._say_once(trial_dir, base, out, "link", trial_dir.refused)
+            return
         for name in trial_dir.result_files:
             self._tail(trial_dir, base, Path(name), out)
         if trial_dir.event_files and not self.tensorboard:
@@ -131,7 +139,7 @@ class TrialLogCollector:
         """Read on from the file's cursor, a chunk at a time, to its end or the budget."""
         while True:
             try:
-                stat = path.stat()
+                stat = os.stat(path, follow_symlinks=False)
             except OSError:
                 return  # gone: nothing to read, nothing lost
             state = out.file(str(path))
@@ -143,7 +151,7 @@ class TrialLogCollector:
                 return
             cursor = state.cursor if state else None
             before = 0 if cursor is None else cursor.offset
-            result = _tail_file(path, cursor, base)
+            result = _tail_file(path, cursor, base, trial_dir.root)
             after = result.cursor.offset
             out.read_bytes += max(0, after - (0 if result.reset else before))
             # At the end, or only a partial last line left: the file's stat says so.
@@ -163,7 +171,7 @@ class TrialLogCollector:
         facts: dict[str, Any] = {}
         problems: list[dict[str, Any]] = []
         if trial_dir.params_file and sent.params != "sent":
-            params, problem = read_params(Path(trial_dir.params_file))
+            params, problem = read_params(Path(trial_dir.params_file), trial_dir.root)
             if params is not None and len(json.dumps(params)) <= MAX_PARAMS_BYTES:
                 facts["params"], new = params, replace(new, params="sent")
             elif (params is not None or problem) and sent.params != "problem":
@@ -172,11 +180,12 @@ class TrialLogCollector:
                 problems.append({"file": "params.json", "byte_offset": 0, "message": message})
                 new = replace(new, params="problem")
         if trial_dir.error_file:
-            error = _error_file(Path(trial_dir.error_file))
+            error = _error_file(Path(trial_dir.error_file), trial_dir.root)
             if error is not None and error[0] != sent.error:
                 new = replace(new, error=error[0])
                 if error[1]:
                     facts["error_text"], facts["error_at"] = error[1], error[2]
+                problems += [_problem(error[3])] if error[3] else []
         new = self._state_facts(trial_dir, new, facts)
         if new != sent:
             out.add(replace(base, problem_count=len(problems), **facts), problems,
@@ -194,14 +203,14 @@ class TrialLogCollector:
     def _status(self, trial_dir: TrialDir) -> str | None:
         directory = trial_dir.experiment_dir
         if directory not in self.poll_states:  # once per experiment a poll, not per trial
-            self.poll_states[directory] = self.states.get(directory)
+            self.poll_states[directory] = self.states.get(directory, trial_dir.root)
         tune = self.poll_states[directory].get(trial_dir.trial_id or "")
         return tune.status if tune else None
 
     def _search(self, trial_dir: TrialDir) -> SearchObjective | None:
         directory = trial_dir.experiment_dir
         if directory not in self.poll_searches:  # once per experiment a poll
-            self.poll_searches[directory] = self.states.objective(directory)
+            self.poll_searches[directory] = self.states.objective(directory, trial_dir.root)
         return self.poll_searches[directory]
 
     def _statuses(self, state_dirs: list[tuple[str, Path]], done: set[Path],
@@ -303,10 +312,11 @@ class _Pending:
         self.full = self.collector.spool_full()
 
 
-def _tail_file(path: Path, cursor: Any, base: TrialUpdate) -> TailResult:
+def _tail_file(path: Path, cursor: Any, base: TrialUpdate, root: Root | None) -> TailResult:
     if path.name == "result.json":
-        return tail_result_json(path, cursor, base.trial_id, CHUNK_BYTES, MAX_LINE_BYTES)
-    return tail_tb_events(path, cursor, base.trial_id, CHUNK_BYTES)
+        return tail_result_json(path, cursor, base.trial_id, CHUNK_BYTES, MAX_LINE_BYTES,
+                                root=root)
+    return tail_tb_events(path, cursor, base.trial_id, CHUNK_BYTES, root=root)
 
 
 def _encode(update: TrialUpdate, problems: list[dict[str, Any]], at: datetime) -> list[str]:
@@ -331,21 +341,23 @@ def _problem(problem: ParseProblem) -> dict[str, Any]:
             "message": problem.message[:MAX_TEXT]}
 
 
-def _error_file(path: Path) -> tuple[tuple[int, int], str | None, datetime] | None:
+def _error_file(path: Path, root: Root | None
+                ) -> tuple[tuple[int, int], str | None, datetime, ParseProblem | None] | None:
+    """error.txt's (size, mtime_ns), its first lines, its mtime, and why it was not read."""
     try:
-        stat = path.stat()
+        stat = os.stat(path, follow_symlinks=False)
     except OSError:
         return None
-    text = read_error(path)
-    return ((stat.st_size, stat.st_mtime_ns), text.replace("\x00", "") if text else None,
-            datetime.fromtimestamp(stat.st_mtime, UTC))
+    text, problem = read_error(path, root=root)
+    return ((stat.st_size, stat.st_mtime_ns), text,
+            datetime.fromtimestamp(stat.st_mtime, UTC), problem)
 
 
 def _newest_mtime(trial_dir: TrialDir) -> float:
     newest = 0.0
     for name in (*trial_dir.result_files, *trial_dir.event_files, str(trial_dir.path)):
         try:
-            newest = max(newest, os.stat(name).st_mtime)
+            newest = max(newest, os.stat(name, follow_symlinks=False).st_mtime)
         except OSError:
             continue
     return newest

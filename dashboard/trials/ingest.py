@@ -6,7 +6,9 @@ A poll looks only at the trial directories the LogScanner hands over (new, or ch
 also what its slow rescan found changed) and loads only their rows, in batches: the cost
 of a poll grows with what changed, not with the months of finished searches under
 ~/ray_results. Results are de-duplicated on (trial, attempt, iteration), so the live
-staging copy and Tune's storage copy of the same file never count twice.
+staging copy and Tune's storage copy of the same file never count twice. Files are held
+to their log root and its caps (collectors.rootfiles): what is refused is the trial's
+problem (parse_errors, last_parse_error), as a line that is not JSON is.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from django.utils import timezone
 
 from collectors.logscan import LogScanner, TrialDir
 from collectors.records import TrialUpdate
+from collectors.rootfiles import Caps, Root
 from collectors.tunelogs import (
     FileCursor,
+    ParseProblem,
     SearchObjective,
     TailResult,
     TuneStates,
@@ -97,7 +101,11 @@ class TrialLogIngest:
     def _read(self, trial_dir: TrialDir, read: Read) -> None:
         base = TrialUpdate.about(trial_dir)
         trial = self.store.trial(base)
-        done = [self._tail(trial, base, Path(path), kind, read)
+        if trial_dir.refused:  # a link to a directory: nothing of it is read
+            read.updates.append(replace(base, problem_count=1, last_problem=said(
+                ParseProblem(trial_dir.name, 0, trial_dir.refused))))
+            return
+        done = [self._tail(trial, base, Path(path), kind, read, trial_dir.root)
                 for kind, paths in ((LogCursor.RESULT_JSON, trial_dir.result_files),
                                     (LogCursor.TB_EVENTS, trial_dir.event_files))
                 for path in paths]
@@ -117,8 +125,9 @@ class TrialLogIngest:
         RUNNING -> TERMINATED without a new result line) and the search's objective up
         to date."""
         for _, directory in state_dirs:
-            states = self._tune_state(directory)
-            known = self.scanner.trials_in(directory) if self.scanner and states else []
+            known = self.scanner.trials_in(directory) if self.scanner else []
+            if not known or not self._tune_state(directory, known[0].root):
+                continue
             for start in range(0, len(known), BATCH):
                 batch = known[start:start + BATCH]
                 self.store.load(d.key for d in batch)
@@ -129,11 +138,11 @@ class TrialLogIngest:
 
     # --- tailing ------------------------------------------------------------------------------
     def _tail(self, trial: Trial, base: TrialUpdate, path: Path, kind: str,
-              read: Read) -> bool:
+              read: Read, root: Root | None) -> bool:
         """Read on from the file's cursor; False when more is left than one read takes
         (read on at the next poll: a long history, a line too long to read at once)."""
         try:
-            stat = path.stat()
+            stat = os.stat(path, follow_symlinks=False)
         except OSError:
             return True  # deleted while we looked: nothing to read, nothing lost
         row = self.cursors.get(str(path))
@@ -141,17 +150,15 @@ class TrialLogIngest:
             return True
         cursor = _to_cursor(row) if row else None
         if kind == LogCursor.RESULT_JSON:
-            result = tail_result_json(path, cursor, trial.trial_id)
+            result = tail_result_json(path, cursor, trial.trial_id, root=root)
         else:
-            result = tail_tb_events(path, cursor, trial.trial_id)
+            result = tail_tb_events(path, cursor, trial.trial_id, root=root)
         self.stats.files_read += 1
         start = cursor.offset if cursor and not result.reset else 0
         self.stats.bytes_read += max(0, result.cursor.offset - start)
-        last = result.problems[-1] if result.problems else None
         read.updates.append(replace(
             base, results=tuple(result.results), problem_count=len(result.problems),
-            last_problem=(f"{Path(last.path).name} @ byte {last.byte_offset}: "
-                          f"{last.message}") if last else None))
+            last_problem=said(result.problems[-1]) if result.problems else None))
         # At the end, or nothing more to read (a partial last line): the stat says so.
         done = result.cursor.offset >= stat.st_size or (
             result.cursor.offset == (cursor.offset if cursor else 0) and not result.reset)
@@ -170,41 +177,48 @@ class TrialLogIngest:
     # --- params.json, error.txt, Tune's experiment state ----------------------------------------
     def _side_facts(self, trial: Trial, base: TrialUpdate, trial_dir: TrialDir) -> TrialUpdate:
         facts: dict[str, object] = {}
+        problems: list[ParseProblem] = []
         if trial_dir.params_file and not trial.config:
-            params, problem = read_params(Path(trial_dir.params_file))
+            params, problem = read_params(Path(trial_dir.params_file), trial_dir.root)
             if params is not None:
                 facts["params"] = params
-            elif problem:
-                facts["last_problem"] = problem.message
+            problems += [problem] if problem else []
         if trial_dir.error_file:
-            text = read_error(Path(trial_dir.error_file))
+            text, problem = read_error(Path(trial_dir.error_file), root=trial_dir.root)
             if text:
-                facts["error_text"] = text.replace("\x00", "")
+                facts["error_text"] = text
                 facts["error_at"] = _mtime(Path(trial_dir.error_file))
+            problems += [problem] if problem else []
+        # These are read again whenever the trial dir changes: a refusal the trial shows
+        # already is not counted again.
+        new = [text for text in map(said, problems) if text != trial.last_parse_error]
+        if new:
+            facts["problem_count"], facts["last_problem"] = len(new), new[-1]
         return replace(base, **facts, **self._state_facts(trial_dir))  # type: ignore[arg-type]
 
     def _state_facts(self, trial_dir: TrialDir) -> dict[str, str | None]:
         """Tune's status of the trial and the search's objective, as its experiment's
         state says (the store keeps what changed)."""
         facts: dict[str, str | None] = {}
-        tune = self._tune_state(trial_dir.experiment_dir).get(trial_dir.key[1])
+        directory, root = trial_dir.experiment_dir, trial_dir.root
+        tune = self._tune_state(directory, root).get(trial_dir.key[1])
         if tune and tune.status:
             facts["tune_status"] = tune.status
-        search = self._objective(trial_dir.experiment_dir)
+        search = self._objective(directory, root)
         if search:
             facts["search_metric"], facts["search_mode"] = search.metric, search.mode
         return facts
 
-    def _objective(self, directory: Path) -> SearchObjective | None:
+    def _objective(self, directory: Path, root: Root | None) -> SearchObjective | None:
         # Once per experiment directory per poll too: it globs for the state files.
         if directory not in self.objectives:
-            self.objectives[directory] = _TUNE_STATES.objective(directory)
+            self.objectives[directory] = _TUNE_STATES.objective(directory, root)
         return self.objectives[directory]
 
-    def _tune_state(self, directory: Path) -> dict[str, TuneTrialState]:
+    def _tune_state(self, directory: Path, root: Root | None) -> dict[str, TuneTrialState]:
         # Once per experiment directory per poll, not once per trial.
         if directory not in self.tune_states:
-            self.tune_states[directory] = _TUNE_STATES.get(directory)
+            self.tune_states[directory] = _TUNE_STATES.get(directory, root)
         return self.tune_states[directory]
 
 
@@ -269,6 +283,7 @@ def log_scanner(roots: Sequence[Path]) -> LogScanner:
     scanner = _SCANNERS[key]
     scanner.quiet_after_s, scanner.rescan_s = settings.LOG_QUIET_S, settings.LOG_RESCAN_S
     scanner.rescan_per_poll = settings.LOG_RESCAN_PER_POLL
+    scanner.caps = Caps.mb(settings.LOG_FILE_MAX_MB, settings.LOG_JSON_FILE_MAX_MB)
     return scanner
 
 
@@ -305,6 +320,11 @@ def _cursor_row(row: LogCursor | None, trial: Trial, path: Path, kind: str,
     return row
 
 
+def said(problem: ParseProblem) -> str:
+    """A problem as the trial shows it: "result.json @ byte 812: line is not JSON"."""
+    return f"{Path(problem.path).name} @ byte {problem.byte_offset}: {problem.message}"
+
+
 def _to_cursor(row: LogCursor) -> FileCursor:
     return FileCursor(path=row.path, offset=row.offset, head_hash=row.head_hash or None,
                       attempt=row.attempt, last_iteration=row.last_iteration,
@@ -313,6 +333,6 @@ def _to_cursor(row: LogCursor) -> FileCursor:
 
 def _mtime(path: Path) -> datetime | None:
     try:
-        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        return datetime.fromtimestamp(os.stat(path, follow_symlinks=False).st_mtime, UTC)
     except OSError:
         return None
