@@ -178,7 +178,7 @@ def click(api: Any, trial: Any, grace_s: float) -> dict[str, Any]:
 
     watcher = Watcher(trial.pid).start()
     t0 = time.time()
-    reply = api.post(f"/api/trials/{trial.trial_id}/terminate",
+    reply = api.post(f"/api/trials/{trial.pk}/terminate",
                      {"reason": "bench: hung in step 5", "expected": {"pid": trial.pid}},
                      format="json")
     replied = time.time()
