@@ -172,9 +172,9 @@ def freshen() -> None:
 def clients() -> dict[str, Callable[[], Any]]:
     from django.contrib.auth.models import User
     from django.test import Client
-    from rest_framework.authtoken.models import Token
+    from knox.models import AuthToken
 
-    key = Token.objects.create(user=User.objects.get(username="bench-viewer")).key
+    key = AuthToken.objects.create(User.objects.get(username="bench-viewer"))[1]
     web = Client(SERVER_NAME="localhost")
     api = Client(SERVER_NAME="localhost", HTTP_AUTHORIZATION=f"Token {key}")
     return {

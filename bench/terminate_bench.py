@@ -432,7 +432,7 @@ def main() -> int:
 
         from django.conf import settings
         from django.contrib.auth.models import Group, User
-        from rest_framework.authtoken.models import Token
+        from knox.models import AuthToken
         from rest_framework.test import APIClient
 
         from dashboard.celery import app as celery_app
@@ -452,7 +452,7 @@ def main() -> int:
         user = User.objects.create_user(username="bench-operator", password="x" * 20)
         user.groups.add(Group.objects.get_or_create(name="operator")[0])
         api = APIClient(HTTP_HOST="127.0.0.1")
-        api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        api.credentials(HTTP_AUTHORIZATION=f"Token {AuthToken.objects.create(user)[1]}")
 
         scheduler = EmbeddedScheduler(celery_app, {
             "ray": {"task": "dashboard.cluster.tasks.poll_ray_state", "schedule": POLL_S},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -59,7 +60,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # API tokens, stored hashed, with an expiry
     "drf_spectacular",
     "dashboard.core",
     "dashboard.cluster",
@@ -449,9 +450,17 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+# An API token (`manage.py drf_create_token USER [--days N]`) stops working this many days
+# after it was made. raywatch keeps only its hash (django-rest-knox: SHA-512).
+API_TOKEN_DAYS = env_int("RAYWATCH_API_TOKEN_DAYS", 90, minimum=1)
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(days=API_TOKEN_DAYS),
+    "AUTH_HEADER_PREFIX": "Token",  # `Authorization: Token KEY`, as before
+    "AUTO_REFRESH": False,  # a token in use still ends: a leaked one does not live for ever
+}
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["dashboard.core.roles.IsViewer"],

@@ -21,7 +21,7 @@ import uvicorn
 from channels.layers import channel_layers
 from django.contrib.auth.models import Group, User
 from django.db import connection as db_connection
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from collectors.localray import LocalCluster, LocalRay, free_port
@@ -110,10 +110,15 @@ def _flush_past_sqlite_audit_triggers() -> Iterator[None]:
 
 
 # --- personas ------------------------------------------------------------------------
+def api_token(user: User) -> str:
+    """A new API token of `user`, as `manage.py drf_create_token` prints it."""
+    return AuthToken.objects.create(user)[1]
+
+
 def token_client(user: User) -> APIClient:
     """An API client authenticated as `user` with a token, as scripts call the API."""
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
     return api
 
 

@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from dashboard.alerts.models import Channel, Silence
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident, IncidentEvent
 from dashboard.incidents.service import sync_findings
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, api_token
 
 STALLED = Finding("trial_stalled", "trial:mnist/t_0001", "critical",
                   "no result for 9 min (usually every 20 s)")
@@ -29,7 +28,7 @@ SECRET = "hmac-signing-Secret-5e7f"
 
 
 def api(user) -> Client:  # type: ignore[no-untyped-def]
-    return Client(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return Client(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
 
 
 def browser(user) -> Client:  # type: ignore[no-untyped-def]

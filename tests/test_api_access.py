@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, api_token
 
 ENDPOINTS = ["/api/nodes/", "/api/cluster/", "/api/sources/", "/api/schema/",
              "/api/agents/coverage/"]
@@ -19,15 +18,13 @@ def test_anonymous_api_is_refused(db: None, path: str) -> None:
 
 @pytest.mark.parametrize("path", ENDPOINTS)
 def test_user_without_role_is_refused(roleless, path: str) -> None:  # type: ignore[no-untyped-def]
-    token = Token.objects.create(user=roleless)
-    reply = Client().get(path, HTTP_AUTHORIZATION=f"Token {token.key}")
+    reply = Client().get(path, HTTP_AUTHORIZATION=f"Token {api_token(roleless)}")
     assert reply.status_code == 403
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)
 def test_viewer_token_reads_the_api(viewer, path: str) -> None:  # type: ignore[no-untyped-def]
-    token = Token.objects.create(user=viewer)
-    reply = Client().get(path, HTTP_AUTHORIZATION=f"Token {token.key}")
+    reply = Client().get(path, HTTP_AUTHORIZATION=f"Token {api_token(viewer)}")
     assert reply.status_code == 200
 
 

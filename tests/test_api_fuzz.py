@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from collectors.localray import free_port
 from collectors.records import NodeRecord, ResourceUse
@@ -26,7 +25,7 @@ from dashboard.alerts.models import Silence
 from dashboard.cluster.state import ingest_nodes
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.service import sync_findings
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, api_token
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 MAX_EXAMPLES = 30
@@ -58,7 +57,7 @@ def some_state() -> None:
 def test_no_operation_answers_with_a_server_error(live_server_asgi: LiveServer, admin,  # type: ignore[no-untyped-def]
                                                   nowhere_ray: None, tmp_path: Path) -> None:
     some_state()
-    token = Token.objects.create(user=admin).key
+    token = api_token(admin)
     command = [
         str(SCHEMATHESIS), "run", f"{live_server_asgi.url}/api/schema/",
         "--header", f"Authorization: Token {token}",
@@ -84,7 +83,7 @@ def test_no_operation_answers_with_a_server_error(live_server_asgi: LiveServer, 
 ])
 def test_nul_character_in_the_url_is_a_bad_request(admin, path: str) -> None:  # type: ignore[no-untyped-def]
     """What the fuzzing first found: Postgres holds no NUL, and a query with one was a 500."""
-    token = Token.objects.create(user=admin).key
+    token = api_token(admin)
     reply = Client(HTTP_AUTHORIZATION=f"Token {token}").get(path)
     assert reply.status_code == 400
     assert "NUL" in reply.json()["detail"]

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from dashboard.alerts.models import Channel, Silence
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
 from dashboard.incidents.service import sync_findings
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, api_token
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 STALLED = Finding("trial_stalled", "trial:mnist/t_0001", "critical", "no result for 9 min")
@@ -77,7 +76,7 @@ def test_session_api_post_with_csrf_token_works(operator) -> None:  # type: igno
 
 def test_token_api_post_needs_no_csrf_token(operator) -> None:  # type: ignore[no-untyped-def]
     incident = firing()
-    token = Token.objects.create(user=operator).key
+    token = api_token(operator)
     client = Client(enforce_csrf_checks=True, HTTP_AUTHORIZATION=f"Token {token}")
     reply = client.post(f"/api/alerts/{incident.pk}/ack", {"note": "from a script"},
                         content_type="application/json")
@@ -133,7 +132,7 @@ def test_get_cannot_log_out(viewer) -> None:  # type: ignore[no-untyped-def]
 
 def test_get_cannot_acknowledge(operator) -> None:  # type: ignore[no-untyped-def]
     incident = firing()
-    token = Token.objects.create(user=operator).key
+    token = api_token(operator)
     reply = Client(HTTP_AUTHORIZATION=f"Token {token}").get(f"/api/alerts/{incident.pk}/ack")
     assert reply.status_code == 405
     incident.refresh_from_db()

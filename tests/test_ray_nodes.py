@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from dashboard.cluster.models import Node
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core.models import SourceHealth
-from tests.conftest import stop_ray_start, wait_for
+from tests.conftest import api_token, stop_ray_start, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -59,8 +58,7 @@ def test_worker_node_joins_and_dies(ray_settings, add_worker_node, viewer) -> No
     joined = poll_until(
         lambda: Node.objects.filter(is_head=False, state="ALIVE").first(), "the worker to join"
     )
-    token = Token.objects.create(user=viewer)
-    api = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
+    api = Client(HTTP_AUTHORIZATION=f"Token {api_token(viewer)}")
     listed = api.get("/api/nodes/").json()
     assert {n["is_head"] for n in listed if n["state"] == "ALIVE"} == {True, False}
     totals = api.get("/api/cluster/").json()["totals"]

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from dashboard.cluster.tasks import poll_ray_state
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, api_token
 
 RAY_TOKEN = "ray-token-Q7xv9KpL2mZ8"
 PASSWORD_IN_URL = "hunter2-in-the-url"
@@ -64,7 +63,7 @@ def everything_shown(admin, caplog) -> str:  # type: ignore[no-untyped-def]
     """The status strip, the sources API and the logs, as one text."""
     client = Client()
     assert client.login(username=admin.username, password=PASSWORD)
-    token = Token.objects.get_or_create(user=admin)[0].key
+    token = api_token(admin)
     pages = [client.get(path).content.decode()
              for path in ("/cluster/", "/alerts/", "/alerts/channels/", "/gpus/")]
     api = Client(HTTP_AUTHORIZATION=f"Token {token}").get("/api/sources/").content.decode()

@@ -7,11 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 from playwright.sync_api import expect
-from rest_framework.authtoken.models import Token
 
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
-from tests.conftest import PASSWORD, LiveServer, login
+from tests.conftest import PASSWORD, LiveServer, api_token, login
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(2)>'
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -40,7 +39,7 @@ def search(db: None) -> Trial:
 
 
 def api(user) -> Client:  # type: ignore[no-untyped-def]
-    return Client(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return Client(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
 
 
 def test_trials_list_fields_and_filters(search, viewer) -> None:  # type: ignore[no-untyped-def]

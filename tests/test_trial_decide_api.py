@@ -8,18 +8,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from collectors.localray import free_port
 from dashboard.cluster.models import Node
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
+from tests.conftest import api_token
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def api(user) -> Client:  # type: ignore[no-untyped-def]
-    return Client(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return Client(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
 
 
 @pytest.fixture
