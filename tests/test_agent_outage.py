@@ -32,13 +32,23 @@ from dashboard.gpus.models import Gpu, GpuSample
 print(json.dumps({g.uuid: [s.at.timestamp() for s in GpuSample.objects.filter(gpu_id=g.pk)]
                   for g in Gpu.objects.all()}))
 """
+# The trial, and Ray's view of its actor on node B as raywatch's Ray poll stores it (what
+# ties the trial to the process: the pid in its results alone is not enough); its pk.
 TRIAL = """
 from datetime import timedelta
 from django.utils import timezone
+from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Experiment, Trial
-Trial.objects.create(experiment=Experiment.objects.create(name="search"), trial_id="t_00001",
-                     status=Trial.RUNNING, pid={pid}, hostname="{node}", node_ip="{ip}",
-                     iteration=3, last_result_at=timezone.now() - timedelta(minutes=5))
+now = timezone.now()
+Node.objects.create(node_id="b" * 56, node_ip="{ip}", hostname="{node}", state="ALIVE",
+                    last_seen_at=now)
+Actor.objects.create(actor_id="a" * 32, state="ALIVE", pid={pid}, node_id="b" * 56,
+                     repr_name="train", first_seen_at=now, updated_at=now)
+trial = Trial.objects.create(
+    experiment=Experiment.objects.create(name="search"), trial_id="t_00001", trainable="train",
+    status=Trial.RUNNING, pid={pid}, hostname="{node}", node_ip="{ip}", iteration=3,
+    last_result_at=now - timedelta(minutes=5))
+print(trial.pk)
 """
 
 
@@ -100,9 +110,9 @@ def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: 
             wait_for(lambda: spooled(spool) <= 1 and _gpus(url, api_token), 120, 0.5,
                      "the spool to drain into the restarted raywatch")
 
-            manage(env, "shell", "-c", TRIAL.format(pid=ray_worker_process.pid, node=NODE,
-                                                     ip=NODE_IP))
-            action = api_post(f"{url}/api/trials/t_00001/terminate", api_token,
+            trial = manage(env, "shell", "-c", TRIAL.format(pid=ray_worker_process.pid,
+                                                            node=NODE, ip=NODE_IP)).split()[-1]
+            action = api_post(f"{url}/api/trials/{trial}/terminate", api_token,
                           {"reason": "hung on node B"})
             wait_for(lambda: ray_worker_process.poll() is not None, 60, 0.2,
                      "the agent to end the trial's process")

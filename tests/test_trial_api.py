@@ -56,11 +56,12 @@ def test_trials_list_fields_and_filters(search, viewer) -> None:  # type: ignore
 
 
 def test_trial_results_in_order(search, viewer) -> None:  # type: ignore[no-untyped-def]
-    results = api(viewer).get("/api/trials/ab12c_00001/results/").json()
+    pk = Trial.objects.get(trial_id="ab12c_00001").pk
+    results = api(viewer).get(f"/api/trials/{pk}/results/").json()
     assert [r["iteration"] for r in results] == [1, 2, 3]
     assert results[0]["metrics"]["timing_s/gen"] == 0.5
-    assert api(viewer).get("/api/trials/nope/results/").status_code == 404
-    assert api(viewer).get("/api/trials/ab12c_00001/results/?limit=x").status_code == 400
+    assert api(viewer).get("/api/trials/999999/results/").status_code == 404
+    assert api(viewer).get(f"/api/trials/{pk}/results/?limit=x").status_code == 400
 
 
 def test_alerts_list_and_state_filter(search, viewer) -> None:  # type: ignore[no-untyped-def]

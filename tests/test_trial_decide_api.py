@@ -99,8 +99,12 @@ def test_curves_refuse_bad_requests(search, viewer, roleless) -> None:  # type: 
     assert api(viewer).get(base + "?metric=nothing").json()["curves"] == []
 
 
+def output_of(search) -> int:  # type: ignore[no-untyped-def]
+    return Trial.objects.get(experiment=search, trial_id="t0_00000").pk
+
+
 def test_output_says_why_it_is_not_there(search, viewer, settings) -> None:  # type: ignore[no-untyped-def]
-    reply = api(viewer).get("/api/trials/t0_00000/output")
+    reply = api(viewer).get(f"/api/trials/{output_of(search)}/output")
     assert reply.status_code == 200
     assert reply.json()["stdout"] is None
     assert "has not reported a process yet" in reply.json()["reason"]
@@ -109,18 +113,18 @@ def test_output_says_why_it_is_not_there(search, viewer, settings) -> None:  # t
     settings.RAY_ADDRESS = None
     settings.RAY_API_SERVER_ADDRESS = None
     settings.LOCAL_RAY_FILE = None
-    body = api(viewer).get("/api/trials/t0_00000/output").json()
+    body = api(viewer).get(f"/api/trials/{output_of(search)}/output").json()
     assert body["reason"].startswith("Ray's dashboard is not reachable: no Ray cluster configured")
 
     settings.RAY_API_SERVER_ADDRESS = f"http://127.0.0.1:{free_port()}"  # nothing there
-    body = api(viewer).get("/api/trials/t0_00000/output").json()
+    body = api(viewer).get(f"/api/trials/{output_of(search)}/output").json()
     assert "Ray lists no actor with pid 4321 and no node at 10.0.0.9" in body["reason"]
     Node.objects.create(node_id="ab" * 28, node_ip="10.0.0.9", state="ALIVE", last_seen_at=NOW)
-    body = api(viewer).get("/api/trials/t0_00000/output").json()
+    body = api(viewer).get(f"/api/trials/{output_of(search)}/output").json()
     assert body["stdout"] is None and body["stderr"] is None
     assert body["reason"].startswith("stdout: Ray's dashboard: cannot reach http://127.0.0.1:")
     assert body["source"] == f"Ray's log API, pid 4321 on node {'ab' * 28}"
 
-    assert api(viewer).get("/api/trials/t0_00000/output?lines=0").status_code == 400
-    assert api(viewer).get("/api/trials/t0_00000/output?lines=x").status_code == 400
-    assert api(viewer).get("/api/trials/nope/output").status_code == 404
+    assert api(viewer).get(f"/api/trials/{output_of(search)}/output?lines=0").status_code == 400
+    assert api(viewer).get(f"/api/trials/{output_of(search)}/output?lines=x").status_code == 400
+    assert api(viewer).get("/api/trials/999999/output").status_code == 404
