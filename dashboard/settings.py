@@ -356,6 +356,14 @@ CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY
 AGENT_STALE_S = env_number("RAYWATCH_AGENT_STALE_S", 30.0, minimum=1)
 # A command not fetched by its node's agent within this long is never handed out.
 AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1)
+# Seals each node token's command key in the database (dashboard/agents/sealing.py), so a
+# copy of the database alone signs no command. Changing it: every token must be rotated
+# before its agent takes commands again.
+AGENT_COMMAND_SECRET = env_secret("RAYWATCH_AGENT_COMMAND_SECRET") or SECRET_KEY
+# A rotated node token keeps working this long beside the new one, then stops.
+AGENT_TOKEN_OVERLAP_S = env_number("RAYWATCH_AGENT_TOKEN_OVERLAP_S", 3600.0, minimum=0)
+# A node token stops working this many days after it was issued (0: never).
+AGENT_TOKEN_EXPIRES_DAYS = env_number("RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS", 0.0, minimum=0)
 # Reports held at once per web process (waiting for their group's transaction, or in
 # it: dashboard/agents/together.py); past it an agent is told 503 + Retry-After. A waiting
 # report holds only its decoded body; 512 nodes at 1 Hz hold ~50 (gpu_reports_bench.py).

@@ -25,7 +25,7 @@ from collectors.agent.commands import CommandGuard, carry_out
 from tests.served import ROOT
 
 TOKEN = "rwa_" + "k" * 43
-KEY = wire.token_key(TOKEN)
+KEY = wire.command_key(TOKEN)
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
@@ -78,7 +78,7 @@ def test_a_command_passes_once_and_a_replay_is_refused_even_after_a_restart(
 @pytest.mark.parametrize(("cmd", "at", "why"), [
     (command(), NOW + timedelta(seconds=31), "expired"),
     (command(node="gpu-a"), NOW, "is for node 'gpu-a'"),
-    (command(key=wire.token_key("rwa_" + "o" * 43)), NOW, "signature"),
+    (command(key=wire.command_key("rwa_" + "o" * 43)), NOW, "signature"),
     (stack_command(4242, 1.0, node="gpu-a"), NOW, "is for node 'gpu-a'"),
     ({**stack_command(4242, 1.0), "payload": {"pid": 1234, "create_time": 1.0}}, NOW,
      "signature"),

@@ -100,11 +100,11 @@ def test_a_token_reads_and_answers_only_its_own_nodes_commands(
     answer = {"version": 1, "nonce": for_a.nonce, "outcome": "signalled", "detail": "x"}
     assert call("POST", f"{url}/api/agent/v1/commands/{for_a.pk}/result", token_b,
                 answer).status == 404
-    # A's command is still A's to take, signed with A's token.
+    # A's command is still A's to take, signed with A's command key.
     [command] = commands(url, token_a).body["commands"]
     assert command["id"] == for_a.pk
-    assert wire.signature_ok(wire.token_key(token_a), command)
-    assert not wire.signature_ok(wire.token_key(token_b), command)
+    assert wire.signature_ok(wire.command_key(token_a), command)
+    assert not wire.signature_ok(wire.command_key(token_b), command)
 
 
 def test_an_expired_or_handed_out_command_is_never_served_again(

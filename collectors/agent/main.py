@@ -275,7 +275,7 @@ class Agent:
             self.stop.set()
         log.info("agent %s for node %s, reporting to %s", AGENT_VERSION, self.node,
                  self.config.url)
-        return CommandGuard(self.node, wire.token_key(self.config.token),
+        return CommandGuard(self.node, wire.command_key(self.config.token),
                             self.config.spool_dir / "commands-seen.json")
 
     def fetch_commands(self, guard: CommandGuard, backoff: Backoff) -> float:

@@ -211,10 +211,20 @@ def _typed(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 # --- commands ------------------------------------------------------------------------------
+COMMAND_KEY_CONTEXT = b"raywatch-commands-v1"
+
+
 def token_key(token: str) -> str:
-    """What the server keeps in place of a token (SHA-256, hex); also the key that signs
-    the token's commands, so both ends know it and neither sends it."""
+    """What the server keeps in place of a token (SHA-256, hex), to look it up by."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def command_key(token: str) -> str:
+    """The key that signs the token's commands: HMAC-SHA256(token, COMMAND_KEY_CONTEXT),
+    hex. The agent derives it from its token; raywatch derives it once, when it issues
+    the token, and keeps it sealed (dashboard/agents/sealing.py). Nothing raywatch's
+    database holds (the token's hash) gives it."""
+    return hmac.new(token.encode(), COMMAND_KEY_CONTEXT, hashlib.sha256).hexdigest()
 
 
 def sign_command(key: str, command: dict[str, Any]) -> str:

@@ -1,5 +1,7 @@
 """Commands for node agents: created bound to an action, handed out once to an agent of
-their node before they expire (signed with that agent's token key), answered once."""
+their node before they expire (signed with that agent's command key), answered once. A
+node whose agents' tokens have no command key (issued before command keys) is sent
+none: its command is refused at once, saying to rotate the token."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from django.db import transaction
 
 from collectors.agent import wire
 from dashboard.actions.models import AuditEntry
+from dashboard.agents import sealing
 from dashboard.agents.models import AgentCommand, NodeToken
+from dashboard.agents.tokens import live_tokens
 from dashboard.core.errors import ApiError
 from dashboard.core.push import publish
 
@@ -41,31 +45,58 @@ def create_stack(node: str, pid: int, create_time: float, now: datetime) -> Agen
 
 def _create(node: str, kind: str, entry: AuditEntry | None, now: datetime,
             payload: dict[str, Any]) -> AgentCommand:
+    unsigned = cannot_sign(node, now)
+    answered = {"done_at": now, "outcome": "refused", "result": unsigned} if unsigned else {}
     command = AgentCommand.objects.create(
         node=node, kind=kind, audit_entry=entry, nonce=secrets.token_hex(16), payload=payload,
-        created_at=now, expires_at=now + timedelta(seconds=settings.AGENT_COMMAND_TTL_S))
-    publish(wake_group(node), "command", {"id": command.pk})  # after commit
+        created_at=now, expires_at=now + timedelta(seconds=settings.AGENT_COMMAND_TTL_S),
+        **answered)
+    if not unsigned:
+        publish(wake_group(node), "command", {"id": command.pk})  # after commit
     return command
 
 
+def command_key(token: NodeToken) -> str | None:
+    """The key that signs `token`'s commands; None when raywatch has none for it."""
+    return sealing.unseal(token.command_key_sealed)
+
+
+def cannot_sign(node: str, now: datetime) -> str | None:
+    """Why no command can go to `node`'s agent: its live tokens (heard from lately) have
+    no command key raywatch can use. None when one has, or none is live (the command
+    then waits for an agent as any other)."""
+    live = list(live_tokens(now).filter(node=node))
+    if not live or any(command_key(t) for t in live):
+        return None
+    return (f"the agent token {live[0].prefix}… of node {node} has no command key raywatch "
+            "can use (issued before command keys, or RAYWATCH_AGENT_COMMAND_SECRET changed): "
+            "raywatch signs it no command. Rotate this token (Agents page, or manage.py "
+            f"agent_token {node} --rotate) and give its agent the new one")
+
+
 def hand_out(token: NodeToken, now: datetime) -> list[dict[str, Any]]:
-    """The node's commands not yet handed out and not expired, claimed for this agent."""
-    waiting = AgentCommand.objects.filter(node=token.node, fetched_at=None, expires_at__gt=now)
+    """The node's commands not yet handed out and not expired, claimed for this agent;
+    none for a token raywatch cannot sign for (another of the node's tokens may)."""
+    key = command_key(token)
+    if key is None:
+        return []
+    waiting = AgentCommand.objects.filter(node=token.node, fetched_at=None, done_at=None,
+                                          expires_at__gt=now)  # done: refused unsent
     claimed = []
     for command in waiting[:HAND_OUT_AT_MOST]:
         # A conditional update: two agents of one node (or two polls) never get one twice.
         if AgentCommand.objects.filter(pk=command.pk, fetched_at=None).update(
                 fetched_at=now, fetched_by=token):
-            claimed.append(signed(command, token))
+            claimed.append(signed(command, key))
     return claimed
 
 
-def signed(command: AgentCommand, token: NodeToken) -> dict[str, Any]:
+def signed(command: AgentCommand, key: str) -> dict[str, Any]:
     body = {"id": command.pk, "kind": command.kind, "node": command.node,
             "action_id": command.audit_entry_id, "nonce": command.nonce,
             "issued_at": wire.timestamp(command.created_at),
             "expires_at": wire.timestamp(command.expires_at), "payload": command.payload}
-    return {**body, "signature": wire.sign_command(token.token_hash, body)}
+    return {**body, "signature": wire.sign_command(key, body)}
 
 
 def take_result(token: NodeToken, pk: int, body: Any, now: datetime) -> AgentCommand:

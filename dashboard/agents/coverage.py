@@ -65,6 +65,7 @@ class AgentFacts:
     processes: int = 0
     nvml_error: str | None = None
     cluster: str = ""  # the cluster its token is for
+    can_command: bool = True  # raywatch has a command key for its token
 
     def fresh(self, now: datetime, stale_s: float) -> bool:
         return self.heard_at is not None and now - self.heard_at <= timedelta(seconds=stale_s)
@@ -163,7 +164,18 @@ def agent_payload(agent: AgentFacts, now: datetime, stale_s: float) -> dict[str,
         "spool_dropped": agent.spool_dropped, "gpus": agent.gpus,
         "processes": agent.processes, "nvml_error": agent.nvml_error,
         "problem": _problem(agent, state, now, stale_s),
+        "problems": _problems(agent),
     }
+
+
+def _problems(agent: AgentFacts) -> list[str]:
+    """What the agent cannot do, as raywatch knows it."""
+    found: list[str] = []
+    if not agent.can_command:
+        found.append("raywatch sends this agent no commands (signals, stacks): its token "
+                     "has no command key (issued before command keys). Rotate this token: "
+                     f"Agents page, or manage.py agent_token {agent.node} --rotate")
+    return found
 
 
 def _problem(agent: AgentFacts, state: str, now: datetime, stale_s: float) -> str | None:

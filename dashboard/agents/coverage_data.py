@@ -1,5 +1,6 @@
 """The facts coverage.py works on, read from the database: Ray's nodes, the node tokens
-that are not revoked with what their agents last sent, and the Celery GPU pollers."""
+neither revoked nor expired with what their agents last sent, and the Celery GPU
+pollers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from django.conf import settings
 from django.db.models import Count, Max
 
 from collectors.procstat import this_host
+from dashboard.agents import sealing
 from dashboard.agents.coverage import AgentFacts, Local, RayNode, coverage
-from dashboard.agents.models import NodeProcess, NodeToken
+from dashboard.agents.models import NodeProcess
+from dashboard.agents.tokens import usable
 from dashboard.cluster.models import Node
 from dashboard.core.health import effective_state
 from dashboard.core.models import SourceHealth
@@ -33,7 +36,7 @@ def ray_nodes() -> list[RayNode]:
 
 
 def agent_facts(now: datetime) -> list[AgentFacts]:
-    tokens = list(NodeToken.objects.filter(revoked_at=None).select_related("cluster")
+    tokens = list(usable(now).select_related("cluster")
                   .annotate(reported_at=Max("streams__updated_at")).order_by("node", "pk"))
     nodes = [t.node for t in tokens]
     gpus = _count_by_node(Gpu.objects.filter(node__in=nodes))
@@ -45,7 +48,8 @@ def agent_facts(now: datetime) -> list[AgentFacts]:
         heard_at=_latest(t.last_seen_at, t.reported_at), reported_at=t.reported_at,
         version=t.agent_version, spool_dropped=t.spool_dropped, gpus=gpus.get(t.node, 0),
         processes=processes.get(t.node, 0),
-        nvml_error=_nvml_error(nvml.get(t.node)), cluster=t.cluster.name) for t in tokens]
+        nvml_error=_nvml_error(nvml.get(t.node)), cluster=t.cluster.name,
+        can_command=sealing.unseal(t.command_key_sealed) is not None) for t in tokens]
 
 
 def local_facts(now: datetime, stale_s: float) -> Local:

@@ -12,7 +12,8 @@ from dashboard.cluster.models import cluster_field
 
 class NodeToken(models.Model):
     """What lets one node's agent report that node and take its commands. Only the
-    token's SHA-256 is kept: the token itself is shown once, when it is issued."""
+    token's SHA-256 is kept, and the key that signs its commands sealed with a key from
+    the settings: the token itself is shown once, when it is issued."""
 
     node = models.CharField(max_length=200)  # the node's name, as its GPUs and pages show it
     cluster = cluster_field()  # the cluster the node is in: what it reports belongs there
@@ -33,6 +34,13 @@ class NodeToken(models.Model):
     spool_dropped = models.BigIntegerField(default=0)  # batches the agent's full spool lost
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=150, blank=True, default="")
+    # HMAC(token, "raywatch-commands-v1"), sealed (sealing.py); "" for a token issued
+    # before command keys: it reports, and takes no command until rotated.
+    command_key_sealed = models.TextField(blank=True, default="")
+    # The token stops working then: its expiry, or the end of its overlap once rotated.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    replaced_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
 
     class Meta:
         ordering = ["node", "-created_at"]

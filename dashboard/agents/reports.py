@@ -6,7 +6,8 @@ middlewares (sessions, CSRF, auth, messages: nothing an agent uses) hop to a thr
 the request's own and back, twice each: two thirds of the web process's CPU at 512
 reports a second, more than storing them together (bench/gpu_reports_bench.py). This
 route reads the body and hands it to `api.stored`, the view's own code: the same
-answers, bounds, host check and size limit.
+answers, bounds, host check and size limit. It reads no body before the token is known
+live (tokens.admit): a stranger cannot make raywatch take in 2 MiB per request.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
-from django.http import HttpRequest
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 
-from dashboard.agents.api import answer, stored
+from dashboard.agents import tokens
+from dashboard.agents.api import answer, refusal, stored
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -47,6 +51,8 @@ async def report(scope: Scope, receive: Receive, send: Send) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     if not _host_allowed(headers.get("host", "")):
         response = answer({"detail": "this Host is not allowed"}, 400)
+    elif (refused := await _refused(headers.get("authorization"))) is not None:
+        response = refused  # before a byte of the body is read
     else:
         try:
             body = await _body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
@@ -60,6 +66,19 @@ async def report(scope: Scope, receive: Receive, send: Send) -> None:
                 "headers": [(k.lower().encode("latin-1"), v.encode("latin-1"))
                             for k, v in response.items()]})
     await send({"type": "http.response.body", "body": response.content})
+
+
+async def _refused(header: str | None) -> JsonResponse | None:
+    """The answer to a report whose token is not live (401), or whose check failed
+    (503: the database); None to read its body."""
+    if tokens.admitted_lately(header):
+        return None
+    try:
+        refused = await database_sync_to_async(tokens.admit, thread_sensitive=False)(
+            header, timezone.now())
+    except Exception as exc:
+        return refusal(exc)
+    return refusal(refused) if refused is not None else None
 
 
 def _to_redirect(scope: Scope) -> bool:

@@ -1,18 +1,25 @@
-"""Node tokens: issued (shown once), looked up by their hash, revoked. A token is
-"rwa_" + 256 random bits; raywatch keeps its SHA-256, which needs no salt at that
-entropy, and a short prefix to tell tokens apart on the Agents page."""
+"""Node tokens: issued (shown once), looked up by their hash, rotated, revoked. A token
+is "rwa_" + 256 random bits; raywatch keeps its SHA-256, which needs no salt at that
+entropy, a short prefix to tell tokens apart on the Agents page, and the key that signs
+its commands, sealed (sealing.py). A token may expire (RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS);
+a rotated one keeps working beside its successor for RAYWATCH_AGENT_TOKEN_OVERLAP_S,
+then stops."""
 
 from __future__ import annotations
 
 import logging
 import secrets
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from collectors.agent.wire import token_key
+from collectors.agent.wire import command_key, token_key
+from dashboard.agents import sealing
 from dashboard.agents.models import NodeToken
 from dashboard.cluster.models import Cluster
 from dashboard.core.errors import ApiError
@@ -20,12 +27,18 @@ from dashboard.core.errors import ApiError
 log = logging.getLogger("raywatch.agents")
 PREFIX = "rwa_"
 SEEN_EVERY_S = 5  # last_seen_at is written at most this often per token
+# A report's token, once found live, lets its next reports' bodies in without a query
+# this long (each report is still authenticated with its group: `authenticate_many`).
+ADMIT_FOR_S = 10.0
+_admitted: dict[str, float] = {}  # token hash -> time.monotonic() it is admitted until
+ADMITTED_AT_MOST = 10_000
 
 
-def issue(node: str, user: Any, now: datetime, node_ip: str = "",
-          cluster: str = "") -> tuple[NodeToken, str]:
+def issue(node: str, user: Any, now: datetime, node_ip: str = "", cluster: str = "",
+          expires_days: float | None = None) -> tuple[NodeToken, str]:
     """A new token for `node` of `cluster` (a name; default: the cluster RAY_ADDRESS points
-    at): the row and the token, which is never shown again."""
+    at), valid `expires_days` (default RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS; 0: for ever):
+    the row and the token, which is never shown again."""
     node = node.strip()
     if not node or len(node) > 200:
         raise ApiError("a node name is needed (at most 200 characters)")
@@ -36,13 +49,54 @@ def issue(node: str, user: Any, now: datetime, node_ip: str = "",
             known = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none yet"
             raise ApiError(f"no cluster named {cluster.strip()!r} (known: {known})")
         in_cluster = {"cluster": found}
-    token = PREFIX + secrets.token_urlsafe(32)
-    row = NodeToken.objects.create(
-        node=node, node_ip=node_ip.strip(), token_hash=token_key(token), prefix=token[:12],
-        created_by=user if user and user.is_authenticated else None, created_at=now,
-        **in_cluster)
+    row, token = _new(node, node_ip.strip(), user, now, expires_days, **in_cluster)
     log.warning("agent token %s… issued for node %s by %s", row.prefix, node, _who(user))
     return row, token
+
+
+def _new(node: str, node_ip: str, user: Any, now: datetime, expires_days: float | None,
+         **fields: Any) -> tuple[NodeToken, str]:
+    token = PREFIX + secrets.token_urlsafe(32)
+    days = settings.AGENT_TOKEN_EXPIRES_DAYS if expires_days is None else expires_days
+    if days < 0:
+        raise ApiError("a token expires after a number of days, 0 for never")
+    row = NodeToken.objects.create(
+        node=node, node_ip=node_ip, token_hash=token_key(token), prefix=token[:12],
+        # Derived here, the one time raywatch holds the token: never from its hash.
+        command_key_sealed=sealing.seal(command_key(token)),
+        expires_at=now + timedelta(days=days) if days else None,
+        created_by=user if user and user.is_authenticated else None, created_at=now,
+        **fields)
+    return row, token
+
+
+def rotate(row: NodeToken, user: Any, now: datetime, overlap_s: float | None = None,
+           expires_days: float | None = None) -> tuple[NodeToken, str]:
+    """A new token for `row`'s node, shown once; `row` keeps working `overlap_s` (default
+    RAYWATCH_AGENT_TOKEN_OVERLAP_S) while its agent is given the new one, then stops
+    (sooner if it expires sooner)."""
+    refused = _refusal(row, row.token_hash, now)
+    if refused is not None:
+        raise ApiError(f"token {row.prefix}… cannot be rotated ({refused.message}): issue "
+                       "a new one", 409)
+    if row.replaced_by_id is not None:
+        raise ApiError(f"token {row.prefix}… was rotated already: rotate the token that "
+                       "replaced it", 409)
+    overlap = settings.AGENT_TOKEN_OVERLAP_S if overlap_s is None else overlap_s
+    if overlap < 0:
+        raise ApiError("the overlap is a number of seconds, 0 or more")
+    ends = now + timedelta(seconds=overlap)
+    ends = min(ends, row.expires_at) if row.expires_at is not None else ends
+    with transaction.atomic():
+        new, token = _new(row.node, row.node_ip, user, now, expires_days,
+                          cluster_id=row.cluster_id, ray_node_id=row.ray_node_id)
+        if not NodeToken.objects.filter(pk=row.pk, replaced_by=None, revoked_at=None).update(
+                expires_at=ends, replaced_by=new):
+            raise ApiError(f"token {row.prefix}… was rotated or revoked meanwhile", 409)
+    row.expires_at, row.replaced_by = ends, new
+    log.warning("agent token %s… of node %s rotated by %s: %s… replaces it; the old one "
+                "stops at %s UTC", row.prefix, row.node, _who(user), new.prefix, f"{ends:%H:%M:%S}")
+    return new, token
 
 
 def revoke(row: NodeToken, user: Any, now: datetime) -> bool:
@@ -62,6 +116,27 @@ def authenticate(header: str | None, address: str, now: datetime) -> NodeToken:
     return found
 
 
+def admitted_lately(header: str | None) -> bool:
+    """The report's token was found live by admit() within ADMIT_FOR_S (no query)."""
+    key = _key(header)
+    return key is not None and _admitted.get(key, 0.0) > time.monotonic()
+
+
+def admit(header: str | None, now: datetime) -> ApiError | None:
+    """Whether a report may send its body: None when its token is live, else the 401 (the
+    report route asks before it reads a byte of the body). A token found live is let in
+    without a query for ADMIT_FOR_S (admitted_lately); the report is authenticated with
+    its group anyway."""
+    key = _key(header)
+    row = NodeToken.objects.filter(token_hash=key).first() if key else None
+    refused = _refusal(row, key, now)
+    if refused is None and key is not None:
+        if len(_admitted) >= ADMITTED_AT_MOST:
+            _admitted.clear()
+        _admitted[key] = time.monotonic() + ADMIT_FOR_S
+    return refused
+
+
 def authenticate_many(requests: list[tuple[str | None, str]], now: datetime
                       ) -> list[NodeToken | ApiError]:
     """authenticate() of each (header, address), with one query for all of them: the
@@ -72,7 +147,7 @@ def authenticate_many(requests: list[tuple[str | None, str]], now: datetime
     found = []
     for key, (_, address) in zip(keys, requests, strict=True):
         row = rows.get(key) if key else None
-        refused = _refusal(row, key)
+        refused = _refusal(row, key, now)
         if refused is None and row is not None:
             _seen(row, address, now)
         found.append(refused or row)
@@ -86,7 +161,7 @@ def _key(header: str | None) -> str | None:
     return token_key(token.strip())
 
 
-def _refusal(row: NodeToken | None, key: str | None) -> ApiError | None:
+def _refusal(row: NodeToken | None, key: str | None, now: datetime) -> ApiError | None:
     if key is None:
         return ApiError("an agent authenticates with 'Authorization: Bearer <node token>'", 401)
     if row is None:
@@ -94,7 +169,17 @@ def _refusal(row: NodeToken | None, key: str | None) -> ApiError | None:
     if row.revoked_at is not None:
         return ApiError(f"this agent token was revoked at {row.revoked_at:%Y-%m-%d %H:%M} UTC",
                         401)
+    if row.expires_at is not None and now >= row.expires_at:
+        rotated = ("; it was rotated: give the agent the token issued to replace it"
+                   if row.replaced_by_id else "; an admin issues a new one")
+        return ApiError(f"this agent token expired at {row.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+                        f"{rotated}", 401)
     return None
+
+
+def usable(now: datetime) -> QuerySet[NodeToken]:
+    """Tokens neither revoked nor expired."""
+    return NodeToken.objects.filter(Q(expires_at=None) | Q(expires_at__gt=now), revoked_at=None)
 
 
 def _seen(row: NodeToken, address: str, now: datetime) -> None:
@@ -104,9 +189,10 @@ def _seen(row: NodeToken, address: str, now: datetime) -> None:
 
 
 def live_tokens(now: datetime | None = None) -> Any:
-    """Tokens not revoked whose agent was heard from within AGENT_STALE_S."""
-    fresh = (now or timezone.now()) - timedelta(seconds=settings.AGENT_STALE_S)
-    return NodeToken.objects.filter(revoked_at=None, last_seen_at__gte=fresh)
+    """Tokens neither revoked nor expired whose agent was heard from within AGENT_STALE_S."""
+    now = now or timezone.now()
+    fresh = now - timedelta(seconds=settings.AGENT_STALE_S)
+    return usable(now).filter(last_seen_at__gte=fresh)
 
 
 def _who(user: Any) -> str:

@@ -56,6 +56,7 @@
         (a.spool_dropped === 1 ? "" : "es") + " dropped on the node"));
     }
     if (a.problem) lines.push(line("cov-warn", a.problem));
+    for (const problem of a.problems || []) lines.push(line("cov-warn", problem));
     return lines;
   }
 
