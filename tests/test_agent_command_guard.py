@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from collectors.agent import wire
-from collectors.agent.commands import CommandGuard, carry_out
+from collectors.agent.commands import CommandGuard, Watched, carry_out
+from collectors.procstat import ProcessWatcher
 from tests.served import ROOT
 
 TOKEN = "rwa_" + "k" * 43
@@ -68,6 +69,13 @@ def guard(tmp_path: Path) -> CommandGuard:
     return CommandGuard("gpu-b", KEY, tmp_path / "commands-seen.json")
 
 
+def watching(*pids: int) -> Watched:
+    """What an agent that reported `pids` (as its GPU processes) may act on."""
+    watched = Watched()
+    watched.saw(ProcessWatcher().read(pids))
+    return watched
+
+
 def test_a_command_passes_once_and_a_replay_is_refused_even_after_a_restart(
         tmp_path: Path) -> None:
     assert guard(tmp_path).check(command(), NOW) is None
@@ -92,28 +100,31 @@ def test_a_stale_misdirected_or_altered_command_is_refused(
 
 def test_a_reused_pid_is_not_signalled(hung_process: subprocess.Popen) -> None:
     started = psutil.Process(hung_process.pid).create_time()
-    outcome = carry_out(command(hung_process.pid, started - 5))
+    watched = watching(hung_process.pid)
+    outcome = carry_out(command(hung_process.pid, started - 5), watched)
     assert outcome.outcome == "gone" and "another process" in outcome.detail
     assert hung_process.poll() is None
     assert carry_out({**command(hung_process.pid, started),
                       "payload": {"pid": hung_process.pid, "signal": "SIGSTOP",
-                                  "create_time": started}}).outcome == "refused"
-    assert carry_out(command(hung_process.pid, started)).outcome == "signalled"
+                                  "create_time": started}}, watched).outcome == "refused"
+    assert carry_out(command(hung_process.pid, started), watched).outcome == "signalled"
     assert hung_process.wait(10) == -signal.SIGTERM
 
 
 def test_a_stack_is_taken_of_the_process_raywatch_meant_and_no_other(
         hung_python: subprocess.Popen) -> None:
     started = psutil.Process(hung_python.pid).create_time()
-    taken = carry_out(stack_command(hung_python.pid, started))
+    watched = watching(hung_python.pid)
+    taken = carry_out(stack_command(hung_python.pid, started), watched)
     assert taken.outcome == "taken", taken.detail
     assert "wait_for_the_data_loader (<string>:6)" in taken.detail  # the hanging frame
 
-    reused = carry_out(stack_command(hung_python.pid, started - 5))  # another process now
+    reused = carry_out(stack_command(hung_python.pid, started - 5), watched)  # another now
     assert reused.outcome == "gone" and "another process" in reused.detail
-    ended = carry_out(stack_command(2**22 + 7, started))
+    ended = carry_out(stack_command(2**22 + 7, started), watched)
     assert ended.outcome == "gone"
-    missing = carry_out(stack_command(hung_python.pid, started), py_spy="/nonexistent/py-spy")
+    missing = carry_out(stack_command(hung_python.pid, started), watched,
+                        py_spy="/nonexistent/py-spy")
     assert missing.outcome == "failed" and "py-spy was not found" in missing.detail
     assert "pip install py-spy" in missing.detail
     assert hung_python.poll() is None  # a stack never ends the process
@@ -131,7 +142,8 @@ def test_without_ptrace_rights_the_agent_says_what_it_needs(
                             f"--clear-groups {py_spy} \"$@\"\n")
     unprivileged.chmod(0o755)
     started = psutil.Process(hung_python.pid).create_time()
-    outcome = carry_out(stack_command(hung_python.pid, started), py_spy=str(unprivileged))
+    outcome = carry_out(stack_command(hung_python.pid, started), watching(hung_python.pid),
+                        py_spy=str(unprivileged))
     assert outcome.outcome == "failed"
     assert "ptrace is not allowed" in outcome.detail and "SYS_PTRACE" in outcome.detail
 
@@ -152,6 +164,7 @@ def test_a_slow_stack_does_not_hold_up_a_signal(tmp_path: Path,
                          py_spy=str(slow))
     agent = Agent(config, spool=None)  # type: ignore[arg-type]
     agent.stop.set()  # posting results gives up at once: there is no raywatch here
+    agent.watched.saw(ProcessWatcher().read([hung_process.pid]))
     now = datetime.now(UTC)
     started = psutil.Process(hung_process.pid).create_time()
     fresh = {"issued_at": wire.timestamp(now),

@@ -51,6 +51,7 @@ def test_snapshots_every_5_s_and_every_poll_after_a_signal(  # type: ignore[no-u
     victim = subprocess.Popen(["sleep", "60"])
     try:
         started = psutil.Process(victim.pid).create_time()
+        agent.watched.saw(ProcessWatcher().read([victim.pid]))  # one of its GPU processes
         guard = CommandGuard("gpu-b", wire.command_key(agent.config.token),
                              tmp_path / "seen.json")
         monkeypatch.setattr(agent, "_post_result", lambda command, outcome: None)

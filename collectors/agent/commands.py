@@ -1,8 +1,9 @@
 """Commands from raywatch, checked before anything is done: for this node, signed with
-this token's key, not expired, never seen before (ids kept on disk, so a replay after
-a restart is refused too), a kind the protocol allows (a signal it allows, or a py-spy
-dump of a stack), and a process that is still the one raywatch meant (same pid AND same
-start time: a reused pid is left alone)."""
+this token's command key, not expired, never seen before (ids kept on disk, so a replay
+after a restart is refused too), a kind the protocol allows (a signal it allows, or a
+py-spy dump of a stack), a process that is still the one raywatch meant (same pid AND
+same start time: a reused pid is left alone), and one this agent watches: a process of
+its own latest snapshot (its Ray workers and GPU processes), whatever raywatch asks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import signal
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +21,7 @@ import psutil
 
 from collectors import pystack
 from collectors.agent import wire
+from collectors.records import ProcessFact
 
 SIGNALLED, GONE, REFUSED = "signalled", "gone", "refused"
 TAKEN, FAILED = "taken", "failed"  # a stack: dumped, or py-spy could not (and why)
@@ -32,6 +35,32 @@ KEEP_SEEN_S = 3600.0  # an id is remembered this long after its command expired
 class Outcome:
     outcome: str  # SIGNALLED, GONE or REFUSED; a stack: TAKEN, FAILED, GONE or REFUSED
     detail: str
+
+
+class Watched:
+    """The processes of this agent's latest snapshot, by pid and start time: the only
+    ones a command may signal or take a stack of. kubelet acts only on the pods bound to
+    its node; an agent acts only on what it reported itself, so a raywatch (or its
+    database) turned hostile reaches no other process of the node."""
+
+    def __init__(self) -> None:
+        self._started: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self.taken = threading.Event()  # set by the first snapshot
+
+    def saw(self, facts: Iterable[ProcessFact]) -> None:
+        with self._lock:
+            self._started = {f.pid: f.create_time for f in facts}
+        self.taken.set()
+
+    def refusal(self, pid: int, started: float) -> Outcome | None:
+        """None when `pid`, started at `started`, is one of the processes watched."""
+        with self._lock:
+            known = self._started.get(pid)
+        if known is None or abs(known - started) > SAME_START_S:
+            return Outcome(REFUSED, f"pid {pid} is not a process this agent watches (its "
+                                    "Ray workers and GPU processes): left alone")
+        return None
 
 
 class CommandGuard:
@@ -66,9 +95,11 @@ class CommandGuard:
         return None
 
 
-def carry_out(command: dict[str, Any], py_spy: str | None = None) -> Outcome:
+
+def carry_out(command: dict[str, Any], watched: Watched, py_spy: str | None = None
+              ) -> Outcome:
     """Do what a checked command asks (a signal, or a stack dump) to the process it names,
-    if that process is still the one raywatch meant."""
+    if that process is still the one raywatch meant and one this agent watches."""
     kind = command.get("kind")
     if kind not in wire.COMMAND_KINDS:
         return Outcome(REFUSED, f"unknown command kind {kind!r}")
@@ -76,7 +107,8 @@ def carry_out(command: dict[str, Any], py_spy: str | None = None) -> Outcome:
     if kind == wire.SIGNAL and payload.get("signal") not in wire.SIGNALS:
         return Outcome(REFUSED, f"signal {payload.get('signal')!r} is not one an agent sends")
     pid = payload.get("pid")
-    refused = same_process(pid, payload.get("create_time"))
+    refused = same_process(pid, payload.get("create_time")) or watched.refusal(
+        pid, payload["create_time"])
     if refused is not None:
         return refused
     if kind == wire.STACK:

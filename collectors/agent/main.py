@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from collectors.agent import AGENT_VERSION, wire
 from collectors.agent.client import Reply, Unreachable, call
-from collectors.agent.commands import CommandGuard, Outcome, carry_out
+from collectors.agent.commands import CommandGuard, Outcome, Watched, carry_out
 from collectors.agent.config import MAX_SEND_S, AgentConfig, ConfigError
 from collectors.agent.cursors import CursorStore
 from collectors.agent.headinfo import HeadWatch
@@ -43,6 +43,7 @@ IDLE_CHECK_S = 5.0  # an empty spool's sender also looks this often (stop, misse
 # waits this long for the other loop's batch: one report a second instead of two.
 LINGER_S = 0.2
 STACKS_AT_ONCE = 2  # py-spy dumps run beside the command loop: a signal never waits on one
+FIRST_SNAPSHOT_WAIT_S = 10.0  # a command that comes before the first process snapshot
 
 
 class GpuSource(Protocol):
@@ -82,6 +83,7 @@ class Agent:
         self.epoch = time.monotonic()  # the collecting loops' common first tick
         self.head = HeadWatch(config.ray_tmp_dir)  # this node's Ray head, if it runs one
         self.advised_send_s = 0.0  # how long raywatch's last answer asked to gather
+        self.watched = Watched()  # what commands may act on: the latest snapshot's processes
 
     # --- collect --------------------------------------------------------------------------
     def collect_forever(self) -> None:
@@ -118,7 +120,9 @@ class Agent:
                 self.gpu_error = exc.message
                 records.append(wire.encode_gpu_poll(None, at, exc.message))
         if self.processes_due():
-            records.append(wire.encode_processes(watcher.read(gpu_pids), at))
+            facts = watcher.read(gpu_pids)
+            self.watched.saw(facts)
+            records.append(wire.encode_processes(facts, at))
         return records
 
     def _gpu_source(self) -> GpuSource | None:
@@ -295,8 +299,10 @@ class Agent:
 
     def handle(self, guard: CommandGuard, command: dict) -> Outcome:
         refused = guard.check(command, _now())
+        if not refused:  # just started: what it watches is known from its first snapshot
+            self.watched.taken.wait(FIRST_SNAPSHOT_WAIT_S)
         outcome = (Outcome("refused", refused) if refused
-                   else carry_out(command, self.config.py_spy))
+                   else carry_out(command, self.watched, self.config.py_spy))
         if command.get("kind") == wire.SIGNAL and outcome.outcome != "refused":
             self.fast_until = time.monotonic() + FAST_FOR_S
         shown = outcome.detail if outcome.outcome != "taken" else \
