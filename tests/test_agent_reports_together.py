@@ -29,6 +29,10 @@ def issue(node: str) -> tuple[NodeToken, str]:
     return tokens.issue(node, None, timezone.now())
 
 
+# A GPU name with a NUL: within what the decoder checks, refused by Postgres's text type.
+REFUSED_BY_POSTGRES = "NVIDIA\x00A100"
+
+
 def gpus_of(node: str, name: str = "NVIDIA A100") -> list[dict[str, Any]]:
     return [gpu_record(f"GPU-{node}-{i}", index=i, name=name) for i in range(2)]
 
@@ -75,11 +79,11 @@ def test_a_report_the_database_refuses_fails_alone() -> None:
     good = [issue(f"gpu-{n}")[0] for n in range(3)]
     bad = issue("gpu-bad")[0]
     reports = [decode_report(t, report_body(1, gpus_of(t.node))) for t in good[:2]]
-    reports.append(decode_report(bad, report_body(1, gpus_of("gpu-bad", "x" * 300))))
+    reports.append(decode_report(bad, report_body(1, gpus_of("gpu-bad", REFUSED_BY_POSTGRES))))
     reports.append(decode_report(good[2], report_body(1, gpus_of("gpu-2"))))
     outcomes = ingest_reports(reports, timezone.now())
     assert [o["stored"] for o in outcomes if isinstance(o, dict)] == [[1], [1], [1]]
-    refused = outcomes[2]  # GPU name longer than the column: refused by its seq
+    refused = outcomes[2]  # a GPU name the database refuses: refused by its seq
     assert isinstance(refused, BatchRefused) and (refused.status, refused.seq) == (400, 1)
     assert set(Gpu.objects.values_list("node", flat=True)) == {"gpu-0", "gpu-1", "gpu-2"}
     assert not AgentStream.objects.filter(token=bad).exists()
@@ -87,13 +91,13 @@ def test_a_report_the_database_refuses_fails_alone() -> None:
 
 @pytest.mark.django_db
 def test_one_bad_batch_is_refused_by_its_seq_and_the_agent_moves_past_it() -> None:
-    """Batches 1-3 in one report, batch 2's GPU name too long for the database: batch 1
+    """Batches 1-3 in one report, batch 2's GPU name one the database refuses: batch 1
     is stored and batch 2 refused by its seq (the agent drops it); the agent's next
     report (batch 3, and 1 again: its answer said nothing of 1) is stored. Before, the
     whole report was refused without a seq, and the agent sent it again for ever."""
     token = issue("gpu-m")[0]
-    bodies = [report_body(seq, [gpu_record("GPU-gpu-m-9", name="x" * 300)] if seq == 2
-                          else gpus_of("gpu-m")) for seq in (1, 2, 3)]
+    bodies = [report_body(seq, [gpu_record("GPU-gpu-m-9", name=REFUSED_BY_POSTGRES)]
+                          if seq == 2 else gpus_of("gpu-m")) for seq in (1, 2, 3)]
     whole = {**bodies[0], "batches": [b["batches"][0] for b in bodies]}
     refused = ingest_reports([decode_report(token, whole)], timezone.now())[0]
     assert isinstance(refused, BatchRefused) and (refused.status, refused.seq) == (400, 2)

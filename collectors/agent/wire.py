@@ -13,6 +13,7 @@ import functools
 import hashlib
 import hmac
 import json
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,19 @@ MAX_BATCHES = 64  # per report request
 MAX_BODY_BYTES = 2 * 1024 * 1024  # per request; Django's default upload limit is 2.5 MiB
 # GpuSampleRecord fields that are the poll's, not the GPU's.
 _POLL_FIELDS = ("node", "at", "simulated")
+# What raywatch keeps of a field, checked here on every backend: SQLite ignores a
+# column's max_length, and Postgres refusing a value costs a batch-by-batch retry.
+# Strings: at most this many characters (by field name; others MAX_TEXT_CHARS).
+_MAX_CHARS = {"uuid": 96, "name": 200, "type": 16, "title": 200, "state": 2,
+              "driver_version": 64, "error": 2000}
+MAX_TEXT_CHARS = 1024
+MAX_LIST_ITEMS = 64  # gpu_poll.problems, a GPU's throttle_reasons
+MAX_ITEM_CHARS = 500
+# Integers: within the column's range (by field name; others a signed 64-bit integer).
+_INT32 = (-(2**31), 2**31 - 1)
+_INT_RANGE = {"gpu_index": (0, 2**15 - 1), "pid": (0, _INT32[1]), "ppid": (0, _INT32[1]),
+              "threads": (0, _INT32[1]), "sm_clock_mhz": _INT32, "memory_clock_mhz": _INT32}
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 class WireError(ValueError):
@@ -47,12 +61,14 @@ def encode_gpu_poll(poll: GpuPoll | None, at: datetime, error: str | None = None
                     ) -> dict[str, Any]:
     """One NVML poll; a poll that failed is sent too, with its `error` and no GPUs, so the
     server shows the source down with the reason."""
-    if poll is None:
-        return {"kind": GPU_POLL, "at": timestamp(at), "error": error, "gpus": [],
+    if poll is None:  # cut to what raywatch keeps: a batch it refuses is lost
+        return {"kind": GPU_POLL, "at": timestamp(at),
+                "error": error[:_MAX_CHARS["error"]] if error else error, "gpus": [],
                 "problems": [], "driver_version": None, "simulated": False}
     return {"kind": GPU_POLL, "at": timestamp(poll.at), "error": None,
             "driver_version": poll.driver_version, "simulated": poll.simulated,
-            "problems": list(poll.problems), "gpus": [_gpu(g) for g in poll.gpus]}
+            "problems": [p[:MAX_ITEM_CHARS] for p in poll.problems[:MAX_LIST_ITEMS]],
+            "gpus": [_gpu(g) for g in poll.gpus]}
 
 
 def _flat(record: Any) -> dict[str, Any]:
@@ -114,15 +130,13 @@ def decode_time(value: Any, where: str) -> datetime:
 def decode_gpu_poll(record: dict[str, Any], node: str) -> tuple[GpuPoll, str | None]:
     """A gpu_poll record as the GpuPoll of `node` (the token's), and its error if it failed."""
     at = decode_time(record.get("at"), "gpu_poll.at")
-    error = _typed(record, "error", str, "gpu_poll")
+    error = _text(record, "error", "gpu_poll")
     simulated = bool(_typed(record, "simulated", bool, "gpu_poll"))
     gpus = _typed(record, "gpus", list, "gpu_poll") or []
-    problems = _typed(record, "problems", list, "gpu_poll") or []
-    if not all(isinstance(p, str) for p in problems):
-        raise WireError("gpu_poll.problems: expected a list of strings")
+    problems = _strings(record, "problems", "gpu_poll") or ()
     poll = GpuPoll(
-        node=node, at=at, simulated=simulated, problems=tuple(problems),
-        driver_version=_typed(record, "driver_version", str, "gpu_poll"),
+        node=node, at=at, simulated=simulated, problems=problems,
+        driver_version=_text(record, "driver_version", "gpu_poll"),
         gpus=tuple(_decode_gpu(g, node, at, simulated, f"gpu_poll.gpus[{i}]")
                    for i, g in enumerate(gpus)))
     return poll, error
@@ -134,11 +148,10 @@ def _decode_gpu(data: Any, node: str, at: datetime, simulated: bool, where: str
         raise WireError(f"{where}: expected an object")
     fields = _scalars(GpuSampleRecord, {**data, "gpu_index": data.get("index")}, where,
                       skip=(*_POLL_FIELDS, "throttle_reasons", "processes"))
-    reasons = _typed(data, "throttle_reasons", list, where)
+    reasons = _strings(data, "throttle_reasons", where)
     processes = _typed(data, "processes", list, where)
     return GpuSampleRecord(
-        node=node, at=at, simulated=simulated, **fields,
-        throttle_reasons=tuple(str(r) for r in reasons) if reasons is not None else None,
+        node=node, at=at, simulated=simulated, **fields, throttle_reasons=reasons,
         processes=(tuple(_decode_process(p, f"{where}.processes[{i}]")
                          for i, p in enumerate(processes)) if processes is not None else None))
 
@@ -147,8 +160,9 @@ def _decode_process(data: Any, where: str) -> GpuProcessRecord:
     if not isinstance(data, dict):
         raise WireError(f"{where}: expected an object")
     ancestors = _typed(data, "ancestors", list, where) or []
-    if not all(isinstance(a, int) and not isinstance(a, bool) for a in ancestors):
-        raise WireError(f"{where}.ancestors: expected a list of pids")
+    if len(ancestors) > MAX_LIST_ITEMS or not all(
+            _CHECKS["int"](a) and _INT32[0] <= a <= _INT32[1] for a in ancestors):
+        raise WireError(f"{where}.ancestors: expected a list of at most {MAX_LIST_ITEMS} pids")
     return GpuProcessRecord(**_scalars(GpuProcessRecord, data, where, skip=("ancestors",)),
                             ancestors=tuple(ancestors))
 
@@ -165,12 +179,17 @@ def decode_processes(record: dict[str, Any]) -> tuple[datetime, tuple[ProcessFac
 
 
 # Annotation text (the records use postponed annotations) -> how to check the value.
+# A float must be finite: Python's JSON reads NaN and Infinity, which no GPU reads and
+# which would break every chart and comparison downstream.
 _CHECKS: dict[str, Callable[[Any], bool]] = {
     "str": lambda v: isinstance(v, str),
     "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "float": lambda v: (isinstance(v, float) and math.isfinite(v))
+    or (isinstance(v, int) and not isinstance(v, bool) and _INT64[0] <= v <= _INT64[1]),
     "bool": lambda v: isinstance(v, bool),
 }
+_EXPECTED = {"str": "a string", "int": "an integer", "float": "a finite number",
+             "bool": "true or false"}
 
 
 def _scalars(cls: type, data: dict[str, Any], where: str, skip: tuple[str, ...] = ()
@@ -186,9 +205,23 @@ def _scalars(cls: type, data: dict[str, Any], where: str, skip: tuple[str, ...] 
             out[name] = None if nullable else default
             continue
         if not _CHECKS[kind](value):
-            raise WireError(f"{where}.{name}: expected {kind}, got {value!r:.40}")
+            raise WireError(f"{where}.{name}: expected {_EXPECTED[kind]}, got {value!r:.40}")
+        if kind in ("str", "int"):
+            _bounded(name, value, where)
         out[name] = float(value) if kind == "float" else value
     return out
+
+
+def _bounded(name: str, value: str | int, where: str) -> None:
+    """A string or integer within what raywatch keeps of field `name`."""
+    if isinstance(value, str):
+        longest = _MAX_CHARS.get(name, MAX_TEXT_CHARS)
+        if len(value) > longest:
+            raise WireError(f"{where}.{name}: at most {longest} characters, got {len(value)}")
+        return
+    low, high = _INT_RANGE.get(name, _INT64)
+    if not low <= value <= high:
+        raise WireError(f"{where}.{name}: {value!r:.40} is not within {low}..{high}")
 
 
 @functools.cache
@@ -208,6 +241,22 @@ def _typed(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     if value is not None and not isinstance(value, kind):
         raise WireError(f"{where}.{key}: expected {kind.__name__}")
     return value
+
+
+def _text(data: dict[str, Any], key: str, where: str) -> str | None:
+    value = _typed(data, key, str, where)
+    if value is not None:
+        _bounded(key, value, where)
+    return value
+
+
+def _strings(data: dict[str, Any], key: str, where: str) -> tuple[str, ...] | None:
+    value = _typed(data, key, list, where)
+    if value is not None and (len(value) > MAX_LIST_ITEMS or not all(
+            isinstance(v, str) and len(v) <= MAX_ITEM_CHARS for v in value)):
+        raise WireError(f"{where}.{key}: expected a list of at most {MAX_LIST_ITEMS} "
+                        f"strings of at most {MAX_ITEM_CHARS} characters")
+    return tuple(value) if value is not None else None
 
 
 # --- commands ------------------------------------------------------------------------------
