@@ -12,13 +12,22 @@ AGENT_STAMP := $(AGENT_VENV)/.installed-stamp
 # The machine's pip config points at local mirrors that may be absent; hide that noise only.
 PIP_QUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 
-.PHONY: install run demo screenshots agent test lint bench clean
+# requirements/*.lock: the whole tree pinned, each file of each package by its hash.
+# Installs take exactly that (pip --require-hashes --no-deps resolves nothing), as the
+# images do (Dockerfile). dev.lock is the server's tree plus the test tools: server.lock
+# is held to dev.lock's versions, so an image runs what the tests ran.
+PIPTOOLS := /tmp/raywatch-piptools
+LOCK := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null CUSTOM_COMPILE_COMMAND="make lock" \
+	$(PIPTOOLS)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras \
+	--index-url https://pypi.org/simple --no-emit-index-url --no-emit-find-links
 
-$(STAMP): pyproject.toml
+.PHONY: install run demo screenshots agent agent-install lock test lint bench clean
+
+$(STAMP): pyproject.toml requirements/dev.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing raywatch and its pinned dependencies into $(VENV)/ …"
-	$(BIN)/python -m pip install -q --upgrade pip $(PIP_QUIET)
-	$(BIN)/python -m pip install -q -e ".[dev]" $(PIP_QUIET)
+	@echo "installing raywatch and its locked dependencies into $(VENV)/ …"
+	$(BIN)/python -m pip install -q --require-hashes --no-deps -r requirements/dev.lock $(PIP_QUIET)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . $(PIP_QUIET)
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -38,15 +47,29 @@ demo: $(STAMP)
 screenshots: $(STAMP)
 	$(BIN)/python -m demo.screenshots
 
-$(AGENT_STAMP): agent-requirements.txt
+$(AGENT_STAMP): requirements/agent.lock
 	@test -x $(AGENT_VENV)/bin/python || $(PYTHON) -m venv $(AGENT_VENV)
-	$(AGENT_VENV)/bin/python -m pip install -q -r agent-requirements.txt $(PIP_QUIET)
+	$(AGENT_VENV)/bin/python -m pip install -q --require-hashes --no-deps \
+		-r requirements/agent.lock $(PIP_QUIET)
 	@touch $(AGENT_STAMP)
+
+agent-install: $(AGENT_STAMP)
 
 # On every Ray node: RAYWATCH_URL=https://… RAYWATCH_AGENT_TOKEN=rwa_… make agent
 # (README: "Agents"; the protocol: docs/agent-protocol.md).
 agent: $(AGENT_STAMP)
 	$(AGENT_VENV)/bin/python -m collectors.agent
+
+# After a change to pyproject.toml's or agent-requirements.txt's pins: pip-tools in a
+# throwaway venv, resolved against PyPI alone (whatever this machine's pip config says).
+# A pin already in a lock stays unless its input moved it. pip-compile reads hashes from
+# PyPI's JSON API; where that is blocked it downloads every file to hash it (slow).
+lock:
+	@test -x $(PIPTOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(PIPTOOLS) && \
+		$(PIPTOOLS)/bin/pip install -q pip-tools==7.6.2; }
+	$(LOCK) --extra dev -o requirements/dev.lock pyproject.toml
+	$(LOCK) -c requirements/dev.lock -o requirements/server.lock pyproject.toml
+	$(LOCK) -o requirements/agent.lock agent-requirements.txt
 
 test: $(STAMP)
 	$(BIN)/python -m tests.runner $(PYTEST_ARGS)

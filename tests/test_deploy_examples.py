@@ -1,15 +1,17 @@
 """The agent's deploy examples say what the README promises: the KubeRay sidecar, the
 systemd unit and docker-compose's agent service get raywatch's URL and a node token and
-no database or broker credentials, read the Ray temp dir read-only, and keep a spool."""
+no database or broker credentials, read the Ray temp dir read-only, and keep a spool.
+`make install` and `make agent` take the locked packages, each by hash."""
 
 from __future__ import annotations
 
 import configparser
+import tomllib
 from typing import Any
 
 import yaml
 
-from tests.served import ROOT
+from tests.deploy import ROOT, lock, pins
 
 CREDENTIALS = ("DATABASE_URL", "REDIS_URL", "RAY_AUTH_TOKEN", "RAYWATCH_SECRET_KEY")
 
@@ -69,6 +71,24 @@ def test_the_compose_agent_gets_a_url_and_token_host_pids_and_ray_dirs_read_only
     mounts = dict(mount(v) for v in agent["volumes"])
     assert mounts["/tmp/ray"] == mounts["/ray_results"] == "ro"
     assert mounts[agent["environment"]["RAYWATCH_AGENT_SPOOL"]] == "rw"
+
+
+def test_locks_hash_every_package_agree_with_pyproject_and_feed_make_install() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    server, dev, agent = lock("server"), lock("dev"), lock("agent")
+    for locked in (server, dev, agent):
+        assert all(hashes for _, hashes in locked.values())
+    version = {name: v for name, (v, _) in server.items()}
+    assert pins(project["dependencies"]).items() <= version.items()
+    dev_version = {name: v for name, (v, _) in dev.items()}
+    assert pins(project["optional-dependencies"]["dev"]).items() <= dev_version.items()
+    assert server.items() <= dev.items()  # an image runs what the tests ran
+    wanted = pins((ROOT / "agent-requirements.txt").read_text().splitlines())
+    assert {name: v for name, (v, _) in agent.items()} == wanted
+    assert agent.items() <= server.items()
+    makefile = " ".join((ROOT / "Makefile").read_text().replace("\\\n", " ").split())
+    for lockfile in ("dev", "agent"):  # make install, make agent: the same
+        assert f"--require-hashes --no-deps -r requirements/{lockfile}.lock" in makefile
 
 
 def mount(volume: str) -> tuple[str, str]:
