@@ -1,19 +1,36 @@
-"""The agent's deploy examples say what the README promises: the KubeRay sidecar, the
-systemd unit and docker-compose's agent service get raywatch's URL and a node token and
-no database or broker credentials, read the Ray temp dir read-only, and keep a spool.
-`make install` and `make agent` take the locked packages, each by hash."""
+"""The deploy examples say what the README promises. The agent's (KubeRay sidecar,
+systemd unit, docker-compose's agent service) get raywatch's URL and a node token and no
+database or broker credentials, read the Ray temp dir read-only, and keep a spool; in
+docker-compose it holds no privilege but ptrace. docker-compose runs nothing as root,
+keeps Postgres and Redis out of the agent's reach and behind passwords nobody left at a
+default, and serves raywatch only through TLS. The images and `make install` take the
+locked packages, each by hash."""
 
 from __future__ import annotations
 
 import configparser
 import tomllib
 from typing import Any
+from urllib.parse import urlparse
 
+import pytest
 import yaml
 
-from tests.deploy import ROOT, lock, pins
+from tests.deploy import (
+    ROOT,
+    Unset,
+    compose,
+    dockerfile_stages,
+    lock,
+    networks_of,
+    pins,
+    resolved,
+)
 
 CREDENTIALS = ("DATABASE_URL", "REDIS_URL", "RAY_AUTH_TOKEN", "RAYWATCH_SECRET_KEY")
+# What an operator must give; the rest of the file resolves from its defaults.
+REQUIRED = {"RAYWATCH_HOST": "raywatch.example.org", "RAY_ADDRESS": "http://head:8265",
+            "HOME": "/home/ray"}
 
 
 def agent_container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -63,14 +80,114 @@ def test_the_systemd_unit_restarts_the_agent_with_its_env_file_and_spool() -> No
 
 
 def test_the_compose_agent_gets_a_url_and_token_host_pids_and_ray_dirs_read_only() -> None:
-    agent = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["agent"]
+    agent = resolved(compose(), REQUIRED)["services"]["agent"]
     assert agent["command"] == ["python", "-m", "collectors.agent"]
-    assert {"RAYWATCH_URL", "RAYWATCH_AGENT_TOKEN"} <= set(agent["environment"])
-    assert not set(agent["environment"]) & set(CREDENTIALS)
+    env = agent["environment"]
+    assert env["RAYWATCH_URL"] == "https://raywatch.example.org"  # through the TLS proxy
+    assert env["RAYWATCH_AGENT_TOKEN_FILE"] == "/run/secrets/agent_token"
+    assert agent["secrets"] == ["agent_token"]
+    assert not set(env) & {*CREDENTIALS, "RAYWATCH_AGENT_TOKEN"}
     assert agent["pid"] == "host"
+    assert agent["build"]["target"] == "agent"
+    assert agent["read_only"] is True
     mounts = dict(mount(v) for v in agent["volumes"])
     assert mounts["/tmp/ray"] == mounts["/ray_results"] == "ro"
-    assert mounts[agent["environment"]["RAYWATCH_AGENT_SPOOL"]] == "rw"
+    assert [where for where, mode in mounts.items() if mode == "rw"] == [
+        env["RAYWATCH_AGENT_SPOOL"]]
+
+
+def test_the_compose_agent_cannot_reach_postgres_or_redis() -> None:
+    doc = compose()
+    services = doc["services"]
+    agent = networks_of(services["agent"])
+    assert not any("network_mode" in service for service in services.values())
+    for name in ("postgres", "redis"):
+        database = networks_of(services[name])
+        assert not database & agent, name
+        assert all(doc["networks"][net]["internal"] is True for net in database), name
+    # Every network the agent shares is one no raywatch process, database or proxy is on.
+    assert [name for name, s in services.items() if networks_of(s) & agent] == ["agent"]
+
+
+def test_no_compose_service_runs_as_root_or_keeps_a_capability_it_does_not_need() -> None:
+    services = resolved(compose(), REQUIRED)["services"]
+    added = {"agent": ["SYS_PTRACE"], "proxy": ["NET_BIND_SERVICE"]}
+    for name, service in services.items():
+        assert service.get("user", "root").split(":")[0] not in ("root", "0"), name
+        assert service["cap_drop"] == ["ALL"], name
+        assert service.get("cap_add", []) == added.get(name, []), name
+        assert not service.get("privileged"), name
+        if name != "agent":  # py-spy's file capability: see the compose file
+            assert "no-new-privileges:true" in service["security_opt"], name
+    for stage, instructions in dockerfile_stages().items():
+        if stage != "base":  # the images: both stages a service builds
+            [user] = [args for op, args in instructions if op == "USER"][-1:]
+            assert user.split(":")[0] not in ("root", "0"), stage
+
+
+def test_compose_has_no_default_password_and_reads_each_from_a_secret_file() -> None:
+    doc = compose()
+    with pytest.raises(Unset):  # refuses to start without what is not in a file
+        resolved(doc, {})
+    services = resolved(doc, REQUIRED)["services"]
+    assert all(spec.keys() == {"file"} for spec in doc["secrets"].values())
+    for name, service in services.items():
+        env = service.get("environment", {})
+        for variable, value in env.items():
+            if variable.endswith("_FILE"):
+                secret = value.removeprefix("/run/secrets/")
+                assert secret in service["secrets"] and secret in doc["secrets"], variable
+            elif any(word in variable for word in ("PASSWORD", "SECRET", "TOKEN")):
+                assert value == "", f"{name}: {variable} has a default"
+        for url in (env.get("DATABASE_URL"), env.get("REDIS_URL")):
+            assert url is None or urlparse(url).password is None, name
+    raywatch = services["web"]["environment"]
+    assert raywatch["RAYWATCH_DATABASE_PASSWORD_FILE"] == "/run/secrets/postgres_password"
+    assert raywatch["RAYWATCH_REDIS_PASSWORD_FILE"] == "/run/secrets/redis_password"
+    postgres = services["postgres"]["environment"]
+    assert postgres["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
+    assert not {"POSTGRES_PASSWORD", "POSTGRES_HOST_AUTH_METHOD"} & set(postgres)
+    redis = " ".join(services["redis"]["command"])
+    assert 'requirepass "$(cat /run/secrets/redis_password)"' in redis
+    assert "test -s /run/secrets/redis_password" in redis  # an empty file stops it
+
+
+def test_raywatch_is_served_only_through_the_tls_proxy() -> None:
+    doc = resolved(compose(), REQUIRED)
+    services = doc["services"]
+    assert {name: s["ports"] for name, s in services.items() if "ports" in s} == {
+        "proxy": ["443:8443"]}
+    caddyfile = doc["configs"]["caddyfile"]["content"]
+    assert "raywatch.example.org {" in caddyfile and "https_port 8443" in caddyfile
+    assert "tls /run/secrets/tls_cert /run/secrets/tls_key" in caddyfile
+    assert "reverse_proxy web:8000" in caddyfile
+    env = services["web"]["environment"]
+    assert env["RAYWATCH_SECURE_COOKIES"] == "1" and "RAYWATCH_SSL_REDIRECT" not in env
+    assert env["RAYWATCH_CSRF_TRUSTED_ORIGINS"] == "https://raywatch.example.org"
+    # The proxy reaches web over `edge` alone, the one subnet whose forwarded headers
+    # raywatch believes; nothing else is on it.
+    assert networks_of(services["proxy"]) & networks_of(services["web"]) == {"edge"}
+    assert [n for n, s in services.items() if "edge" in networks_of(s)] == ["web", "proxy"]
+    [edge] = doc["networks"]["edge"]["ipam"]["config"]
+    assert env["RAYWATCH_TRUSTED_PROXIES"] == edge["subnet"]
+
+
+def test_the_images_install_only_locked_packages_by_hash() -> None:
+    stages = dockerfile_stages()
+    for stage, lockfile in (("server", "server"), ("agent", "agent")):
+        installs = [args for op, args in stages[stage] if op == "RUN" and "pip install" in args]
+        assert installs == [f"pip install --require-hashes --no-deps -r "
+                            f"requirements/{lockfile}.lock"], stage
+        for op, args in stages[stage]:
+            if op == "COPY":
+                *sources, _ = [a for a in args.split() if not a.startswith("--")]
+                assert all((ROOT / source).exists() for source in sources), args
+    copied = " ".join(args for op, args in stages["agent"] if op == "COPY")
+    assert "dashboard" not in copied and "server.lock" not in copied
+    assert list(stages)[-1] == "server"  # what a plain `docker build .` gives
+    services = compose()["services"]
+    built = {name: s["build"] for name, s in services.items() if "build" in s}
+    assert {name for name, b in built.items() if b != "."} == {"agent"}
 
 
 def test_locks_hash_every_package_agree_with_pyproject_and_feed_make_install() -> None:
@@ -100,3 +217,4 @@ def mount(volume: str) -> tuple[str, str]:
 def test_the_readme_points_at_the_examples() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "docs/kuberay-agent.yaml" in readme and "docs/raywatch-agent.service" in readme
+    assert "docs/deploying.md" in readme

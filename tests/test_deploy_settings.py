@@ -1,7 +1,7 @@
-"""With the production settings (secure cookies, a real secret, Postgres and Redis)
-Django's deployment checklist is clean, and the server `serve` runs redirects plain
-HTTP to HTTPS, tells browsers to stay there, and believes X-Forwarded-Proto only
-from the proxies it was told to trust."""
+"""With the production settings (secure cookies, a real secret, Postgres and Redis;
+docker-compose's among them) Django's deployment checklist is clean, and the server
+`serve` runs redirects plain HTTP to HTTPS, tells browsers to stay there, and believes
+X-Forwarded-Proto only from the proxies it was told to trust."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from django.db import connection
 
 from collectors.localray import free_port
 from tests.conftest import wait_for
+from tests.deploy import compose, resolved
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +39,21 @@ def test_deployment_checklist_is_clean(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT, env=production_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_the_compose_settings_pass_the_checklist(tmp_path: Path) -> None:
+    """docker-compose's own values (host, origins, proxy subnet, secure cookies); the
+    test's database, Redis and key stand in for its secret files."""
+    env = resolved(compose()["x-raywatch"]["environment"],
+                   {"RAYWATCH_HOST": "raywatch.example.org", "RAY_ADDRESS": "http://head:8265"})
+    env = {k: v for k, v in env.items()
+           if not k.endswith("_FILE") and k not in {"DATABASE_URL", "REDIS_URL"}}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=production_env(tmp_path, **env), capture_output=True, text=True,
+        timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
