@@ -1,10 +1,10 @@
 """The deploy examples say what the README promises. The agent's (KubeRay sidecar,
 systemd unit, docker-compose's agent service) get raywatch's URL and a node token and no
-database or broker credentials, read the Ray temp dir read-only, and keep a spool; in
-docker-compose it holds no privilege but ptrace. docker-compose runs nothing as root,
-keeps Postgres and Redis out of the agent's reach and behind passwords nobody left at a
-default, and serves raywatch only through TLS. The images and `make install` take the
-locked packages, each by hash."""
+database or broker credentials, read the Ray temp dir read-only, keep a spool, and hold
+no privilege but ptrace. docker-compose runs nothing as root, keeps Postgres and Redis
+out of the agent's reach and behind passwords nobody left at a default, and serves
+raywatch only through TLS. The images and `make install` take the locked packages, each
+by hash."""
 
 from __future__ import annotations
 
@@ -57,7 +57,11 @@ def test_the_kuberay_sidecar_shares_the_ray_temp_dir_and_holds_only_its_token() 
         assert not set(env) & set(CREDENTIALS)
         assert env["RAYWATCH_URL"]["value"].startswith("https://")
         assert "secretKeyRef" in env["RAYWATCH_AGENT_TOKEN"]["valueFrom"]  # never inline
-        assert "SYS_PTRACE" in agent["securityContext"]["capabilities"]["add"]
+        security = agent["securityContext"]
+        assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+        assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
+        assert security["readOnlyRootFilesystem"] is True
+        assert agent["image"].rsplit(":", 1)[0].endswith("/raywatch-agent")  # the slim one
         spool = env["RAYWATCH_AGENT_SPOOL"]["value"]
         assert spool in {m["mountPath"] for m in agent["volumeMounts"]}
     secrets = {e["valueFrom"]["secretKeyRef"]["name"] for p in pods
@@ -75,6 +79,9 @@ def test_the_systemd_unit_restarts_the_agent_with_its_env_file_and_spool() -> No
     assert service["Environment"] == "RAYWATCH_AGENT_SPOOL=/var/lib/raywatch-agent"
     assert service["StateDirectory"] == "raywatch-agent"
     assert "PrivateTmp" not in service  # it reads Ray's /tmp/ray
+    assert service["User"] not in ("root", "0")
+    assert service["CapabilityBoundingSet"] == service["AmbientCapabilities"] == "CAP_SYS_PTRACE"
+    assert service["NoNewPrivileges"] == "yes" and service["ProtectSystem"] == "strict"
     assert not any(name in (ROOT / "docs" / "raywatch-agent.service").read_text()
                    for name in CREDENTIALS)
 
