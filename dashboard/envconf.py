@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse, urlsplit, urlunsplit
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _TRUE = {"1", "true", "yes", "on"}
@@ -124,6 +124,23 @@ def env_url(name: str, schemes: tuple[str, ...]) -> str | None:
     except ValueError:
         raise ConfigError(f"{name}={_redact(value)!r} has a malformed port") from None
     return value
+
+
+def env_url_with_password(name: str, schemes: tuple[str, ...], password_name: str
+                          ) -> str | None:
+    """env_url(name), with the password `password_name` (or its _FILE, a Docker secret)
+    put in: the URL itself then holds no secret to leak through the environment."""
+    url, password = env_url(name, schemes), env_secret(password_name)
+    if url is None or password is None:
+        if password is not None:
+            raise ConfigError(f"{password_name} is set but {name} is not")
+        return url
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ConfigError(f"{password_name}: {name} names no host to log in to")
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
 
 
 def _redact(url: str) -> str:

@@ -27,6 +27,7 @@ from dashboard.envconf import (
     env_secret,
     env_str,
     env_url,
+    env_url_with_password,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -108,7 +109,9 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------
-DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+# The password may come apart (RAYWATCH_DATABASE_PASSWORD or its _FILE, a Docker secret).
+DATABASE_URL = env_url_with_password("DATABASE_URL", ("postgres", "postgresql", "sqlite"),
+                                     "RAYWATCH_DATABASE_PASSWORD")
 # SQLite, the default or from DATABASE_URL: WAL lets the web process read while the
 # in-process scheduler writes; writers wait for each other (timeout) and take the write
 # lock when a transaction begins, so none fails with "database is locked" half-way.
@@ -140,7 +143,8 @@ DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- redis: channel layer and Celery --------------------------------------------
-REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
+REDIS_URL = env_url_with_password("REDIS_URL", ("redis", "rediss", "unix"),
+                                  "RAYWATCH_REDIS_PASSWORD")
 EMBEDDED = REDIS_URL is None
 if REDIS_URL:
     CHANNEL_LAYERS = {

@@ -83,3 +83,26 @@ def test_production_stack_with_database_and_redis(tmp_path: Path) -> None:
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert got == {"engine": "django.db.backends.postgresql", "broker": os.environ["REDIS_URL"],
                    "layer": "channels_redis.core.RedisChannelLayer", "embedded": False}
+
+
+def test_database_and_redis_passwords_come_from_secret_files(tmp_path: Path) -> None:
+    """As the compose file gives them: Docker secrets, never in the URLs themselves."""
+    (tmp_path / "pg").write_text("p@ss:w/rd\n")
+    (tmp_path / "redis").write_text("r3dis secret\n")
+    probe = (
+        "import json; from django.conf import settings as s; print(json.dumps({"
+        "'user': s.DATABASES['default']['USER'], 'password': s.DATABASES['default']['PASSWORD'],"
+        "'host': s.DATABASES['default']['HOST'], 'broker': s.CELERY_BROKER_URL}))"
+    )
+    result = run_manage(tmp_path, "shell", "-c", probe,
+                        DATABASE_URL="postgres://raywatch@db:5432/raywatch",
+                        RAYWATCH_DATABASE_PASSWORD_FILE=str(tmp_path / "pg"),
+                        REDIS_URL="redis://redis:6379/0",
+                        RAYWATCH_REDIS_PASSWORD_FILE=str(tmp_path / "redis"))
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    assert got == {"user": "raywatch", "password": "p@ss:w/rd", "host": "db",
+                   "broker": "redis://:r3dis%20secret@redis:6379/0"}
+    alone = run_manage(tmp_path, "check", RAYWATCH_REDIS_PASSWORD="x")  # no REDIS_URL
+    assert alone.returncode != 0 and "RAYWATCH_REDIS_PASSWORD is set but REDIS_URL" in \
+        alone.stderr
