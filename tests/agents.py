@@ -41,11 +41,27 @@ def agent_env(url: str, token: str, tmp_path: Path, node: str, node_ip: str, gpu
             "RAYWATCH_RAY_TMP_DIR": str(tmp_path / f"{node}-home" / "ray"), **extra}
 
 
+# The agent's main() with its clock moved (time_machine: wall clock only, as NTP's would
+# be; monotonic time, /proc's start times and psutil are the node's own).
+CLOCK_MOVED = """
+import datetime, time_machine
+moved = time_machine.travel(datetime.datetime.now(datetime.UTC)
+                            + datetime.timedelta(seconds={ahead_s}), tick=True)
+moved.start()
+from collectors.agent.main import main
+main()
+"""
+
+
 @contextmanager
-def running_agent(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """`python -m collectors.agent`, stopped (SIGTERM) afterwards; its output in `log`."""
+def running_agent(env: dict[str, str], log: Path, clock_ahead_s: float = 0
+                  ) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m collectors.agent`, stopped (SIGTERM) afterwards; its output in `log`.
+    `clock_ahead_s`: the agent's clock that far ahead of this host's (behind: negative)."""
+    command = ([sys.executable, "-c", CLOCK_MOVED.format(ahead_s=clock_ahead_s)]
+               if clock_ahead_s else [sys.executable, "-m", "collectors.agent"])
     with log.open("ab") as out:
-        agent = subprocess.Popen([sys.executable, "-m", "collectors.agent"], cwd=ROOT, env=env,
+        agent = subprocess.Popen(command, cwd=ROOT, env=env,
                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield agent

@@ -70,6 +70,7 @@ class CommandGuard:
         self.seen_path = seen_path
         self._lock = threading.Lock()
         self._seen = _load(seen_path)  # command id -> epoch seconds it expires
+        self.problem: str | None = None  # the ids could not be kept on disk, and why
 
     def check(self, command: dict[str, Any], now: datetime) -> str | None:
         """Why the command must not be carried out, or None. Every command that passes
@@ -91,9 +92,19 @@ class CommandGuard:
             self._seen = {k: t for k, t in self._seen.items()
                           if t + KEEP_SEEN_S > now.timestamp()}
             self._seen[ident] = expires.timestamp()
-            _save(self.seen_path, self._seen)
+            self._keep()
         return None
 
+    def _keep(self) -> None:
+        """The ids on disk; a full disk keeps them in memory (a replay is refused all the
+        same, until a restart) and says so: a node whose disk filled is no time to stop
+        taking signals."""
+        try:
+            _save(self.seen_path, self._seen)
+            self.problem = None
+        except OSError as exc:
+            self.problem = (f"cannot keep the ids of commands seen in {self.seen_path} "
+                            f"({exc.strerror or exc}): a restart forgets them")
 
 
 def carry_out(command: dict[str, Any], watched: Watched, py_spy: str | None = None

@@ -4,6 +4,7 @@ first, backing off as raywatch says) and commands (a long-poll)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -12,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -44,6 +46,8 @@ IDLE_CHECK_S = 5.0  # an empty spool's sender also looks this often (stop, misse
 LINGER_S = 0.2
 STACKS_AT_ONCE = 2  # py-spy dumps run beside the command loop: a signal never waits on one
 FIRST_SNAPSHOT_WAIT_S = 10.0  # a command that comes before the first process snapshot
+MAX_PROBLEMS = 10  # reported in agent.problems, each cut to PROBLEM_CHARS
+PROBLEM_CHARS = 500
 
 
 class GpuSource(Protocol):
@@ -84,6 +88,9 @@ class Agent:
         self.head = HeadWatch(config.ray_tmp_dir)  # this node's Ray head, if it runs one
         self.advised_send_s = 0.0  # how long raywatch's last answer asked to gather
         self.watched = Watched()  # what commands may act on: the latest snapshot's processes
+        self.guard: CommandGuard | None = None
+        # A loop's last failure that it lived through (name -> what), until it succeeds.
+        self.failures: dict[str, str] = {}
 
     # --- collect --------------------------------------------------------------------------
     def collect_forever(self) -> None:
@@ -91,9 +98,33 @@ class Agent:
         watcher = ProcessWatcher()
         due = self.epoch
         while not self.stop.is_set():
-            self.spool.append(self.collect(source, watcher), wire.timestamp(_now()))
+            with self.surviving("collecting"):
+                # The spool holds batches in memory when its disk refuses them: collecting
+                # never stops while the command loop keeps the node looking connected.
+                self.spool.append(self.collect(source, watcher), wire.timestamp(_now()))
             due = next_tick(due, self.config.poll_s, time.monotonic())
             self.stop.wait(due - time.monotonic())
+
+    @contextlib.contextmanager
+    def surviving(self, loop: str) -> Iterator[None]:
+        """One turn of a loop: a failure no code foresaw is logged (once while it
+        repeats) and reported in agent.problems, and the loop goes on."""
+        try:
+            yield
+        except Exception as exc:
+            message = f"{loop} failed: {type(exc).__name__}: {exc}"
+            if self.failures.get(loop) != message:
+                log.exception("%s", message)
+            self.failures[loop] = message
+        else:
+            self.failures.pop(loop, None)
+
+    def problems(self) -> list[str]:
+        """What this agent cannot do now, in words (agent.problems of a report)."""
+        found = [self.spool.problem, self.guard.problem if self.guard else None,
+                 f"trial logs: {self.trial_log_error}" if self.trial_log_error else None,
+                 *self.failures.values()]
+        return [p[:PROBLEM_CHARS] for p in found if p][:MAX_PROBLEMS]
 
     def processes_due(self) -> bool:
         """A process snapshot every RAYWATCH_AGENT_PROCESSES_S (5 s), or at every poll
@@ -172,7 +203,9 @@ class Agent:
         backoff = Backoff()
         while not self.stop.is_set():
             self.spool.appended.clear()  # cleared before looking: no append is missed
-            wait = self.send_once(backoff)
+            wait: float | None = IDLE_CHECK_S
+            with self.surviving("sending"):
+                wait = self.send_once(backoff)
             if wait is None:  # nothing spooled: sleep until something is
                 if self.spool.appended.wait(IDLE_CHECK_S):
                     self.stop.wait(self.send_s or min(LINGER_S, self.config.poll_s / 4))
@@ -197,7 +230,8 @@ class Agent:
     def _post_report(self, batches: list[bytes]) -> Reply:
         agent = {"version": AGENT_VERSION, "node": self.config.node_name,
                  "node_ip": self.node_ip, "hostname": host_name(), "spool": self.spool.stats(),
-                 "sent_at": wire.timestamp(_now())}  # with each batch's `at`: how old it is
+                 "sent_at": wire.timestamp(_now()),  # with each batch's `at`: how old it is
+                 "problems": self.problems()}
         if head := self.head.current():
             agent["head"] = head  # this node runs a Ray head: its cluster, announced
         return call("POST", f"{self.config.api}report", self.config.token,
@@ -255,14 +289,15 @@ class Agent:
     # --- commands -------------------------------------------------------------------------
     def commands_forever(self) -> None:
         backoff = Backoff()
-        guard: CommandGuard | None = None
         while not self.stop.is_set():
-            try:
-                guard = guard or self._guard()
-                wait = self.fetch_commands(guard, backoff)
-            except Unreachable as exc:
-                wait = backoff.next()
-                log.debug("commands: %s", exc)
+            wait = BACKOFF_CAP_S
+            with self.surviving("taking commands"):
+                try:
+                    self.guard = self.guard or self._guard()
+                    wait = self.fetch_commands(self.guard, backoff)
+                except Unreachable as exc:
+                    wait = backoff.next()
+                    log.debug("commands: %s", exc)
             self.stop.wait(wait)
 
     def _guard(self) -> CommandGuard:
@@ -352,8 +387,11 @@ class Agent:
         # saved, so a stopped agent resends nothing.
         trial_logs = threading.Thread(target=self.trial_logs_forever, name="trial_logs")
         trial_logs.start()
-        self.collect_forever()
-        trial_logs.join()
+        try:
+            self.collect_forever()
+        finally:  # never half an agent: one that stops collecting stops taking commands
+            self.stop.set()
+            trial_logs.join()
 
 
 def next_tick(due: float, period: float, now: float) -> float:

@@ -46,6 +46,7 @@ _INT32 = (-(2**31), 2**31 - 1)
 _INT_RANGE = {"gpu_index": (0, 2**15 - 1), "pid": (0, _INT32[1]), "ppid": (0, _INT32[1]),
               "threads": (0, _INT32[1]), "sm_clock_mhz": _INT32, "memory_clock_mhz": _INT32}
 _INT64 = (-(2**63), 2**63 - 1)
+Clock = Callable[[datetime], datetime]  # an agent's time as raywatch's (ingest.AgentClock)
 
 
 class WireError(ValueError):
@@ -127,9 +128,12 @@ def decode_time(value: Any, where: str) -> datetime:
     return at
 
 
-def decode_gpu_poll(record: dict[str, Any], node: str) -> tuple[GpuPoll, str | None]:
-    """A gpu_poll record as the GpuPoll of `node` (the token's), and its error if it failed."""
+def decode_gpu_poll(record: dict[str, Any], node: str, clock: Clock | None = None
+                    ) -> tuple[GpuPoll, str | None]:
+    """A gpu_poll record as the GpuPoll of `node` (the token's), and its error if it failed.
+    `clock` maps the agent's time to raywatch's."""
     at = decode_time(record.get("at"), "gpu_poll.at")
+    at = clock(at) if clock is not None else at
     error = _text(record, "error", "gpu_poll")
     simulated = bool(_typed(record, "simulated", bool, "gpu_poll"))
     gpus = _typed(record, "gpus", list, "gpu_poll") or []
@@ -167,8 +171,10 @@ def _decode_process(data: Any, where: str) -> GpuProcessRecord:
                             ancestors=tuple(ancestors))
 
 
-def decode_processes(record: dict[str, Any]) -> tuple[datetime, tuple[ProcessFact, ...]]:
+def decode_processes(record: dict[str, Any], clock: Clock | None = None
+                     ) -> tuple[datetime, tuple[ProcessFact, ...]]:
     at = decode_time(record.get("at"), "processes.at")
+    at = clock(at) if clock is not None else at
     listed = _typed(record, "processes", list, "processes") or []
     facts = []
     for i, data in enumerate(listed):

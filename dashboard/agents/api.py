@@ -130,7 +130,8 @@ async def stored(header: str | None, address: str, body: bytes | None, encoding:
         if body is None:
             raise RequestDataTooBig("request body too large")
         with _one_at_a_time(header), _slot():
-            outcome = await together.store(Sent(header, address, body, encoding))
+            outcome = await together.store(Sent(header, address, body, encoding,
+                                                timezone.now()))
         return answer({**outcome, "send_s": pacing.advice_for(header or "")})
     except Exception as exc:  # every report is answered, in the protocol's JSON
         return refusal(exc)

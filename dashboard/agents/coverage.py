@@ -37,6 +37,7 @@ LOSSES: tuple[tuple[str, str, str], ...] = (
 # What this version's agent reads and does of those.
 AGENT_READS = frozenset({"gpus", "trial_logs", "process_state", "stacks", "signals"})
 RAYWATCH_HOST = "raywatch itself (its own host)"
+SKEW_SHOWN_S = 10  # an agent's clock this far from raywatch's is said on the page
 CELERY_GPU_AGENT = "the Celery GPU agent here (manage.py agent)"
 
 
@@ -65,6 +66,8 @@ class AgentFacts:
     processes: int = 0
     nvml_error: str | None = None
     cluster: str = ""  # the cluster its token is for
+    problems: tuple[str, ...] = ()  # what the agent said it cannot do
+    clock_skew_s: int | None = None  # its clock less raywatch's, at its last report
     can_command: bool = True  # raywatch has a command key for its token
 
     def fresh(self, now: datetime, stale_s: float) -> bool:
@@ -164,17 +167,24 @@ def agent_payload(agent: AgentFacts, now: datetime, stale_s: float) -> dict[str,
         "spool_dropped": agent.spool_dropped, "gpus": agent.gpus,
         "processes": agent.processes, "nvml_error": agent.nvml_error,
         "problem": _problem(agent, state, now, stale_s),
-        "problems": _problems(agent),
+        "problems": _problems(agent), "clock_skew_s": agent.clock_skew_s,
     }
 
 
 def _problems(agent: AgentFacts) -> list[str]:
-    """What the agent cannot do, as raywatch knows it."""
-    found: list[str] = []
+    """What the agent cannot do, as it said it, and what raywatch knows of it."""
+    found = list(agent.problems)
     if not agent.can_command:
         found.append("raywatch sends this agent no commands (signals, stacks): its token "
                      "has no command key (issued before command keys). Rotate this token: "
                      f"Agents page, or manage.py agent_token {agent.node} --rotate")
+    skew = agent.clock_skew_s
+    if skew is not None and abs(skew) >= SKEW_SHOWN_S:
+        expired = ("; past a command's lifetime (RAYWATCH_AGENT_COMMAND_TTL_S) ahead, "
+                   "every command reaches it expired by its clock" if skew > 0 else "")
+        found.append(f"its clock is {abs(skew)} s {'ahead of' if skew > 0 else 'behind'} "
+                     f"raywatch's: what it sends is dated on raywatch's clock{expired} "
+                     "(sync it: NTP)")
     return found
 
 

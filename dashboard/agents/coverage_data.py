@@ -49,6 +49,8 @@ def agent_facts(now: datetime) -> list[AgentFacts]:
         version=t.agent_version, spool_dropped=t.spool_dropped, gpus=gpus.get(t.node, 0),
         processes=processes.get(t.node, 0),
         nvml_error=_nvml_error(nvml.get(t.node)), cluster=t.cluster.name,
+        problems=tuple(p for p in t.agent_problems if isinstance(p, str)),
+        clock_skew_s=t.clock_skew_s,
         can_command=sealing.unseal(t.command_key_sealed) is not None) for t in tokens]
 
 

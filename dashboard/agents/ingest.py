@@ -1,7 +1,9 @@
 """Store one agent report (docs/agent-protocol.md): check it all, then store each new
 batch once, in one transaction. A token reports its own node only. Trial logs go
 through the trials app's store (the path raywatch's own log reader takes) and are
-pushed to the pages once stored."""
+pushed to the pages once stored. The times an agent stamps by its own clock are put on
+raywatch's (AgentClock): a node whose clock is off neither dates its GPUs in the future
+nor freezes its process table."""
 
 from __future__ import annotations
 
@@ -37,6 +39,36 @@ from dashboard.trials.store import IngestStats, store_updates
 log = logging.getLogger("raywatch.agents")
 # What a report updates of its node's Agent row (registered_at: when it was created).
 AGENT_FIELDS = ("node_ip", "queue", "last_poll_at", "cluster", "source", "driver_version")
+MAX_PROBLEMS, PROBLEM_CHARS = 10, 500  # of agent.problems, kept as the agent said them
+
+
+@dataclass(frozen=True)
+class AgentClock:
+    """An agent's clock as raywatch's, from one report: the agent says when it sent the
+    report by its clock (agent.sent_at); raywatch knows when it received it. The offset
+    (received - sent_at, which includes the trip: a fraction of a second) moves every
+    time of the report onto raywatch's clock, and nothing is dated after its receipt."""
+
+    offset: timedelta
+    received: datetime
+
+    @classmethod
+    def of(cls, sent_at: Any, received: datetime) -> AgentClock:
+        try:
+            return cls(received - wire.decode_time(sent_at, "agent.sent_at"), received)
+        except (wire.WireError, OverflowError):  # not said: its times as they come
+            return cls(timedelta(0), received)
+
+    def __call__(self, at: datetime) -> datetime:
+        try:
+            return min(at + self.offset, self.received)
+        except OverflowError:  # year 1 or 9999 by the agent's clock
+            return self.received
+
+    @property
+    def skew_s(self) -> int:
+        """The agent's clock less raywatch's, whole seconds."""
+        return -round(self.offset.total_seconds())
 
 
 class BatchRefused(ApiError):
@@ -68,6 +100,7 @@ class Report:
     # How old the newest batch was when the agent sent the report, by the agent's clock
     # (agent.sent_at less the batch's `at`); None: an agent that does not say.
     lag: timedelta | None = None
+    skew_s: int | None = None  # the agent's clock less raywatch's; None: it does not say
 
 
 @dataclass(frozen=True)
@@ -78,6 +111,7 @@ class Sent:
     address: str
     body: bytes
     encoding: str  # Content-Encoding
+    received: datetime | None = None  # when its body had arrived (None: when stored)
 
 
 def ingest_sent(sent: list[Sent], now: datetime) -> list[dict[str, Any] | Exception]:
@@ -90,7 +124,8 @@ def ingest_sent(sent: list[Sent], now: datetime) -> list[dict[str, Any] | Except
         try:
             if isinstance(token, ApiError):
                 raise token
-            reports.append(decode_report(token, read_body(one.body, one.encoding)))
+            reports.append(decode_report(token, read_body(one.body, one.encoding),
+                                         one.received or now))
             refusals.append(None)
         except (ApiError, RequestDataTooBig) as exc:
             refusals.append(exc)
@@ -122,11 +157,14 @@ def read_body(raw: bytes, encoding: str) -> Any:
         raise ApiError("the body is not JSON raywatch can read") from None
 
 
-def decode_report(token: NodeToken, body: Any) -> Report:
-    """Check a report's shape and decode its records (no database)."""
+def decode_report(token: NodeToken, body: Any, received: datetime | None = None) -> Report:
+    """Check a report's shape and decode its records (no database), its times put on
+    raywatch's clock as of `received` (default: now)."""
     agent = _check_envelope(token, body)
-    batches = [_decode_batch(token.node, raw) for raw in body["batches"]]
-    return Report(token, agent, batches, _lag(agent.get("sent_at"), body["batches"]))
+    clock = AgentClock.of(agent.get("sent_at"), received or timezone.now())
+    batches = [_decode_batch(token.node, raw, clock) for raw in body["batches"]]
+    skew = clock.skew_s if "sent_at" in agent else None
+    return Report(token, agent, batches, _lag(agent.get("sent_at"), body["batches"]), skew)
 
 
 def _lag(sent_at: Any, batches: list[Any]) -> timedelta | None:
@@ -198,13 +236,13 @@ def _store_together(reports: list[Report], now: datetime) -> list[dict[str, Any]
     storing = [r for r, refused in zip(reports, outcomes, strict=True) if refused is None]
     with transaction.atomic():
         for report in storing:
-            _note_agent(report.token, report.agent)
+            _note_agent(report.token, report.agent, report.skew_s)
         last = _last_seqs(storing)
         answers = [_sort_batches(report, last) for report in storing]
         new = [(report, batches) for report, (batches, _) in zip(storing, answers, strict=True)]
         _store_polls(new, now)
         for report, batches in new:
-            _store_processes(report.token, [s for b in batches for s in b.snapshots])
+            _store_processes(report.token, [s for b in batches for s in b.snapshots], now)
         trials = _store_trial_logs(new, now)
         _save_seqs(last, _data_at(storing, now), now)
     planner.stored(sum(stats.results for stats in trials))  # after the transaction
@@ -254,7 +292,7 @@ def _check_envelope(token: NodeToken, body: Any) -> dict[str, Any]:
     return agent
 
 
-def _decode_batch(node: str, raw: Any) -> Batch:
+def _decode_batch(node: str, raw: Any, clock: AgentClock) -> Batch:
     seq = raw.get("seq") if isinstance(raw, dict) else None
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise ApiError("each batch needs a seq: a positive integer")
@@ -268,7 +306,7 @@ def _decode_batch(node: str, raw: Any) -> Batch:
         _refuse_other_node(node, item, seq)
     try:
         for item in records:
-            _decode_record(node, item, batch)
+            _decode_record(node, item, batch, clock)
     except wire.WireError as exc:
         raise BatchRefused(f"batch {seq}: {exc}", 400, seq) from None
     except (ValueError, OverflowError, TypeError, RecursionError) as exc:
@@ -289,12 +327,12 @@ def _refuse_other_node(node: str, item: Any, seq: int) -> None:
                                f"node {node!r} only", 403, seq)
 
 
-def _decode_record(node: str, item: Any, batch: Batch) -> None:
+def _decode_record(node: str, item: Any, batch: Batch, clock: AgentClock) -> None:
     kind = item.get("kind") if isinstance(item, dict) else None
     if kind == wire.GPU_POLL:
-        batch.polls.append(wire.decode_gpu_poll(item, node))
+        batch.polls.append(wire.decode_gpu_poll(item, node, clock))
     elif kind == wire.PROCESSES:
-        batch.snapshots.append(wire.decode_processes(item))
+        batch.snapshots.append(wire.decode_processes(item, clock))
     elif kind == wire.TRIAL_LOG:
         batch.trial_logs.append(decode_trial_log(item, node))
     elif isinstance(kind, str) and kind:
@@ -323,15 +361,19 @@ def _foreign_gpus(reports: list[Report]) -> list[BatchRefused | None]:
     return refusals
 
 
-def _note_agent(token: NodeToken, agent: dict[str, Any]) -> None:
-    changes: dict[str, Any] = {}
+def _note_agent(token: NodeToken, agent: dict[str, Any], skew_s: int | None) -> None:
+    if skew_s is not None and token.clock_skew_s is not None and abs(
+            skew_s - token.clock_skew_s) < 2:
+        skew_s = token.clock_skew_s  # the trip's jitter is no change: no UPDATE for it
+    changes: dict[str, Any] = {"agent_problems": _problems(agent.get("problems")),
+                               "clock_skew_s": skew_s}
     if not token.node_ip and isinstance(agent.get("node_ip"), str):
         changes["node_ip"] = agent["node_ip"][:64]  # pinned by the first report
     if isinstance(agent.get("version"), str):
         changes["agent_version"] = agent["version"][:32]
     dropped = (agent.get("spool") or {}).get("dropped") if isinstance(agent.get("spool"),
                                                                         dict) else None
-    if isinstance(dropped, int):
+    if isinstance(dropped, int) and 0 <= dropped < 2**63:
         changes["spool_dropped"] = dropped
     head = announce(token.prefix, agent.get("head"), timezone.now()) if agent.get("head") \
         else None
@@ -345,6 +387,13 @@ def _note_agent(token: NodeToken, agent: dict[str, Any]) -> None:
         NodeToken.objects.filter(pk=token.pk).update(**changes)
         for name, value in changes.items():
             setattr(token, name, value)
+
+
+def _problems(said: Any) -> list[str]:
+    """agent.problems as shown: text only, bounded (an agent's words, never obeyed)."""
+    if not isinstance(said, list):
+        return []
+    return [p[:PROBLEM_CHARS] for p in said if isinstance(p, str) and p][:MAX_PROBLEMS]
 
 
 def _last_seqs(reports: list[Report]) -> dict[tuple[int, str], int]:
@@ -401,12 +450,16 @@ def _node_ip(report: Report) -> str:
     return report.token.node_ip or str(report.agent.get("node_ip") or "")
 
 
-def _store_processes(token: NodeToken, snapshots: list[tuple[datetime, tuple]]) -> None:
-    """Apply the newest snapshot, unless a newer one was stored already."""
+def _store_processes(token: NodeToken, snapshots: list[tuple[datetime, tuple]],
+                     now: datetime) -> None:
+    """Apply the newest snapshot, unless a newer one was stored already. A stored time
+    after `now` (an agent whose clock ran ahead, before times were put on raywatch's
+    clock) is no newer than anything: it would hold the table still until then."""
     if not snapshots:
         return
     at, facts = max(snapshots, key=lambda s: s[0])
-    if token.processes_at is not None and at <= token.processes_at:
+    stored = token.processes_at
+    if stored is not None and stored <= now and at <= stored:
         return
     NodeProcess.objects.filter(node=token.node).exclude(pid__in=[f.pid for f in facts]).delete()
     NodeProcess.objects.bulk_create(

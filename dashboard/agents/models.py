@@ -28,10 +28,15 @@ class NodeToken(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     last_address = models.CharField(max_length=64, blank=True, default="")
     agent_version = models.CharField(max_length=32, blank=True, default="")
-    # The newest process snapshot stored for the node (the agent's clock): older ones
-    # arriving late (after an outage) are not applied over it.
+    # The newest process snapshot stored for the node (on raywatch's clock: the agent's
+    # time moved by ingest.AgentClock): older ones arriving late (after an outage) are not
+    # applied over it.
     processes_at = models.DateTimeField(null=True, blank=True)
     spool_dropped = models.BigIntegerField(default=0)  # batches the agent's full spool lost
+    # What the agent said it cannot do (its spool unwritable, a loop failing), as it said.
+    agent_problems = models.JSONField(default=list, blank=True)
+    # The agent's clock less raywatch's at its last report, whole seconds (null: unknown).
+    clock_skew_s = models.IntegerField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=150, blank=True, default="")
     # HMAC(token, "raywatch-commands-v1"), sealed (sealing.py); "" for a token issued
