@@ -58,7 +58,9 @@ wait_for_the_data_loader()
 @pytest.fixture
 def hung_python() -> Iterator[subprocess.Popen]:
     """A Python process hanging in a function of its own, as a hung trial does."""
-    process = subprocess.Popen([sys.executable, "-c", HUNG_PYTHON], stdout=subprocess.PIPE)
+    # Titled as Ray titles its workers: a trial's process is one.
+    process = subprocess.Popen(["ray::train.train", "-c", HUNG_PYTHON],
+                               executable=sys.executable, stdout=subprocess.PIPE)
     assert process.stdout is not None and process.stdout.readline() == b"hung\n"
     yield process
     process.kill()

@@ -35,7 +35,8 @@ def poll_trial_logs() -> None:
                 lag.note_busy(started)
                 poll.warnings.append("another raywatch process is still reading the log "
                                      "directories (a first ingest of a long history, say); "
-                                     "this poll left the reading to it, and its stalls wait for what it reads")
+                                     "this poll left the reading to it, and its stalls "
+                                     "wait for what it reads")
     evaluation = evaluate_trials(timezone.now())
     push_updates(stats or IngestStats(), evaluated=evaluation["trials"])
     flush_experiments()
