@@ -32,7 +32,8 @@ from dashboard.actions.targets import create_time
 from dashboard.agents.remote import RemoteProcess
 from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import endpoint_of, gcs_of
-from dashboard.cluster.models import Job
+from dashboard.cluster.models import Actor, Cluster, Job
+from dashboard.cluster.state import current_clusters
 from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
 
@@ -126,7 +127,9 @@ def terminate_trial(entry: AuditEntry) -> None:
         kill_local(t["pid"], t["create_time"], signal.SIGTERM)
         advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
     elif remote:
-        gone, how = remote.gone, remote.send(signal.SIGTERM)
+        # The agent's word alone does not end a trial: a token that took the node's
+        # address could answer "gone" for a process it never saw. Ray confirms it.
+        gone, how = confirmed_by_ray(remote.gone, t), remote.send(signal.SIGTERM)
         advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
     else:
         address, token = gcs_of(t.get("cluster")), endpoint_of(t.get("cluster")).token
@@ -156,12 +159,38 @@ def terminate_trial(entry: AuditEntry) -> None:
         took = wait_until(gone, settings.FORCE_WAIT_S)
         if took is None:
             advance(entry, AuditEntry.FAILED, timezone.now(),
+                    f"the agent of {remote.node} says {where} is gone, but Ray still lists "
+                    f"its actor {t['actor_id']} alive: the trial may run on; check the node "
+                    "and its agent's token" if remote and remote.ended else
                     f"{where} survived the forced kill for {settings.FORCE_WAIT_S:g} s")
             return
     step(entry, "gone", timezone.now(), f"{where} is gone")
     advance(entry, AuditEntry.SUCCEEDED, timezone.now(), f"{where} is gone")
     name, detail = tune_outcome(t)
     step(entry, name, timezone.now(), detail)
+
+
+def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any]) -> Callable[[], bool]:
+    """Gone when the agent says so and Ray no longer lists the trial's actor alive (asked
+    of the GCS when its address is known, else as the Ray poll last stored it, when that
+    is current). With no current word from Ray, the agent's answer stands."""
+    address = gcs_of(t.get("cluster"))
+
+    def gone() -> bool:
+        if not agent_says():
+            return False
+        if address and t.get("actor_id"):
+            try:
+                return raykill.actor_state(address, endpoint_of(t.get("cluster")).token,
+                                           t["actor_id"]) != "ALIVE"
+            except SourceError:
+                pass
+        cluster = Cluster.objects.filter(name=t.get("cluster")).first()
+        if cluster is None or cluster.pk not in current_clusters(timezone.now()):
+            return True
+        return not Actor.objects.filter(cluster=cluster, actor_id=t.get("actor_id"),
+                                        state="ALIVE").exists()
+    return gone
 
 
 def agent_queue(node_ip: str) -> str | None:
