@@ -18,6 +18,7 @@ from dashboard.actions.models import AuditEntry
 from dashboard.agents import sealing
 from dashboard.agents.models import AgentCommand, NodeToken
 from dashboard.agents.tokens import live_tokens
+from dashboard.cluster.models import Cluster, settings_cluster_pk
 from dashboard.core.errors import ApiError
 from dashboard.core.push import publish
 
@@ -31,24 +32,32 @@ def wake_group(node: str) -> str:
 
 
 def create_signal(entry: AuditEntry | None, node: str, pid: int, signal_name: str,
-                  create_time: float, now: datetime) -> AgentCommand:
+                  create_time: float, now: datetime, cluster: str = "") -> AgentCommand:
     if signal_name not in wire.SIGNALS:
         raise ValueError(f"an agent sends {', '.join(wire.SIGNALS)} only")
-    return _create(node, AgentCommand.SIGNAL, entry, now,
+    return _create(node, cluster, AgentCommand.SIGNAL, entry, now,
                    {"pid": pid, "signal": signal_name, "create_time": create_time})
 
 
-def create_stack(node: str, pid: int, create_time: float, now: datetime) -> AgentCommand:
+def create_stack(node: str, pid: int, create_time: float, now: datetime,
+                 cluster: str = "") -> AgentCommand:
     """Ask the node's agent for a py-spy dump of `pid` (the process that started then)."""
-    return _create(node, AgentCommand.STACK, None, now, {"pid": pid, "create_time": create_time})
+    return _create(node, cluster, AgentCommand.STACK, None, now,
+                   {"pid": pid, "create_time": create_time})
 
 
-def _create(node: str, kind: str, entry: AuditEntry | None, now: datetime,
+def _create(node: str, cluster: str, kind: str, entry: AuditEntry | None, now: datetime,
             payload: dict[str, Any]) -> AgentCommand:
-    unsigned = cannot_sign(node, now)
+    """A command for the agents of `node` in `cluster` (a name; "": the one RAY_ADDRESS
+    points at) only: a node of the same name in another cluster never gets it."""
+    cluster_pk = Cluster.objects.filter(name=cluster).values_list("pk", flat=True).first() \
+        if cluster else None
+    cluster_pk = cluster_pk or settings_cluster_pk()
+    unsigned = cannot_sign(node, now, cluster_pk)
     answered = {"done_at": now, "outcome": "refused", "result": unsigned} if unsigned else {}
     command = AgentCommand.objects.create(
-        node=node, kind=kind, audit_entry=entry, nonce=secrets.token_hex(16), payload=payload,
+        node=node, cluster_id=cluster_pk, kind=kind, audit_entry=entry,
+        nonce=secrets.token_hex(16), payload=payload,
         created_at=now, expires_at=now + timedelta(seconds=settings.AGENT_COMMAND_TTL_S),
         **answered)
     if not unsigned:
@@ -61,11 +70,11 @@ def command_key(token: NodeToken) -> str | None:
     return sealing.unseal(token.command_key_sealed)
 
 
-def cannot_sign(node: str, now: datetime) -> str | None:
+def cannot_sign(node: str, now: datetime, cluster_pk: int) -> str | None:
     """Why no command can go to `node`'s agent: its live tokens (heard from lately) have
     no command key raywatch can use. None when one has, or none is live (the command
     then waits for an agent as any other)."""
-    live = list(live_tokens(now).filter(node=node))
+    live = list(live_tokens(now).filter(node=node, cluster_id=cluster_pk))
     if not live or any(command_key(t) for t in live):
         return None
     return (f"the agent token {live[0].prefix}… of node {node} has no command key raywatch "
@@ -80,7 +89,8 @@ def hand_out(token: NodeToken, now: datetime) -> list[dict[str, Any]]:
     key = command_key(token)
     if key is None:
         return []
-    waiting = AgentCommand.objects.filter(node=token.node, fetched_at=None, done_at=None,
+    waiting = AgentCommand.objects.filter(node=token.node, cluster_id=token.cluster_id,
+                                          fetched_at=None, done_at=None,
                                           expires_at__gt=now)  # done: refused unsent
     claimed = []
     for command in waiting[:HAND_OUT_AT_MOST]:
@@ -106,7 +116,8 @@ def take_result(token: NodeToken, pk: int, body: Any, now: datetime) -> AgentCom
     if outcome not in OUTCOMES or not isinstance(detail, str):
         raise ApiError(f"outcome: one of {', '.join(OUTCOMES)}; detail: text")
     with transaction.atomic():
-        command = AgentCommand.objects.filter(pk=pk, node=token.node).first()
+        command = AgentCommand.objects.filter(pk=pk, node=token.node,
+                                              cluster_id=token.cluster_id).first()
         if command is None:  # another node's looks the same as none: nothing to learn
             raise ApiError(f"no command {pk} for node {token.node}", 404)
         if body.get("nonce") != command.nonce:

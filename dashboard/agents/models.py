@@ -83,6 +83,8 @@ class AgentCommand(models.Model):
     SIGNAL, STACK = "signal", "stack"
 
     node = models.CharField(max_length=200)
+    # Of the node of this name in this cluster: two clusters may each have a "gpu-1".
+    cluster = cluster_field()
     kind = models.CharField(max_length=32, default=SIGNAL)
     payload = models.JSONField()  # signal: {"pid", "signal", "create_time"}; stack: no signal
     audit_entry = models.ForeignKey("actions.AuditEntry", null=True, blank=True,

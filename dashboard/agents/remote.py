@@ -49,7 +49,7 @@ class RemoteProcess:
         """Ask the agent; wait for its answer (while the command lives). What it said."""
         name = signal.Signals(sig).name
         command = create_signal(self.entry, self.node, self.pid, name, self.create_time,
-                                timezone.now())
+                                timezone.now(), str(self.entry.target.get("cluster") or ""))
         step(self.entry, "agent_command", command.created_at,
              f"command #{command.pk} for the agent of {self.node}: {name} to pid {self.pid}, "
              f"expires {command.expires_at:%H:%M:%S}")

@@ -58,7 +58,8 @@ def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
     fact = NodeProcess.objects.filter(node=node, pid=bound.pid).first()
     if fact is None:
         return f"the agent of {node} does not list pid {bound.pid}: it ended, or is no Ray worker"
-    command = wait_for_answer(create_stack(node, bound.pid, fact.create_time, timezone.now()))
+    command = wait_for_answer(create_stack(node, bound.pid, fact.create_time, timezone.now(),
+                                           trial.experiment.cluster.name))
     if isinstance(command, str):
         return command
     if command.outcome == "taken":
