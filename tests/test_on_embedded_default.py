@@ -13,6 +13,8 @@ from tests.embedded import start_on_embedded_default
 ON_BOTH_BACKENDS = (
     "tests/test_terminate_on_this_host.py",
     "tests/test_forged_trial_facts.py",  # a result line never picks what is signalled
+    "tests/test_agent_cannot_fake_gone.py",  # an agent's "gone" against Ray's view
+    "tests/test_agent_commands_per_cluster.py",  # same-named nodes of two clusters
     "tests/test_gpu_history_chart.py",
     "tests/test_ray_lists_nothing.py",
     "tests/test_alert_api.py",
