@@ -1,6 +1,6 @@
 """The agents app has a room of its own: it may use the GPU, actions and core code, but
 only the URLs, the ASGI entry point (the reports route in front of Django) and the
-actions executor (one small surface, agents/remote.py) import it;
+actions app's executor and targets (one small surface, agents/remote.py) import it;
 and the node agent itself (collectors/agent) imports nothing of the dashboard."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ def test_only_the_urls_the_entry_point_and_the_executor_import_the_agents_app() 
                            "dashboard.agents.coverage_api", "dashboard.agents.views"},
         "dashboard.asgi": {"dashboard.agents.reports"},
         "dashboard.actions.executor": {"dashboard.agents.remote"},
+        "dashboard.actions.targets": {"dashboard.agents.remote"},
     }
 
 

@@ -10,8 +10,7 @@ from typing import Any
 import psutil
 
 from collectors.procstat import is_ray_worker, this_host
-from dashboard.agents.models import NodeProcess
-from dashboard.agents.remote import node_with_agent
+from dashboard.agents.remote import node_with_agent, reported_start
 from dashboard.cluster.models import Job
 from dashboard.core.errors import ApiError
 from dashboard.gpus.models import Agent, GpuProcess
@@ -77,8 +76,7 @@ def process_started(pid: int, local: bool, agent: str | None) -> float | None:
     pinned to it, so a pid reused before the signal goes is left alone."""
     if local:
         return create_time(pid) if local_ray_worker(pid) else None
-    fact = NodeProcess.objects.filter(node=agent, pid=pid).first() if agent else None
-    return fact.create_time if fact else None
+    return reported_start(agent, pid) if agent else None
 
 
 def local_ray_worker(pid: int) -> bool:

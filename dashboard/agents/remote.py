@@ -31,6 +31,13 @@ def node_with_agent(node_ip: str, node: str = "", cluster: str = "") -> str | No
     return next(iter(named)) if len(named) == 1 else None
 
 
+def reported_start(node: str, pid: int) -> float | None:
+    """When `pid` started, as the node's agent last reported it (None: not one it watches,
+    or gone): what an action on it is pinned to when the operator confirms."""
+    fact = NodeProcess.objects.filter(node=node, pid=pid).first()
+    return fact.create_time if fact else None
+
+
 class RemoteProcess:
     """A process on another node, signalled through that node's agent."""
 

@@ -74,7 +74,9 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     since = changed_since(started)
     horizon = change_horizon(started)
     live = live_processes(now)
+    restarted = session_ends()
     trials = trials_to_evaluate(since, now, live)
+    trials += of_ended_session_firing(restarted, {t.pk for t in trials})
     changed = [t for t in trials if reconcile(t, live, now)]
     for trial in changed:
         trial.updated_at = started
@@ -91,7 +93,6 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     # A cluster that ended (torn down, head lost) runs nothing, and neither does a session
     # that a restarted head ended: their trials' incidents resolve.
     ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
-    restarted = session_ends()
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     for trial in trials:
         if trial.experiment.cluster_id in ended or of_ended_session(trial, restarted):
@@ -139,6 +140,18 @@ def session_ends() -> dict[int, datetime]:
     return dict(ClusterSession.objects.filter(ended_at__isnull=False, cluster_id__in=current)
                 .values("cluster_id").annotate(end=Max("ended_at"))
                 .values_list("cluster_id", "end"))
+
+
+def of_ended_session_firing(ends: dict[int, datetime], known: set[int]) -> list[Trial]:
+    """Trials of an ended session that still have a firing incident, besides `known`: a
+    finding made before raywatch saw the new session (an error.txt the dying driver
+    wrote) resolves though nothing new comes of the trial. Only firing ones are read."""
+    if not ends:
+        return []
+    firing = (Trial.objects.select_related("experiment__cluster").defer(*UNREAD_BY_RULES)
+              .filter(experiment__cluster_id__in=list(ends), incidents__state=Incident.FIRING)
+              .distinct())
+    return [t for t in firing if t.pk not in known and of_ended_session(t, ends)]
 
 
 def of_ended_session(trial: Trial, ends: dict[int, datetime]) -> bool:
