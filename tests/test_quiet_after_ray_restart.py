@@ -89,6 +89,8 @@ def test_a_restarted_cluster_raises_nothing_critical(  # type: ignore[no-untyped
     finally:
         scheduler.stop()
         stop_node(search)
+    opened = list(Incident.objects.values_list("kind", "severity", "subject"))
+    assert not [o for o in opened if o[0] == "node_dead"], opened
     firing = list(Incident.objects.filter(state=Incident.FIRING).values_list(
         "kind", "severity", "subject"))
     assert not [f for f in firing if f[1] == "critical"], firing

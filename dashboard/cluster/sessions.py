@@ -57,9 +57,12 @@ def note_answer(cluster: Cluster, session: RaySession, dashboard_url: str,
         _end_session(current, f"the head restarted: a new session, {session.session_name}")
         # Its nodes went with it (the new session's raylets have new ids): history, as
         # when a cluster ends, not nodes that died one by one.
+        # Nodes Ray already called dead as the head went ("expected termination") too.
         Node.objects.filter(cluster=cluster).exclude(state=Node.DEAD).update(
             state=Node.DEAD, state_message=SESSION_ENDED, ended_at=current.last_seen_at,
             updated_at=now)
+        Node.objects.filter(cluster=cluster, ended_at__gte=current.first_seen_at).exclude(
+            state_message=SESSION_ENDED).update(state_message=SESSION_ENDED, updated_at=now)
     row, created = ClusterSession.objects.get_or_create(
         cluster=cluster, session_name=session.session_name,
         defaults={"ray_version": session.ray_version or "", "first_seen_at": now,

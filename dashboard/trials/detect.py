@@ -93,6 +93,8 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     # A cluster that ended (torn down, head lost) runs nothing, and neither does a session
     # that a restarted head ended: their trials' incidents resolve.
     ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
+    unreachable = set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
+                      .values_list("pk", flat=True))
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     for trial in trials:
         if trial.experiment.cluster_id in ended or of_ended_session(trial, restarted):
@@ -107,8 +109,11 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
             snapshot = with_activity(snapshot, activity_of(trial, now)
                                      if len(stalled) <= PROBES_PER_POLL else TOO_MANY_STALLS)
         found = evaluate_trial(snapshot, th, now)
+        if trial.experiment.cluster_id in unreachable:
+            found = held_while_unreachable(found, snapshot)
         findings.extend(found)
-        checks[trial.pk] = next_check(snapshot, found, th, now)
+        checks[trial.pk] = now if trial.experiment.cluster_id in unreachable else \
+            next_check(snapshot, found, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)
@@ -140,6 +145,13 @@ def session_ends() -> dict[int, datetime]:
     return dict(ClusterSession.objects.filter(ended_at__isnull=False, cluster_id__in=current)
                 .values("cluster_id").annotate(end=Max("ended_at"))
                 .values_list("cluster_id", "end"))
+
+
+def held_while_unreachable(found: list[Finding], snapshot: TrialSnapshot) -> list[Finding]:
+    """A trial error that comes while its cluster does not answer (its head went down: the
+    dying driver writes error.txt for every trial) waits for the cluster's verdict: a new
+    session or an end makes it history, the same session back makes it news."""
+    return [f for f in found if f.kind != "trial_errored" or snapshot.errored_firing]
 
 
 def of_ended_session_firing(ends: dict[int, datetime], known: set[int]) -> list[Trial]:
