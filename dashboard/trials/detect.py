@@ -109,11 +109,11 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
             snapshot = with_activity(snapshot, activity_of(trial, now)
                                      if len(stalled) <= PROBES_PER_POLL else TOO_MANY_STALLS)
         found = evaluate_trial(snapshot, th, now)
-        if trial.experiment.cluster_id in unreachable:
-            found = held_while_unreachable(found, snapshot)
-        findings.extend(found)
-        checks[trial.pk] = now if trial.experiment.cluster_id in unreachable else \
-            next_check(snapshot, found, th, now)
+        kept = held_while_unreachable(found, snapshot) \
+            if trial.experiment.cluster_id in unreachable else found
+        findings.extend(kept)
+        # Only a held error is looked at again each poll, not every trial of the cluster.
+        checks[trial.pk] = now if len(kept) < len(found) else next_check(snapshot, kept, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)
