@@ -231,7 +231,7 @@ CELERY_BEAT_SCHEDULE.update({
     "dispatch-gpu-polls": {
         "task": "dashboard.gpus.tasks.dispatch_gpu_polls",
         "schedule": POLL_GPU_S,
-        "options": {"expires": max(POLL_GPU_S * 2, 2)},
+        "options": {"expires": max(POLL_GPU_S * 5, 5)},
     },
     "detect-resources": {
         "task": "dashboard.gpus.tasks.detect_resources",
@@ -354,6 +354,9 @@ STACK_TIMEOUT_S = env_number("RAYWATCH_STACK_TIMEOUT_S", 10.0, minimum=1)
 # A stack asked for and not answered within this long is shown as failed, and may be asked again.
 STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
 CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY_QUEUE}
+# The GPU dispatcher is quick and must not wait behind the collectors' polls: on a busy
+# worker its few seconds of expiry ran out in the queue, poll after poll, and no GPU was read.
+CELERY_TASK_ROUTES["dashboard.gpus.tasks.dispatch_gpu_polls"] = {"queue": NOTIFY_QUEUE}
 
 # --- node agents over HTTP (docs/agent-protocol.md) ----------------------------------------
 # An agent not heard from this long is not sent commands (an action uses another way).

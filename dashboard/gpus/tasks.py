@@ -49,7 +49,7 @@ def dispatch_gpu_polls() -> int:
     recent = now - timedelta(seconds=settings.AGENT_FORGET_S)
     agents = Agent.objects.filter(Q(last_poll_at__gte=recent) | Q(registered_at__gte=recent)
                                   ).exclude(queue="")  # an HTTP agent polls by itself
-    expires = max(settings.POLL_GPU_S * 2, 2)
+    expires = max(settings.POLL_GPU_S * 5, 5)  # a busy agent still gets most polls
     sent = 0
     for row in agents:
         poll_gpus.apply_async(kwargs={"node": row.node}, queue=row.queue, expires=expires)
