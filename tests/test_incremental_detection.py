@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from collectors.records import TrialUpdate
-from collectors.tunelogs import ResultLine
-from dashboard.cluster.models import Actor, Node, settings_cluster_pk
+from collectors.records import ResultLine, TrialUpdate
+from dashboard.cluster.models import Actor, Cluster, Node, settings_cluster_pk
 from dashboard.core import push
 from dashboard.core.health import record
 from dashboard.core.models import SourceHealth
@@ -328,3 +327,25 @@ def test_the_window_read_for_the_rules_keeps_each_results_time_and_timing_phases
         detect._windows.clear()
         assert kept == detect.recent_steps([trial], window=5)[trial.pk]
     assert [(s.iteration, s.total_s) for s in kept] == [(1, 2.0), (2, 3.0)]
+
+
+def test_a_trial_error_waits_for_rays_next_answer(small_search: Clock) -> None:
+    """A head going down kills the driver, which writes error.txt for every trial, often
+    before raywatch's next Ray poll finds the head gone: an error opens nothing until Ray
+    has answered after it came (a poll later), and then opens its incident."""
+    clock = small_search
+    detect.evaluate_trials(clock.now)
+    Cluster.objects.filter(pk=settings_cluster_pk()).update(last_seen_at=clock.now)
+    clock.now += timedelta(seconds=TICK_S)
+    failed = replace(update(7, range(5, 6), clock.now), error_text="RuntimeError: boom",
+                     error_at=clock.now, tune_status="ERROR")
+    store_updates([failed], clock.now)
+    detect.evaluate_trials(clock.now)
+    errored = Incident.objects.filter(kind="trial_errored")
+    assert not errored.exists()
+
+    clock.now += timedelta(seconds=TICK_S)  # Ray answers: the same session, still there
+    Cluster.objects.filter(pk=settings_cluster_pk()).update(last_seen_at=clock.now)
+    detect.evaluate_trials(clock.now)
+    assert [(i.subject.rsplit("/", 1)[-1], i.state) for i in errored] == [
+        (name(7), Incident.FIRING)]

@@ -95,6 +95,8 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
     unreachable = set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
                       .values_list("pk", flat=True))
+    answered = dict(Cluster.objects.filter(last_seen_at__isnull=False)
+                    .values_list("pk", "last_seen_at"))
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     for trial in trials:
         if trial.experiment.cluster_id in ended or of_ended_session(trial, restarted):
@@ -110,7 +112,7 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
                                      if len(stalled) <= PROBES_PER_POLL else TOO_MANY_STALLS)
         found = evaluate_trial(snapshot, th, now)
         kept = held_while_unreachable(found, snapshot) \
-            if trial.experiment.cluster_id in unreachable else found
+            if awaits_ray(trial, unreachable, answered) else found
         findings.extend(kept)
         # Only a held error is looked at again each poll, not every trial of the cluster.
         checks[trial.pk] = now if len(kept) < len(found) else next_check(snapshot, kept, th, now)
@@ -145,6 +147,18 @@ def session_ends() -> dict[int, datetime]:
     return dict(ClusterSession.objects.filter(ended_at__isnull=False, cluster_id__in=current)
                 .values("cluster_id").annotate(end=Max("ended_at"))
                 .values_list("cluster_id", "end"))
+
+
+def awaits_ray(trial: Trial, unreachable: set[int], answered: dict[int, datetime]) -> bool:
+    """Whether what came of the trial waits for Ray's next answer: its cluster does not
+    answer, or has not answered since the trial's row last changed. A head going down
+    kills the driver, which writes error.txt for every trial, often before raywatch's next
+    Ray poll finds the head gone; one answer later says which it was (a poll at most)."""
+    cluster = trial.experiment.cluster_id
+    if cluster in unreachable:
+        return True
+    last = answered.get(cluster)  # None: a cluster never heard from (logs alone): no wait
+    return last is not None and trial.updated_at is not None and last < trial.updated_at
 
 
 def held_while_unreachable(found: list[Finding], snapshot: TrialSnapshot) -> list[Finding]:
