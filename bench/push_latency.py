@@ -338,7 +338,7 @@ def report(plan: Plan, figures: dict[str, Any]) -> None:
 
 
 def payload_bytes() -> int:
-    from dashboard.cluster.state import cluster_payload
+    from dashboard.cluster.views_data import cluster_payload
 
     return len(json.dumps({"topic": "cluster", "data": cluster_payload()}))
 

@@ -65,8 +65,7 @@ def node_of(n: int) -> tuple[str, str]:
 
 
 def update(n: int, iteration: int, at: datetime, first: bool) -> Any:
-    from collectors.records import TrialUpdate
-    from collectors.tunelogs import ResultLine
+    from collectors.records import ResultLine, TrialUpdate
 
     experiment, trial_id = trial_name(n)
     ip = node_of(n)[1]

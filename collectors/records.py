@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from collectors.logscan import TrialDir
-from collectors.tunelogs import ResultLine
+from collectors.rootfiles import Root
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,47 @@ class ProcessFact:
     cpu_percent: float | None  # since the previous reading; None on the first
     rss_bytes: int | None
     threads: int | None
+
+
+@dataclass(frozen=True)
+class TrialDir:
+    """A trial directory under a log root, as collectors.logscan found it."""
+
+    experiment: str
+    experiment_dir: Path  # where experiment_state-*.json lives
+    path: Path
+    name: str
+    trial_id: str | None  # None: not a Tune trial (a TensorBoard run)
+    trainable: str
+    live: bool  # the driver's live staging copy (driver_artifacts)
+    result_files: tuple[str, ...] = ()
+    event_files: tuple[str, ...] = ()
+    params_file: str | None = None
+    error_file: str | None = None
+    root: Root | None = None  # the log root it was found under; its files stay inside
+    refused: str | None = None  # why nothing of it is read (a link to a directory)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(experiment, trial) as the database names it: both copies share it."""
+        return self.experiment[:255], (self.trial_id or self.name)[:255]
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    """One line of a trial's result.json (or one step of its event files), as
+    collectors.tunelogs read it."""
+
+    trial_id: str
+    attempt: int
+    iteration: int
+    at: datetime | None
+    time_this_iter_s: float | None
+    pid: int | None
+    node_ip: str | None
+    hostname: str | None
+    metrics: dict[str, float | None]
+    byte_offset: int
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ fake pynvml: no GPU here), and reports written by hand, as a hostile node would.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 
 from collectors.agent import wire
 from collectors.agent.client import Reply, call
+from dashboard.agents.ingest import Sent
 from tests.served import NOT_INHERITED, ROOT, fake_gpu_spec
 
 
@@ -25,8 +27,6 @@ def agent_env(url: str, token: str, tmp_path: Path, node: str, node_ip: str, gpu
     trial logs of this host but those a test gives it (RAYWATCH_LOG_DIRS)."""
     spec = fake_gpu_spec(tmp_path / f"{node}-gpus.json", node, gpus)
     if processes:
-        import json
-
         data = json.loads(Path(spec).read_text())
         data["gpus"][0]["processes"] = processes
         Path(spec).write_text(json.dumps(data))
@@ -102,3 +102,25 @@ def report_body(seq: int, gpus: list[dict[str, Any]], stream: str = "s1",
 
 def commands(url: str, token: str, wait: float = 0) -> Reply:
     return call("GET", f"{url}/api/agent/v1/commands?wait={wait:g}", token, timeout=wait + 10)
+
+
+def sent(token: str, body: dict[str, Any]) -> Sent:
+    """A report as its request carried it: JSON text, NaN and Infinity as Python writes
+    them (bare NaN, Infinity: not JSON, but what json.loads takes)."""
+    return Sent(f"Bearer {token}", "127.0.0.1", json.dumps(body).encode(), "identity")
+
+
+def batches(*gpus: list[dict[str, Any]], processes: Any = None) -> dict[str, Any]:
+    """One report, a batch per list of GPUs (seq 1, 2, ...)."""
+    bodies = [report_body(seq, g) for seq, g in enumerate(gpus, start=1)]
+    body = {**bodies[0], "batches": [b["batches"][0] for b in bodies]}
+    if processes is not None:
+        at = body["batches"][0]["at"]
+        body["batches"][0]["records"].append({"kind": "processes", "at": at,
+                                              "processes": processes})
+    return body
+
+
+def fact(pid: int) -> dict[str, Any]:
+    return {"pid": pid, "create_time": 1.0, "ppid": 1, "title": "ray::Trainable.train",
+            "state": "S", "cpu_percent": 1.0, "rss_bytes": 1, "threads": 1}

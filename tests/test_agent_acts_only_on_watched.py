@@ -17,10 +17,10 @@ from django.utils import timezone
 
 from collectors.http import SourceError
 from dashboard.actions.models import AuditEntry, AuditStep
+from dashboard.actions.remote import RemoteProcess
 from dashboard.agents import tokens
 from dashboard.agents.commands import create_stack
 from dashboard.agents.models import AgentCommand, NodeProcess
-from dashboard.agents.remote import RemoteProcess
 from tests.agents import agent_env, running_agent
 from tests.conftest import LiveServer, wait_for
 

@@ -27,11 +27,11 @@ from django.utils import timezone
 from collectors.agent import wire
 from collectors.http import SourceError
 from dashboard.actions.models import AuditEntry, AuditStep
+from dashboard.actions.remote import RemoteProcess
 from dashboard.agents import tokens
 from dashboard.agents.commands import create_signal, hand_out
 from dashboard.agents.coverage_data import coverage_payload
 from dashboard.agents.models import AgentCommand, NodeToken
-from dashboard.agents.remote import RemoteProcess
 from tests.agents import agent_env, commands, gpu_record, report, running_agent
 from tests.conftest import LiveServer, wait_for
 

@@ -1,6 +1,7 @@
 """A command is for one node of one cluster: two clusters that each name a node "gpu-1"
 (as every cluster's first GPU node may be named) never get each other's commands, and
-neither can answer the other's."""
+neither can answer the other's. Nor do they share what their agents watch: one's process
+snapshot neither replaces the other's nor pins the start time of the other's action."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from django.utils import timezone
 from collectors.agent import wire
 from dashboard.agents import tokens
 from dashboard.agents.commands import create_signal, hand_out, take_result
+from dashboard.agents.ingest import ingest_sent
+from dashboard.agents.models import NodeProcess
+from dashboard.agents.remote import reported_start
 from dashboard.cluster.models import Cluster
 from dashboard.core.errors import ApiError
+from tests.agents import batches, fact, sent
 
-pytestmark = pytest.mark.django_db
+# On SQLite too: same-named nodes of two clusters
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def test_a_node_of_the_same_name_in_another_cluster_gets_none_of_its_commands() -> None:
@@ -32,3 +38,21 @@ def test_a_node_of_the_same_name_in_another_cluster_gets_none_of_its_commands() 
                                             "detail": "SIGTERM sent", "nonce": given["nonce"]},
                        now)
     assert done.outcome == "signalled"
+
+
+def test_same_named_nodes_of_two_clusters_keep_their_own_processes() -> None:
+    now = timezone.now()
+    Cluster.objects.create(name="beta", first_seen_at=now, state_since=now)
+    mine = tokens.issue("gpu-1", None, now, "10.0.0.1")[1]
+    theirs = tokens.issue("gpu-1", None, now, "10.1.0.1", cluster="beta")[1]
+    ours_first = {**fact(4242), "create_time": 100.0}
+    ingest_sent([sent(mine, batches([], processes=[ours_first]))], now)
+    # Their gpu-1 lists the same pid, started at another time, and nothing of ours.
+    theirs_too = {**fact(4242), "create_time": 999.0}
+    ingest_sent([sent(theirs, batches([], processes=[theirs_too, fact(7)]))], now)
+
+    kept = sorted(NodeProcess.objects.values_list("cluster__name", "pid", "create_time"))
+    default = Cluster.objects.exclude(name="beta").get().name
+    assert kept == sorted([(default, 4242, 100.0), ("beta", 4242, 999.0), ("beta", 7, 1.0)])
+    assert reported_start("gpu-1", 4242, default) == 100.0
+    assert reported_start("gpu-1", 4242, "beta") == 999.0

@@ -6,7 +6,6 @@ in when it sends them again. Runs on Postgres and on SQLite (test_on_embedded_de
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -14,34 +13,13 @@ import pytest
 from django.utils import timezone
 
 from dashboard.agents import tokens
-from dashboard.agents.ingest import BatchRefused, Sent, ingest_sent
+from dashboard.agents.ingest import BatchRefused, ingest_sent
 from dashboard.agents.models import NodeProcess
 from dashboard.gpus.models import Gpu, GpuSample
-from tests.agents import gpu_record, report_body
+from tests.agents import batches, fact, gpu_record, report_body, sent
 
-pytestmark = pytest.mark.django_db
-
-
-def sent(token: str, body: dict[str, Any]) -> Sent:
-    """A report as its request carried it: JSON text, NaN and Infinity as Python writes
-    them (bare NaN, Infinity: not JSON, but what json.loads takes)."""
-    return Sent(f"Bearer {token}", "127.0.0.1", json.dumps(body).encode(), "identity")
-
-
-def batches(*gpus: list[dict[str, Any]], processes: Any = None) -> dict[str, Any]:
-    """One report, a batch per list of GPUs (seq 1, 2, ...)."""
-    bodies = [report_body(seq, g) for seq, g in enumerate(gpus, start=1)]
-    body = {**bodies[0], "batches": [b["batches"][0] for b in bodies]}
-    if processes is not None:
-        at = body["batches"][0]["at"]
-        body["batches"][0]["records"].append({"kind": "processes", "at": at,
-                                              "processes": processes})
-    return body
-
-
-def fact(pid: int) -> dict[str, Any]:
-    return {"pid": pid, "create_time": 1.0, "ppid": 1, "title": "ray::Trainable.train",
-            "state": "S", "cpu_percent": 1.0, "rss_bytes": 1, "threads": 1}
+# On SQLite too: SQLite ignores max_length: checked on decode
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 @pytest.mark.parametrize(("field", "value", "said"), [

@@ -11,7 +11,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from collectors.records import JobRecord
-from dashboard.cluster.workload import ingest_jobs, jobs_payload
+from dashboard.cluster.views_data import jobs_payload
+from dashboard.cluster.workload import ingest_jobs
 from tests.conftest import LiveServer, login, off_the_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)

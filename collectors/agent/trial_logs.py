@@ -35,8 +35,8 @@ from collectors.agent import wire
 from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
-from collectors.logscan import RESCAN_PER_POLL, LogScanner, TrialDir
-from collectors.records import TrialUpdate
+from collectors.logscan import RESCAN_PER_POLL, LogScanner
+from collectors.records import TrialDir, TrialUpdate
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
 from collectors.tunelogs import (
     MAX_LINE_BYTES,

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from collectors.agent.wire import TRIAL_LOG, WireError, decode_time, timestamp
-from collectors.records import TrialUpdate
-from collectors.tunelogs import MAX_KEY, MAX_METRICS, ResultLine, json_safe
+from collectors.records import ResultLine, TrialUpdate
+from collectors.tunelogs import MAX_KEY, MAX_METRICS, json_safe
 from collectors.tunesearch import MAX_NAME as MAX_SEARCH_METRIC
 from collectors.tunesearch import MODES
 

@@ -27,9 +27,9 @@ from collectors import raykill
 from collectors.http import SourceError
 from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
+from dashboard.actions.remote import RemoteProcess
 from dashboard.actions.settle import queue_limit, settle
 from dashboard.actions.targets import create_time
-from dashboard.agents.remote import RemoteProcess
 from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import endpoint_of, gcs_of
 from dashboard.cluster.models import Actor, Cluster, Job

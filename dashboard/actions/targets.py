@@ -64,19 +64,19 @@ def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:
                                                     target["cluster"])
     return {**target, "unbound": None, "node_ip": bound.node_ip, "hostname": bound.hostname,
             "node_id": bound.node_id, "local": bound.local, "agent_node": agent,
-            "create_time": process_started(bound.pid, bound.local, agent),
+            "create_time": process_started(bound.pid, bound.local, agent, target["cluster"]),
             "actor_id": bound.actor_id, "actor": bound.actor, "job_id": bound.job_id,
             "actor_since": bound.since.isoformat() if bound.since else None,
             "gpus": gpus_held(bound.node_ip, bound.pid)}
 
 
-def process_started(pid: int, local: bool, agent: str | None) -> float | None:
+def process_started(pid: int, local: bool, agent: str | None, cluster: str) -> float | None:
     """The start time of the process the operator is about to confirm: read here for a
     Ray worker on this host, else as the node's agent last reported it. The signal is
     pinned to it, so a pid reused before the signal goes is left alone."""
     if local:
         return create_time(pid) if local_ray_worker(pid) else None
-    return reported_start(agent, pid) if agent else None
+    return reported_start(agent, pid, cluster) if agent else None
 
 
 def local_ray_worker(pid: int) -> bool:

@@ -6,7 +6,7 @@ from django.utils.dateparse import parse_date
 
 from dashboard.actions.models import AuditEntry
 from dashboard.cluster.scope import page_cluster
-from dashboard.cluster.workload import jobs_payload
+from dashboard.cluster.views_data import jobs_payload
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
 

@@ -1,7 +1,9 @@
 """Commands for node agents: created bound to an action, handed out once to an agent of
 their node before they expire (signed with that agent's command key), answered once. A
 node whose agents' tokens have no command key (issued before command keys) is sent
-none: its command is refused at once, saying to rotate the token."""
+none: its command is refused at once, saying to rotate the token. The action is its
+audit entry, a row of the actions app (AgentCommand.audit_entry): that app sits above
+this one and hands the entry in; this module does not import it."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Model
 
 from collectors.agent import wire
-from dashboard.actions.models import AuditEntry
 from dashboard.agents import sealing
 from dashboard.agents.models import AgentCommand, NodeToken
 from dashboard.agents.tokens import live_tokens
@@ -31,7 +33,7 @@ def wake_group(node: str) -> str:
     return f"agent-{hashlib.sha256(node.encode()).hexdigest()[:24]}"
 
 
-def create_signal(entry: AuditEntry | None, node: str, pid: int, signal_name: str,
+def create_signal(entry: Model | None, node: str, pid: int, signal_name: str,
                   create_time: float, now: datetime, cluster: str = "") -> AgentCommand:
     if signal_name not in wire.SIGNALS:
         raise ValueError(f"an agent sends {', '.join(wire.SIGNALS)} only")
@@ -46,7 +48,7 @@ def create_stack(node: str, pid: int, create_time: float, now: datetime,
                    {"pid": pid, "create_time": create_time})
 
 
-def _create(node: str, cluster: str, kind: str, entry: AuditEntry | None, now: datetime,
+def _create(node: str, cluster: str, kind: str, entry: Model | None, now: datetime,
             payload: dict[str, Any]) -> AgentCommand:
     """A command for the agents of `node` in `cluster` (a name; "": the one RAY_ADDRESS
     points at) only: a node of the same name in another cluster never gets it."""

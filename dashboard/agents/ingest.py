@@ -461,12 +461,14 @@ def _store_processes(token: NodeToken, snapshots: list[tuple[datetime, tuple]],
     stored = token.processes_at
     if stored is not None and stored <= now and at <= stored:
         return
-    NodeProcess.objects.filter(node=token.node).exclude(pid__in=[f.pid for f in facts]).delete()
+    NodeProcess.objects.filter(cluster_id=token.cluster_id, node=token.node).exclude(
+        pid__in=[f.pid for f in facts]).delete()
     NodeProcess.objects.bulk_create(
-        [NodeProcess(node=token.node, at=at, pid=f.pid, create_time=f.create_time, ppid=f.ppid,
-                     title=f.title, state=f.state, cpu_percent=f.cpu_percent,
-                     rss_bytes=f.rss_bytes, threads=f.threads) for f in facts],
-        update_conflicts=True, unique_fields=["node", "pid"],
+        [NodeProcess(cluster_id=token.cluster_id, node=token.node, at=at, pid=f.pid,
+                     create_time=f.create_time, ppid=f.ppid, title=f.title, state=f.state,
+                     cpu_percent=f.cpu_percent, rss_bytes=f.rss_bytes, threads=f.threads)
+         for f in facts],
+        update_conflicts=True, unique_fields=["cluster", "node", "pid"],
         update_fields=["at", "create_time", "ppid", "title", "state", "cpu_percent",
                        "rss_bytes", "threads"])
     NodeToken.objects.filter(pk=token.pk).update(processes_at=at)

@@ -121,6 +121,8 @@ class NodeProcess(models.Model):
     """A process an agent watches on its node (a Ray worker or a GPU process), as of the
     node's latest snapshot."""
 
+    # Of the node of this name in this cluster: two clusters may each have a "gpu-1".
+    cluster = cluster_field()
     node = models.CharField(max_length=200)
     pid = models.IntegerField()
     create_time = models.FloatField()
@@ -133,6 +135,6 @@ class NodeProcess(models.Model):
     at = models.DateTimeField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["node", "pid"],
-                                               name="one_row_per_node_pid")]
+        constraints = [models.UniqueConstraint(fields=["cluster", "node", "pid"],
+                                               name="one_row_per_cluster_node_pid")]
         ordering = ["node", "pid"]

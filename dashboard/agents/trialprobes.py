@@ -29,7 +29,8 @@ def agent_activity(trial: Trial, now: datetime) -> Activity | str | None:
     node = node_with_agent(trial.node_ip, trial.hostname, trial.experiment.cluster.name)
     if node is None:
         return no_agent(trial)
-    fact = NodeProcess.objects.filter(node=node, pid=trial.pid).exclude(state="Z").first()
+    fact = NodeProcess.objects.filter(cluster_id=trial.experiment.cluster_id, node=node,
+                                      pid=trial.pid).exclude(state="Z").first()
     if fact is None:
         return f"the agent of {node} does not list pid {trial.pid}"
     if now - fact.at > timedelta(seconds=settings.AGENT_STALE_S):
@@ -55,7 +56,8 @@ def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
     node = node_with_agent(bound.node_ip, bound.hostname, trial.experiment.cluster.name)
     if node is None:
         return no_agent(trial)
-    fact = NodeProcess.objects.filter(node=node, pid=bound.pid).first()
+    fact = NodeProcess.objects.filter(cluster_id=trial.experiment.cluster_id, node=node,
+                                      pid=bound.pid).first()
     if fact is None:
         return f"the agent of {node} does not list pid {bound.pid}: it ended, or is no Ray worker"
     command = wait_for_answer(create_stack(node, bound.pid, fact.create_time, timezone.now(),

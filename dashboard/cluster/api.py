@@ -21,7 +21,7 @@ from dashboard.cluster.serializers import (
     JobSerializer,
     NodeSerializer,
 )
-from dashboard.cluster.state import cluster_payload, overview
+from dashboard.cluster.views_data import cluster_payload, overview
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
 from dashboard.core.roles import IsAdmin, IsViewer
 

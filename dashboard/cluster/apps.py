@@ -6,8 +6,7 @@ class ClusterConfig(AppConfig):
     label = "cluster"
 
     def ready(self) -> None:
-        from dashboard.cluster.state import cluster_payload
-        from dashboard.cluster.workload import narrow_jobs
+        from dashboard.cluster.views_data import cluster_payload, narrow_jobs
         from dashboard.core.push import (
             CLUSTER_GROUP,
             DEMANDS_GROUP,

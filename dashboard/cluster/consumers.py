@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboard.cluster.state import cluster_payload
-from dashboard.cluster.workload import jobs_payload
+from dashboard.cluster.views_data import cluster_payload, jobs_payload
 from dashboard.core.consumers import LiveConsumer
 from dashboard.core.push import CLUSTER_GROUP, JOBS_GROUP
 

@@ -7,16 +7,24 @@ RAY_ADDRESS points at is never deleted."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 
 from dashboard.cluster.models import Cluster
-from dashboard.trials.models import StepResult
 
 log = logging.getLogger(__name__)
-BATCH = 20_000  # results deleted a statement at a time: a month of a big search is millions
+# What the apps above this one delete of a cluster ahead of it, in batches of their own
+# (dashboard.trials: its results, millions for a month of a big search): registered in
+# their AppConfig.ready(), as this app does not import them. The cascade takes the rest.
+_ahead: list[Callable[[Cluster], None]] = []
+
+
+def register_ahead(delete: Callable[[Cluster], None]) -> None:
+    if delete not in _ahead:
+        _ahead.append(delete)
 
 
 def forget_ended(now: datetime) -> list[str]:
@@ -29,9 +37,8 @@ def forget_ended(now: datetime) -> list[str]:
             settings.ENDED_CLUSTER_KEEP_D
         if keep <= 0 or cluster.ended_at > now - timedelta(days=keep):
             continue
-        results = StepResult.objects.filter(trial__experiment__cluster=cluster)
-        while ids := list(results.order_by().values_list("id", flat=True)[:BATCH]):
-            StepResult.objects.filter(id__in=ids).delete()
+        for delete in _ahead:
+            delete(cluster)
         with transaction.atomic():
             cluster.delete()  # the rest goes with it (on_delete=CASCADE)
         log.warning("cluster %s ended %s and was kept %d days: deleted", cluster.name,

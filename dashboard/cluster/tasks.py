@@ -19,7 +19,8 @@ from collectors.raystate import (
 from dashboard.cluster.endpoint import ray_endpoint
 from dashboard.cluster.models import Actor, Cluster
 from dashboard.cluster.sessions import added_clusters, held, note_answer, note_failure
-from dashboard.cluster.state import cluster_payload, ingest_nodes
+from dashboard.cluster.state import ingest_nodes
+from dashboard.cluster.views_data import cluster_payload
 from dashboard.cluster.workload import (
     ingest_actors,
     ingest_demands,

@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from dashboard.cluster.scope import page_cluster
-from dashboard.cluster.state import cluster_payload
+from dashboard.cluster.views_data import cluster_payload
 from dashboard.core.views import viewer_required
 
 

@@ -4,13 +4,11 @@ groups, and the demand Ray cannot place yet (explained by dashboard.cluster.dema
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models, transaction
-from django.db.models import F
 
 from collectors.records import (
     ActorRecord,
@@ -30,9 +28,8 @@ from dashboard.cluster.models import (
     Worker,
     settings_cluster_pk,
 )
-from dashboard.cluster.state import demands_payload
+from dashboard.cluster.views_data import demands_payload, jobs_payload
 from dashboard.core.push import DEMANDS_GROUP, JOBS_GROUP, publish
-from dashboard.trials.models import Trial
 
 DEAD_ACTOR_KEEP = timedelta(hours=24)
 
@@ -133,40 +130,6 @@ def ingest_jobs(records: Iterable[JobRecord], now: datetime,
             publish(JOBS_GROUP, "jobs", jobs_payload())
 
 
-# raywatch's own driver: `make run`'s local cluster is kept up by a process that called
-# ray.init() (collectors/localray.py), which Ray lists as a RUNNING job.
-INTERNAL_ENTRYPOINT = re.compile(r"collectors[./]localray\b")
-JOBS_SHOWN = 200
-
-
-def jobs_payload(cluster: str | None = None) -> dict[str, Any]:
-    """Ray's jobs, newest first, without raywatch's own (counted): the Jobs page (of the
-    cluster named `cluster`, else every cluster's)."""
-    rows, hidden = [], 0
-    jobs = Job.objects.select_related("cluster")
-    if cluster:
-        jobs = jobs.filter(cluster__name=cluster)
-    for job in jobs.order_by(F("start_time").desc(nulls_last=True), "-id")[:JOBS_SHOWN]:
-        if INTERNAL_ENTRYPOINT.search(job.entrypoint or ""):
-            hidden += 1
-            continue
-        rows.append({
-            "cluster": job.cluster.name,
-            "key": job.key, "id": job.submission_id or job.job_id, "type": job.type,
-            "status": job.status, "entrypoint": job.entrypoint, "message": job.message,
-            "submission_id": job.submission_id, "driver_pid": job.driver_pid,
-            "driver_node_ip": job.driver_node_ip,
-            "start_time": job.start_time.isoformat() if job.start_time else None,
-            "end_time": job.end_time.isoformat() if job.end_time else None})
-    return {"jobs": rows, "internal_hidden": hidden}
-
-
-def narrow_jobs(_data: Any, cluster: str) -> dict[str, Any]:
-    """The Jobs push for a page scoped to one cluster: its jobs (read again: a cluster's
-    own newest JOBS_SHOWN, not what is left of every cluster's)."""
-    return jobs_payload(cluster)
-
-
 def ingest_placement_groups(records: Iterable[PlacementGroupRecord], now: datetime,
                             cluster: Cluster | None = None, *, complete: bool = True) -> None:
     incoming = {
@@ -230,6 +193,18 @@ def capacities(cluster_pk: int | None = None) -> list[NodeCapacity]:
     return out
 
 
+# Who a process is to a person, by (node IP, pid), among the pids asked about: registered
+# in AppConfig.ready() by the apps above this one, which it does not import
+# (dashboard.trials: "trial T (experiment)"). Names what a pending demand waits behind.
+ProcessNames = Callable[[list[int]], Mapping[tuple[str, int], str]]
+_process_names: list[ProcessNames] = []
+
+
+def register_process_names(names: ProcessNames) -> None:
+    if names not in _process_names:
+        _process_names.append(names)
+
+
 def resource_holders(cluster_pk: int | None = None) -> list[Holder]:
     """Alive actors with the resources they hold, named as a person knows them."""
     actors = Actor.objects.filter(state="ALIVE").exclude(required_resources={})
@@ -238,12 +213,12 @@ def resource_holders(cluster_pk: int | None = None) -> list[Holder]:
         actors, nodes = actors.filter(cluster_id=cluster_pk), nodes.filter(cluster_id=cluster_pk)
     actors = list(actors)
     ips = dict(nodes.values_list("node_id", "node_ip"))
-    trials = {(t.node_ip, t.pid): t for t in Trial.objects.select_related("experiment").filter(
-        pid__in=[a.pid for a in actors if a.pid])}
+    names: dict[tuple[str, int], str] = {}
+    for named in _process_names:
+        names.update(named([a.pid for a in actors if a.pid]))
     holders = []
     for actor in actors:
-        trial = trials.get((ips.get(actor.node_id, ""), actor.pid))
-        label = (f"trial {trial.trial_id} ({trial.experiment.name})" if trial
-                 else f"actor {actor.label} {actor.actor_id[:8]}")
+        label = (names.get((ips.get(actor.node_id, ""), actor.pid))
+                 or f"actor {actor.label} {actor.actor_id[:8]}")
         holders.append(Holder(label, actor.node_id, actor.required_resources))
     return holders

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from dashboard.cluster.state import demands_payload
+from dashboard.cluster.views_data import demands_payload
 from dashboard.core.consumers import LiveConsumer
 from dashboard.core.push import DEMANDS_GROUP, GPUS_GROUP, rows_in_cluster
 from dashboard.gpus.views_data import gpu_payload, gpus_in

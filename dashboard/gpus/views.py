@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404, render
 from dashboard.cluster.models import Node
 from dashboard.cluster.scope import page_cluster
 from dashboard.cluster.serializers import NodeSerializer
-from dashboard.cluster.state import demands_payload
+from dashboard.cluster.views_data import demands_payload
 from dashboard.core.push import rows_in_cluster
 from dashboard.core.roles import ADMIN, has_role
 from dashboard.core.views import viewer_required

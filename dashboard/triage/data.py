@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dashboard.alerts.models import Silence, silenced_by
-from dashboard.cluster.state import demands_payload
+from dashboard.cluster.views_data import demands_payload
 from dashboard.core.health import health_payload
 from dashboard.gpus.views_data import gpu_payload, gpus_in
 from dashboard.incidents.models import SEVERITIES, Incident

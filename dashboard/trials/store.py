@@ -20,8 +20,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from collectors.records import TrialUpdate
-from collectors.tunelogs import MAX_METRICS, ResultLine
+from collectors.records import ResultLine, TrialUpdate
+from collectors.tunelogs import MAX_METRICS
 from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.bulkwrite import ResultRow, insert_new, insert_results, update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial

@@ -11,6 +11,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
 from rest_framework.utils.encoders import JSONEncoder
 
+from dashboard.cluster.models import Cluster
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
 from dashboard.trials.serializers import (
@@ -74,3 +75,27 @@ def _incident(incident: Incident) -> dict[str, Any]:
             "opened_at": incident.opened_at, "resolved_at": incident.resolved_at,
             "acknowledged_at": incident.acknowledged_at,
             "url": reverse("incident", args=[incident.pk])}
+
+
+def gpu_hours(cluster: Cluster) -> list[dict[str, Any]]:
+    """The GPU-hours each experiment of `cluster` held, for the cluster's history
+    (dashboard.cluster.views_data): each trial's GPUs (what its actor asked Ray for) times
+    how long it ran (first seen to its last result)."""
+    hours: dict[tuple[int, str], list[float]] = {}
+    for exp_id, exp_name, gpus, first, last, updated in Trial.objects.filter(
+            experiment__cluster=cluster, gpus__gt=0).values_list(
+            "experiment_id", "experiment__name", "gpus", "first_seen_at", "last_result_at",
+            "updated_at"):
+        ran = max(0.0, ((last or updated) - first).total_seconds())
+        row = hours.setdefault((exp_id, exp_name), [0.0, 0])
+        row[0] += gpus * ran / 3600
+        row[1] += 1
+    return [{"experiment_id": k[0], "experiment": k[1], "gpu_hours": round(v[0], 2),
+             "trials": int(v[1])} for k, v in hours.items()]
+
+
+def trial_names_by_process(pids: list[int]) -> dict[tuple[str, int], str]:
+    """The trials these pids run, by (node IP, pid), named as a person knows them: what a
+    pending demand waits behind (dashboard.cluster.workload)."""
+    return {(t.node_ip, t.pid): f"trial {t.trial_id} ({t.experiment.name})"
+            for t in Trial.objects.select_related("experiment").filter(pid__in=pids)}

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from dashboard.cluster.models import Cluster
 from dashboard.cluster.registry import add_cluster, decide
-from dashboard.cluster.state import overview
+from dashboard.cluster.views_data import overview
 from dashboard.core.errors import ApiError
 
 

@@ -1,0 +1,197 @@
+"""The cluster as JSON-ready data: what the Cluster page, GET /api/cluster/ and its
+pushes carry, the overview of every cluster (GET /api/clusters/, `manage.py cluster
+list`), Ray's jobs and its pending demand. Read only: the ingest (state.py, workload.py)
+writes, then pushes what this module reads.
+
+Two figures come from the apps above this one, which register them in their
+AppConfig.ready() (this app imports neither): the incidents firing in each cluster
+(dashboard.incidents) and the GPU-hours its experiments held (dashboard.trials)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+from rest_framework.utils.encoders import JSONEncoder
+
+from dashboard.cluster.models import Cluster, Demand, Job, Node
+from dashboard.cluster.serializers import ClusterSerializer, DemandSerializer
+from dashboard.cluster.sessions import current_cluster
+
+# How many incidents fire in each cluster, by its pk.
+FiringCounts = Callable[[], Mapping[int, int]]
+# The GPU-hours each experiment of a cluster held: rows of experiment_id, experiment,
+# gpu_hours and trials.
+GpuHours = Callable[[Cluster], Iterable[dict[str, Any]]]
+_firing_counts: list[FiringCounts] = []
+_gpu_hours: list[GpuHours] = []
+
+
+def register_firing_counts(counts: FiringCounts) -> None:
+    if counts not in _firing_counts:
+        _firing_counts.append(counts)
+
+
+def register_gpu_hours(rows: GpuHours) -> None:
+    if rows not in _gpu_hours:
+        _gpu_hours.append(rows)
+
+
+def cluster_state(name: str | None = None, history: bool = False) -> dict[str, Any]:
+    """The Cluster page's data. Scoped to the cluster `name`: its nodes, totals and
+    identity. Unscoped: the one cluster raywatch knows, as it is; with several, every
+    cluster's nodes, and the overview of each cluster in place of one identity."""
+    everything = not name and Cluster.objects.count() > 1
+    cluster = (Cluster.objects.filter(name=name).first() if name
+               else None if everything else current_cluster())
+    nodes = Node.objects.select_related("cluster")
+    if cluster is not None:
+        nodes = nodes.filter(cluster=cluster)
+    elif name:
+        nodes = nodes.none()
+    listed = list(nodes)
+    return {"totals": totals(listed), "nodes": listed, "identity": cluster,
+            "clusters": overview() if everything else [],
+            # Not in the pushes (nodes change at every poll): on the page and in the API.
+            "history": cluster_history(cluster) if history and cluster is not None else None}
+
+
+NODE_EVENTS_SHOWN = 2000
+GPU_HOURS_SHOWN = 20
+
+
+def cluster_history(cluster: Cluster) -> dict[str, Any]:
+    """Its alive nodes over time (a step at each start and end Ray reported), and the
+    GPU-hours its experiments held: each trial's GPUs (what its actor asked Ray for) times
+    how long it ran (first seen to its last result), as dashboard.trials reckons them."""
+    events: list[tuple[datetime, int]] = []
+    for started, first, ended, state in Node.objects.filter(cluster=cluster).values_list(
+            "started_at", "first_seen_at", "ended_at", "state"):
+        events.append((started or first, 1))
+        if state == Node.DEAD:
+            events.append((ended or first, -1))
+    events.sort(key=lambda e: e[0])
+    alive, steps = 0, []
+    for at, change in events:
+        alive += change
+        steps.append({"at": at, "alive": alive})
+    gpu_hours = sorted((row for held in _gpu_hours for row in held(cluster)),
+                       key=lambda r: -r["gpu_hours"])
+    return {"nodes": steps[-NODE_EVENTS_SHOWN:], "gpu_hours": gpu_hours[:GPU_HOURS_SHOWN]}
+
+
+def overview() -> list[dict[str, Any]]:
+    """Every cluster with what an operator checks first: does it answer, how big is it,
+    are its GPUs busy, what is on fire ("all clusters")."""
+    nodes: dict[int, list[Node]] = {}
+    for node in Node.objects.all():
+        nodes.setdefault(node.cluster_id, []).append(node)
+    firing: Counter[int] = Counter()
+    for counts in _firing_counts:
+        firing.update(counts())
+    rows = []
+    for cluster in Cluster.objects.order_by("name"):
+        summary = totals(nodes.get(cluster.pk, []))
+        rows.append({
+            "name": cluster.name, "origin": cluster.origin, "approval": cluster.approval,
+            "state": cluster.state, "state_since": cluster.state_since,
+            "dashboard_url": cluster.dashboard_url or cluster.address,
+            "has_token": bool(cluster.token), "ray_version": cluster.ray_version,
+            "last_seen_at": cluster.last_seen_at, "ended_at": cluster.ended_at,
+            "end_reason": cluster.end_reason, "last_error": cluster.last_error,
+            "kuberay": cluster.kuberay, "gcs_address": cluster.gcs_address,
+            "claim": cluster.open_claim(), "nodes_alive": summary["nodes_alive"],
+            "gpus": summary["gpu"], "open_incidents": firing.get(cluster.pk, 0),
+            "is_default": cluster.name == settings.CLUSTER_NAME,
+        })
+    return rows
+
+
+def cluster_payload(name: str | None = None, history: bool = False) -> dict[str, Any]:
+    """The cluster as JSON-ready data: what GET /api/cluster/ and the socket carry
+    (scoped to the cluster `name`, or unscoped: see cluster_state)."""
+    data = dict(ClusterSerializer(cluster_state(name, history)).data)
+    if not history:
+        del data["history"]  # a push: the page keeps the history it has
+    # Round-trip through DRF's encoder: datetimes to ISO strings, as the API does.
+    return json.loads(json.dumps(data, cls=JSONEncoder))
+
+
+def totals(nodes: list[Node]) -> dict[str, Any]:
+    alive = [n for n in nodes if n.state == Node.ALIVE]
+    return {
+        "nodes_alive": len(alive),
+        "nodes_dead": len(nodes) - len(alive),
+        "cpu": _resource_total(alive, "CPU"),
+        "gpu": _resource_total(alive, "GPU"),
+        "memory_bytes": _sum_pair(alive, "mem_total_bytes", "mem_used_bytes"),
+        "object_store_bytes": _sum_pair(
+            alive, "object_store_total_bytes", "object_store_used_bytes"
+        ),
+    }
+
+
+def _resource_total(nodes: list[Node], name: str) -> dict[str, float | None]:
+    entries = [n.resources.get(name) for n in nodes if n.resources.get(name)]
+    used = [e["used"] for e in entries]
+    return {
+        "total": sum(e["total"] for e in entries),
+        "used": None if any(u is None for u in used) else sum(used),
+    }
+
+
+def _sum_pair(nodes: list[Node], total_field: str, used_field: str) -> dict[str, float | None]:
+    totals_ = [getattr(n, total_field) for n in nodes]
+    used = [getattr(n, used_field) for n in nodes]
+    return {
+        "total": sum(t for t in totals_ if t is not None),
+        "used": None if any(u is None for u in used) else sum(used),
+    }
+
+
+def demands_payload() -> list[dict[str, Any]]:
+    """Pending demand as the API and the demand page show it."""
+    data = DemandSerializer(Demand.objects.select_related("cluster"), many=True,
+                            context={"now": timezone.now()}).data
+    return json.loads(json.dumps(data, cls=JSONEncoder))
+
+
+# raywatch's own driver: `make run`'s local cluster is kept up by a process that called
+# ray.init() (collectors/localray.py), which Ray lists as a RUNNING job.
+INTERNAL_ENTRYPOINT = re.compile(r"collectors[./]localray\b")
+JOBS_SHOWN = 200
+
+
+def jobs_payload(cluster: str | None = None) -> dict[str, Any]:
+    """Ray's jobs, newest first, without raywatch's own (counted): the Jobs page (of the
+    cluster named `cluster`, else every cluster's)."""
+    rows, hidden = [], 0
+    jobs = Job.objects.select_related("cluster")
+    if cluster:
+        jobs = jobs.filter(cluster__name=cluster)
+    for job in jobs.order_by(F("start_time").desc(nulls_last=True), "-id")[:JOBS_SHOWN]:
+        if INTERNAL_ENTRYPOINT.search(job.entrypoint or ""):
+            hidden += 1
+            continue
+        rows.append({
+            "cluster": job.cluster.name,
+            "key": job.key, "id": job.submission_id or job.job_id, "type": job.type,
+            "status": job.status, "entrypoint": job.entrypoint, "message": job.message,
+            "submission_id": job.submission_id, "driver_pid": job.driver_pid,
+            "driver_node_ip": job.driver_node_ip,
+            "start_time": job.start_time.isoformat() if job.start_time else None,
+            "end_time": job.end_time.isoformat() if job.end_time else None})
+    return {"jobs": rows, "internal_hidden": hidden}
+
+
+def narrow_jobs(_data: Any, cluster: str) -> dict[str, Any]:
+    """The Jobs push for a page scoped to one cluster: its jobs (read again: a cluster's
+    own newest JOBS_SHOWN, not what is left of every cluster's)."""
+    return jobs_payload(cluster)
