@@ -43,7 +43,7 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m demo
 
-# The README's pictures (docs/screenshots/): make demo, shown in Chromium, by a script.
+# The pictures of docs/pages.md (docs/screenshots/): make demo, shown in Chromium, by a script.
 screenshots: $(STAMP)
 	$(BIN)/python -m demo.screenshots
 
@@ -56,7 +56,7 @@ $(AGENT_STAMP): requirements/agent.lock
 agent-install: $(AGENT_STAMP)
 
 # On every Ray node: RAYWATCH_URL=https://… RAYWATCH_AGENT_TOKEN=rwa_… make agent
-# (README: "Agents"; the protocol: docs/agent-protocol.md).
+# (docs/agents.md; the protocol: docs/agent-protocol.md).
 agent: $(AGENT_STAMP)
 	$(AGENT_VENV)/bin/python -m collectors.agent
 
@@ -70,6 +70,11 @@ lock:
 	$(LOCK) --extra dev -o requirements/dev.lock pyproject.toml
 	$(LOCK) -c requirements/dev.lock -o requirements/server.lock pyproject.toml
 	$(LOCK) -o requirements/agent.lock agent-requirements.txt
+
+# docs/settings.md, generated from the settings' code and comments (dashboard/settingsdoc.py).
+.PHONY: settings-doc
+settings-doc: $(STAMP)
+	$(BIN)/python -m dashboard.settingsdoc
 
 test: $(STAMP)
 	$(BIN)/python -m tests.runner $(PYTEST_ARGS)

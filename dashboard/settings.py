@@ -1,9 +1,15 @@
-"""raywatch settings: every value comes from the environment (see README).
+"""raywatch settings: every value comes from the environment (docs/settings.md).
 
 Embedded default: with no DATABASE_URL and no REDIS_URL raywatch runs on
 SQLite (WAL), the in-memory channel layer and an in-process scheduler. With
 both set it runs on Postgres, channels-redis and Celery worker/beat. A
 malformed value stops the start with a message that names the variable.
+
+docs/settings.md is generated from this file (dashboard/settingsdoc.py, `make
+settings-doc`): the comment right above the line that names a variable is its
+description there, a `# default: ...` line says how to show a default computed at
+start, and each `# --- title (docs/page.md) ---` comment opens a section. Defaults the
+node agent shares are written once, in collectors/defaults.py.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from collectors import rootfiles
+from collectors import defaults, rootfiles
 from dashboard.envconf import (
     ConfigError,
     env_bool,
@@ -30,7 +36,10 @@ from dashboard.envconf import (
     env_url_with_password,
 )
 
+# --- the server: its data, secret key and host names (docs/deploying.md) ------------------
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Where raywatch keeps its SQLite file, its generated secret key and the local cluster's info.
+# default: `.raywatch/` in the checkout
 DATA_DIR = Path(env_str("RAYWATCH_DATA_DIR", str(BASE_DIR / ".raywatch"))).expanduser()
 
 
@@ -46,10 +55,17 @@ def _embedded_secret_key() -> str:
     return key
 
 
+# Django's debug pages: never in production.
 DEBUG = env_bool("RAYWATCH_DEBUG", False)
+# Django's secret key: sessions, signed cookies, and (unless RAYWATCH_AGENT_COMMAND_SECRET
+# is set) the seal on the agents' command keys.
+# default: generated once into `RAYWATCH_DATA_DIR/secret_key`
 SECRET_KEY = env_secret("RAYWATCH_SECRET_KEY") or _embedded_secret_key()
+# The host names raywatch serves, comma-separated; also the websocket Origin check.
 ALLOWED_HOSTS = env_list("RAYWATCH_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+# Origins trusted for forms posted over HTTPS, e.g. https://raywatch.example.com.
 CSRF_TRUSTED_ORIGINS = env_list("RAYWATCH_CSRF_TRUSTED_ORIGINS", [])
+# raywatch's own address as its users reach it: where links in alert messages point.
 BASE_URL = env_str("RAYWATCH_BASE_URL", "http://127.0.0.1:8000")
 
 INSTALLED_APPS = [
@@ -108,9 +124,14 @@ TEMPLATES = [
     },
 ]
 
-# --- database -----------------------------------------------------------------
-# The password may come apart (RAYWATCH_DATABASE_PASSWORD or its _FILE, a Docker secret).
+# --- database (docs/deploying.md) ---------------------------------------------------------
+# The database: postgres://user:pass@host:5432/db (or sqlite:///PATH). Its password may
+# come apart, in RAYWATCH_DATABASE_PASSWORD.
+# default: SQLite in `RAYWATCH_DATA_DIR`
 DATABASE_URL = env_url_with_password("DATABASE_URL", ("postgres", "postgresql", "sqlite"),
+                                     # DATABASE_URL's password (a Docker secret: its _FILE),
+                                     # put into the URL, so the URL itself holds no secret.
+                                     # default: the password in `DATABASE_URL`, if any
                                      "RAYWATCH_DATABASE_PASSWORD")
 # SQLite, the default or from DATABASE_URL: WAL lets the web process read while the
 # in-process scheduler writes; writers wait for each other (timeout) and take the write
@@ -123,11 +144,13 @@ SQLITE_OPTIONS = {
 if DATABASE_URL:
     _db = dj_database_url.parse(
         DATABASE_URL,
+        # Seconds a database connection is kept open for the next request (0: one each).
         conn_max_age=env_int("RAYWATCH_DB_CONN_MAX_AGE", 60, minimum=0),
         conn_health_checks=True,
     )
     if _db["ENGINE"] == "django.db.backends.postgresql":
-        # Fail fast with a clear error instead of hanging on an unreachable server.
+        # Seconds to connect to Postgres: fail fast with a clear error instead of hanging
+        # on an unreachable server.
         _db.setdefault("OPTIONS", {})["connect_timeout"] = env_int(
             "RAYWATCH_DB_CONNECT_TIMEOUT_S", 5, minimum=1
         )
@@ -142,8 +165,14 @@ else:
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- redis: channel layer and Celery --------------------------------------------
+# --- redis: channel layer and Celery (docs/deploying.md) ----------------------------------
+# Redis, redis://host:6379/0: the channel layer (live pages), the failed-login counts and
+# Celery's broker. Unset: the in-memory channel layer and the in-process scheduler.
+# default: unset: in-memory layer, in-process scheduler
 REDIS_URL = env_url_with_password("REDIS_URL", ("redis", "rediss", "unix"),
+                                  # REDIS_URL's password (a Docker secret: its _FILE), put
+                                  # into the URL, so the URL itself holds no secret.
+                                  # default: the password in `REDIS_URL`, if any
                                   "RAYWATCH_REDIS_PASSWORD")
 EMBEDDED = REDIS_URL is None
 if REDIS_URL:
@@ -152,6 +181,7 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
+                # The prefix of the channel layer's keys in Redis.
                 "prefix": env_str("RAYWATCH_CHANNEL_PREFIX", "raywatch"),
                 "capacity": 1000,
                 "expiry": 30,
@@ -181,7 +211,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A poll that could not run in time is useless later: drop it rather than pile up.
 CELERY_TASK_DEFAULT_EXPIRES = 30
 
+# --- polling Ray and trial logs (docs/architecture.md) ----------------------------------
+# Seconds between polls of Ray's state: nodes, actors, jobs, pending demand.
 POLL_RAY_S = env_number("RAYWATCH_POLL_RAY_S", 2.0, minimum=0.2)
+# Seconds between trial-log polls.
 POLL_LOGS_S = env_number("RAYWATCH_POLL_LOGS_S", 2.0, minimum=0.2)
 # The same schedule drives Celery beat and the embedded in-process scheduler.
 CELERY_BEAT_SCHEDULE = {
@@ -197,34 +230,57 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- GPUs: NVML agents (README: "GPU agents") --------------------------------------
-# Each GPU node runs an agent (`manage.py agent`: a Celery worker on its own queue);
-# beat's dispatcher sends every registered agent a poll each POLL_GPU_S.
-POLL_GPU_S = env_number("RAYWATCH_POLL_GPU_S", 1.0, minimum=0.2)
-# nvml: the real nvidia-ml-py; simulated: invented GPUs for a demo, labelled SIMULATED
-# everywhere; off: no GPU source on this process.
-GPU_SOURCE = env_choice("RAYWATCH_GPU_SOURCE", ("nvml", "simulated", "off"), "nvml")
+# --- GPUs: NVML agents (docs/agents.md) --------------------------------------------------
+# Seconds between GPU polls of each node: a node agent's own, and those beat's dispatcher
+# sends each Celery GPU agent (`manage.py agent`: a Celery worker on its own queue).
+POLL_GPU_S = env_number("RAYWATCH_POLL_GPU_S", defaults.POLL_GPU_S, minimum=0.2)
+# What reads the GPUs. nvml: the real nvidia-ml-py; simulated: invented GPUs for a demo,
+# labelled SIMULATED everywhere; off: no GPU source on this process.
+GPU_SOURCE = env_choice("RAYWATCH_GPU_SOURCE", defaults.GPU_SOURCES, defaults.GPU_SOURCE)
 # The module the NVML source imports: the boundary where tests put a fake.
-NVML_MODULE = env_str("RAYWATCH_NVML_MODULE", "pynvml")
+NVML_MODULE = env_str("RAYWATCH_NVML_MODULE", defaults.NVML_MODULE)
+# The name this host's GPUs are reported under; a node agent's must match its token's node.
 NODE_NAME = env_str("RAYWATCH_NODE_NAME")  # default: this host's name
+# The address this host's GPUs are reported under: overrides the address Ray would pick.
 NODE_IP = env_str("RAYWATCH_NODE_IP")  # default: the address Ray would pick
+# A Celery GPU agent silent this long gets no more polls until it registers again.
 AGENT_FORGET_S = env_number("RAYWATCH_AGENT_FORGET_S", 600.0, minimum=10)
+
+# --- GPU history: retention -------------------------------------------------------------
+# Hours raw GPU samples are kept; charts wider than ~33 hours read the rollups.
 RAW_RETENTION_H = env_number("RAYWATCH_RAW_RETENTION_H", 48.0, minimum=1)
+# Days the per-minute rollups of GPU samples (min, mean, max) are kept.
 ROLLUP_RETENTION_D = env_number("RAYWATCH_ROLLUP_RETENTION_D", 30.0, minimum=1)
+# Rows per delete batch when pruning: short transactions, no table lock.
 RETENTION_BATCH = env_int("RAYWATCH_RETENTION_BATCH", 20_000, minimum=100)
+
+# --- resource detectors: GPUs and Ray (docs/detectors.md) ---------------------------------
+# Seconds between runs of the resource detectors.
 DETECT_S = env_number("RAYWATCH_DETECT_S", 5.0, minimum=0.2)
+# gpu_idle_during_step: every GPU a running trial's (or job's) processes hold has been
+# under IDLE_GPU_PERCENT for this many seconds, with no result meanwhile.
 IDLE_GPU_S = env_number("RAYWATCH_IDLE_GPU_S", 300.0, minimum=0)
+# gpu_idle_during_step: the utilization (%) under which a GPU counts as idle.
 IDLE_GPU_PERCENT = env_number("RAYWATCH_IDLE_GPU_PERCENT", 5.0, minimum=0)
 # An idle-GPU-during-a-step incident stays open across steps until its work has gone this
-# long without idling through one (dashboard/gpus/detect.still_idle).
+# long without idling through one, or stops (dashboard/gpus/detect.still_idle).
 IDLE_GPU_CLEAR_S = env_number("RAYWATCH_IDLE_GPU_CLEAR_S", 300.0, minimum=0)
+# gpu_memory_high: a GPU's memory is over this percentage for GPU_MEMORY_HIGH_S.
 GPU_MEMORY_HIGH_PERCENT = env_number("RAYWATCH_GPU_MEMORY_HIGH_PERCENT", 95.0, minimum=1)
+# gpu_memory_high: seconds a GPU's memory must stay over GPU_MEMORY_HIGH_PERCENT.
 GPU_MEMORY_HIGH_S = env_number("RAYWATCH_GPU_MEMORY_HIGH_S", 300.0, minimum=0)
+# gpu_orphan_memory: seconds a process may hold GPU memory while belonging to no live Ray
+# worker, actor or job driver before it is flagged.
 ORPHAN_GRACE_S = env_number("RAYWATCH_ORPHAN_GRACE_S", 60.0, minimum=0)
+# demand_pending: seconds an actor, task shape or placement group that could fit has
+# waited before it is flagged (naming what holds the resources).
 PENDING_S = env_number("RAYWATCH_PENDING_S", 120.0, minimum=0)
-# Ray says "infeasible" at once: alert after this short grace, not after PENDING_S.
+# demand_infeasible: Ray says "infeasible" at once: alert after this short grace (against
+# flapping), not after PENDING_S.
 INFEASIBLE_GRACE_S = env_number("RAYWATCH_INFEASIBLE_GRACE_S", 5.0, minimum=0)
+# object_store_spilling: a node's spilled bytes grew within this many seconds.
 SPILL_WINDOW_S = env_number("RAYWATCH_SPILL_WINDOW_S", 300.0, minimum=1)
+# node_dead: a Ray node that died within this many hours is flagged.
 NODE_DEAD_KEEP_H = env_number("RAYWATCH_NODE_DEAD_KEEP_H", 24.0, minimum=0)
 
 CELERY_BEAT_SCHEDULE.update({
@@ -253,16 +309,23 @@ CELERY_BEAT_SCHEDULE.update({
 # process polls its own node's GPUs.
 EMBEDDED_STANDINS = {"dashboard.gpus.tasks.dispatch_gpu_polls": "dashboard.gpus.tasks.poll_gpus"}
 
-# --- Ray --------------------------------------------------------------------------
-# RAY_ADDRESS: the dashboard URL (http://head:8265) or the GCS address (head:6379),
-# as Ray itself accepts. RAY_API_SERVER_ADDRESS overrides the dashboard URL, as in Ray.
+# --- Ray (docs/clusters.md) --------------------------------------------------------------
+# The Ray cluster to watch: its dashboard URL (http://HEAD:8265) or its GCS address
+# (HEAD:PORT), as Ray itself accepts.
+# default: unset: `make run` starts a local cluster
 RAY_ADDRESS = env_str("RAY_ADDRESS")
+# The Ray dashboard's URL; overrides the one RAY_ADDRESS gives, as in Ray.
 RAY_API_SERVER_ADDRESS = env_url("RAY_API_SERVER_ADDRESS", ("http", "https"))
+# Ray's auth token, for a cluster started with token auth.
+# default: read from `RAY_AUTH_TOKEN_PATH`
 RAY_AUTH_TOKEN = env_secret("RAY_AUTH_TOKEN")
+# The file holding Ray's auth token when RAY_AUTH_TOKEN is unset.
+# default: `~/.ray/auth_token`
 RAY_AUTH_TOKEN_PATH = env_str("RAY_AUTH_TOKEN_PATH", str(Path.home() / ".ray" / "auth_token"))
+# Seconds each request to Ray may take.
 RAY_HTTP_TIMEOUT_S = env_number("RAYWATCH_RAY_TIMEOUT_S", 10.0, minimum=0.5)
-# The GCS (HOST:PORT) for killing unnamed actors; default: RAY_ADDRESS when it is HOST:PORT,
-# or the local cluster `make run` started.
+# The GCS (HOST:PORT), for killing trial actors (unnamed ones have no other way).
+# default: `RAY_ADDRESS` when it is HOST:PORT, else the local cluster `make run` started
 RAY_GCS_ADDRESS = env_str("RAY_GCS_ADDRESS")
 # Where `make run` records the local cluster it started when RAY_ADDRESS is unset.
 LOCAL_RAY_FILE = DATA_DIR / "local-ray.json"
@@ -272,50 +335,80 @@ if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
         "(http://HEAD:8265 or HEAD:PORT); leave it unset to start a local cluster"
     )
 
-# --- trial logs and detectors (README: "Detectors") -----------------------------------
+# --- trial logs (docs/trial-logs.md) -------------------------------------------------------
 # Whether raywatch reads trial log dirs on its own host. On: the embedded default, where
 # Ray, Tune and raywatch share a host. Off (docker-compose): node agents read each node's
-# dirs and send them (README "Agents"); detection runs either way.
+# dirs and send them (docs/agents.md); detection runs either way.
 CENTRAL_LOGS = env_bool("RAYWATCH_CENTRAL_LOGS", True)
-# Colon-separated roots; empty means ~/ray_results plus every local Ray session's live
-# driver_artifacts staging directories (fresher than the storage copy).
+# Colon-separated roots holding Tune experiments or TensorBoard runs; empty means
+# ~/ray_results plus every local Ray session's live driver_artifacts staging directories
+# (fresher than the storage copy).
 LOG_DIRS = env_list("RAYWATCH_LOG_DIRS", [], sep=":")
-# A finished trial's directory unchanged this long is no longer checked every poll; a slow
-# rescan visits every such directory once per LOG_RESCAN_S (for what mtimes miss), but at
-# most LOG_RESCAN_PER_POLL of them a poll: a larger history takes a longer lap.
-LOG_QUIET_S = env_number("RAYWATCH_LOG_QUIET_S", 60.0, minimum=0)
-LOG_RESCAN_S = env_number("RAYWATCH_LOG_RESCAN_S", 300.0, minimum=1)
-LOG_RESCAN_PER_POLL = env_int("RAYWATCH_LOG_RESCAN_PER_POLL", 100, minimum=1)
+# A finished trial's directory unchanged this many seconds is no longer checked every
+# poll; the slow rescan still visits it (for what mtimes miss).
+LOG_QUIET_S = env_number("RAYWATCH_LOG_QUIET_S", defaults.LOG_QUIET_S, minimum=0)
+# Seconds the slow rescan takes to visit every quiet trial directory once.
+LOG_RESCAN_S = env_number("RAYWATCH_LOG_RESCAN_S", defaults.LOG_RESCAN_S, minimum=1)
+# The most quiet trial dirs the slow rescan checks in one poll: a larger history takes a
+# longer lap (100,000 dirs at a 2 s poll: 33 min) and the poll's cost stays flat.
+LOG_RESCAN_PER_POLL = env_int("RAYWATCH_LOG_RESCAN_PER_POLL", defaults.LOG_RESCAN_PER_POLL,
+                              minimum=1)
 # The largest log file read, in MiB: larger is refused, as its trial's problem. A
-# result.json or event file is read in pieces (so are the heads of error.txt and tuner.pkl);
-# params.json and experiment_state-*.json are parsed whole, in memory.
+# result.json or event file is read in pieces (so are the heads of error.txt and tuner.pkl).
 LOG_FILE_MAX_MB = env_int("RAYWATCH_LOG_FILE_MAX_MB", rootfiles.LOG_FILE_MAX_MB, minimum=1)
+# The largest params.json or experiment_state-*.json read, in MiB: these are parsed whole,
+# in memory; a larger one is refused, as its trial's problem.
 LOG_JSON_FILE_MAX_MB = env_int("RAYWATCH_LOG_JSON_FILE_MAX_MB", rootfiles.JSON_FILE_MAX_MB,
                                minimum=1)
-RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", "/tmp/ray"))
+# The Ray temp dir whose sessions' live driver_artifacts are read.
+RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", defaults.RAY_TMP_DIR))
+
+# --- trial detectors (docs/detectors.md) ---------------------------------------------------
+# Comma-separated globs: the metrics that are phase timings (step_time_regression names
+# the slow phase).
 TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s"])
+# trial_stalled: no result for longer than max(STALL_MIN_S, STALL_FACTOR x the trial's
+# median step interval) while its process is alive. In seconds.
 STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)
+# trial_stalled: how many median step intervals without a result make a stall.
 STALL_FACTOR = env_number("RAYWATCH_STALL_FACTOR", 5.0, minimum=1)
+# step_time_regression: a step (or a phase of it) slower than this many times its usual
+# time.
 SLOW_FACTOR = env_number("RAYWATCH_SLOW_FACTOR", 3.0, minimum=1)
 # Slow = over SLOW_FACTOR x the usual time AND over it by SLOW_MIN_EXCESS_S, for SLOW_FOR_S.
 SLOW_MIN_EXCESS_S = env_number("RAYWATCH_SLOW_MIN_EXCESS_S", 2.0, minimum=0)
+# step_time_regression opens only once the trial has been slow this many seconds (like
+# Alertmanager's `for:`), so scheduler jitter raises nothing.
 SLOW_FOR_S = env_number("RAYWATCH_SLOW_FOR_S", 30.0, minimum=0)
+# step_time_regression: "usual" is the median of the steps before the slowdown, within
+# this many last steps.
 SLOW_WINDOW = env_int("RAYWATCH_SLOW_WINDOW", 20, minimum=3)
+# trial_process_gone: seconds no live actor has the trial's pid on its node (longer than
+# Tune's state snapshot, so a trial Tune just stopped is not flagged).
 GONE_GRACE_S = env_number("RAYWATCH_GONE_GRACE_S", 30.0, minimum=0)
-# A failure (error.txt) older than this when raywatch first reads it opens no incident.
+# A failure (error.txt) older than this many hours when raywatch first reads it opens no
+# incident (months of history on a first start); it still shows as ERROR.
 ERRORED_RECENT_H = env_number("RAYWATCH_ERRORED_RECENT_H", 24.0, minimum=0)
 
-# --- alerts: grouping, pacing and delivery (README: "Alerts") ------------------------------
+# --- alerts: grouping, pacing and delivery (docs/alerts.md) --------------------------------
+# Seconds between alert routing ticks (and one right after each commit).
 ALERT_TICK_S = env_number("RAYWATCH_ALERT_TICK_S", 1.0, minimum=0.2)
-# Alertmanager's defaults: wait 30 s for incidents that start together, then at most one
-# message per group each 5 min, and a reminder every 4 h while it still fires.
+# Seconds a new group waits so that incidents starting together go out in one message.
+# The defaults of these three are Alertmanager's.
 ALERT_GROUP_WAIT_S = env_number("RAYWATCH_ALERT_GROUP_WAIT_S", 30.0, minimum=0)
+# Seconds a group's next message waits after its previous one.
 ALERT_GROUP_INTERVAL_S = env_number("RAYWATCH_ALERT_GROUP_INTERVAL_S", 300.0, minimum=0)
+# Seconds between reminders of a group still firing unacknowledged.
 ALERT_REPEAT_S = env_number("RAYWATCH_ALERT_REPEAT_S", 4 * 3600.0, minimum=1)
+# Seconds each webhook request may take.
 NOTIFY_TIMEOUT_S = env_number("RAYWATCH_NOTIFY_TIMEOUT_S", 10.0, minimum=0.5)
+# Webhook retries: how many tries in all before a message is given up.
 NOTIFY_MAX_ATTEMPTS = env_int("RAYWATCH_NOTIFY_MAX_ATTEMPTS", 10, minimum=1)
+# Webhook retries: the first wait, in seconds, doubling each try.
 NOTIFY_BACKOFF_S = env_number("RAYWATCH_NOTIFY_BACKOFF_S", 2.0, minimum=0.05)
+# Webhook retries: the longest wait, in seconds.
 NOTIFY_BACKOFF_CAP_S = env_number("RAYWATCH_NOTIFY_BACKOFF_CAP_S", 300.0, minimum=0.1)
+# Sending threads (in the notifier, or in-process on the embedded default).
 NOTIFY_THREADS = env_int("RAYWATCH_NOTIFY_THREADS", 8, minimum=1)
 # Webhooks to loopback, link-local and private addresses are refused unless this is set.
 WEBHOOK_ALLOW_PRIVATE = env_bool("RAYWATCH_WEBHOOK_ALLOW_PRIVATE", False)
@@ -330,12 +423,14 @@ CELERY_BEAT_SCHEDULE["route-alerts"] = {
 NOTIFY_QUEUE = "notify"
 CELERY_TASK_ROUTES = {"dashboard.alerts.tasks.send_channel": {"queue": NOTIFY_QUEUE}}
 
-# --- actions: terminate trials, stop jobs, kill GPU processes (README: "Actions") -------
+# --- actions: terminate trials, stop jobs, kill GPU processes (docs/actions.md) -----------
+# Seconds between SIGTERM and the forced kill.
 TERMINATE_GRACE_S = env_number("RAYWATCH_TERMINATE_GRACE_S", 20.0, minimum=0)
 # After the forced kill, how long to wait for the process to be gone before failing.
 FORCE_WAIT_S = env_number("RAYWATCH_FORCE_WAIT_S", 10.0, minimum=1)
 # Each user may start at most ACTION_RATE actions per ACTION_RATE_WINDOW_S.
 ACTION_RATE = env_int("RAYWATCH_ACTION_RATE", 10, minimum=1)
+# The window, in seconds, of ACTION_RATE.
 ACTION_RATE_WINDOW_S = env_number("RAYWATCH_ACTION_RATE_WINDOW_S", 60.0, minimum=1)
 CELERY_TASK_ROUTES["dashboard.actions.tasks.run_action"] = {"queue": NOTIFY_QUEUE}
 # An action no executor took within this long fails, with nothing signalled (a worker that
@@ -347,9 +442,11 @@ CELERY_BEAT_SCHEDULE["settle-actions"] = {
     "task": "dashboard.actions.tasks.settle_actions", "schedule": 10.0,
     "options": {"expires": 20}}
 
-# --- where a stalled trial hangs: its Python stack (README: "Detectors") ---------------------
-# py-spy for processes on raywatch's own host; unset: the one beside Python, else on PATH.
+# --- where a stalled trial hangs: its Python stack (docs/detectors.md) ----------------------
+# py-spy for processes on raywatch's own host (a node agent: on its node).
+# default: the one beside Python, else on `PATH`
 PY_SPY = env_str("RAYWATCH_PY_SPY")
+# Seconds py-spy may take for a stalled trial's stack on raywatch's host (agents: 10 s).
 STACK_TIMEOUT_S = env_number("RAYWATCH_STACK_TIMEOUT_S", 10.0, minimum=1)
 # A stack asked for and not answered within this long is shown as failed, and may be asked again.
 STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
@@ -358,8 +455,9 @@ CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY
 # worker its few seconds of expiry ran out in the queue, poll after poll, and no GPU was read.
 CELERY_TASK_ROUTES["dashboard.gpus.tasks.dispatch_gpu_polls"] = {"queue": NOTIFY_QUEUE}
 
-# --- node agents over HTTP (docs/agent-protocol.md) ----------------------------------------
-# An agent not heard from this long is not sent commands (an action uses another way).
+# --- node agents over HTTP (docs/agents.md, docs/agent-protocol.md) ------------------------
+# An agent not heard from this long is not sent commands (an action uses another way) and
+# shows "agent stale" on the Cluster page.
 AGENT_STALE_S = env_number("RAYWATCH_AGENT_STALE_S", 30.0, minimum=1)
 # A command not fetched by its node's agent within this long is never handed out.
 AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1)
@@ -377,10 +475,12 @@ AGENT_TOKEN_EXPIRES_DAYS = env_number("RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS", 0.0, 
 AGENT_REPORT_SLOTS = env_int("RAYWATCH_AGENT_REPORT_SLOTS", 256, minimum=1)
 # Reports a second a web process aims for: hearing from more agents than this, it asks
 # each (`send_s` in a report's answer) to gather agents / this many seconds before a
-# report, at most AGENT_SEND_MAX_S (default 10, or half of AGENT_STALE_S when that is
-# less; 0: never asks). An agent's RAYWATCH_AGENT_SEND_S
+# report (512 agents: 5.2 s), at most AGENT_SEND_MAX_S. An agent's RAYWATCH_AGENT_SEND_S
 # overrides it (dashboard/agents/pacing.py).
 AGENT_REPORTS_PER_S = env_number("RAYWATCH_AGENT_REPORTS_PER_S", 100.0, minimum=0.01)
+# The longest raywatch asks agents to gather before a report (0: it never asks), at most
+# half of AGENT_STALE_S; past it, add web processes.
+# default: `10`, or half of `RAYWATCH_AGENT_STALE_S` when that is less
 AGENT_SEND_MAX_S = env_number("RAYWATCH_AGENT_SEND_MAX_S", min(10.0, AGENT_STALE_S / 2),
                               minimum=0)
 if AGENT_SEND_MAX_S > AGENT_STALE_S / 2:
@@ -388,36 +488,41 @@ if AGENT_SEND_MAX_S > AGENT_STALE_S / 2:
         f"RAYWATCH_AGENT_SEND_MAX_S={AGENT_SEND_MAX_S:g}: at most half of "
         f"RAYWATCH_AGENT_STALE_S ({AGENT_STALE_S:g}), or agents that follow it look stale")
 
-# --- the cluster (README: "Clusters and sessions") --------------------------------------------
-# The name of the cluster RAY_ADDRESS points at: the Cluster page, its sessions, and the
-# `cluster` label of every /metrics series.
+# --- the cluster (docs/clusters.md) ------------------------------------------------------
+# The name of the cluster RAY_ADDRESS points at: the Cluster page, its sessions, alerts and
+# the `cluster` label of every /metrics series. Set it before the first start: rows are
+# stored under the cluster of that name, and a later change starts a new one.
 CLUSTER_NAME = env_str("RAYWATCH_CLUSTER_NAME", "default")
 # A cluster that has not answered for this long is marked ended (head lost or torn down);
 # before that it is unreachable. Everything stored of it stays.
 CLUSTER_ENDED_S = env_number("RAYWATCH_CLUSTER_ENDED_S", 1800.0, minimum=1)
-# A cluster its head node's agent announces: "admin" waits for an admin to approve it
-# (manage.py cluster approve, POST /api/clusters/NAME/approve) before polling it; "auto"
-# polls it at once.
 # An ended cluster (and everything stored of it) is deleted this many days after it ended;
 # 0 keeps ended clusters for ever. `manage.py cluster keep NAME DAYS` sets one cluster's.
 ENDED_CLUSTER_KEEP_D = env_int("RAYWATCH_ENDED_CLUSTER_KEEP_D", 90, minimum=0)
+# A cluster its head node's agent announces: "admin" waits for an admin to approve it
+# (manage.py cluster approve, POST /api/clusters/NAME/approve) before polling it; "auto"
+# polls it at once.
 CLUSTERS_APPROVE = env_choice("RAYWATCH_CLUSTERS_APPROVE", ("admin", "auto"), "admin")
 
-# --- Prometheus export: /metrics (README: "Prometheus and Grafana") --------------------------
-# Set: /metrics wants `Authorization: Bearer <token>` from anywhere. Unset: it answers only
-# to clients whose address is in METRICS_ALLOW.
+# --- Prometheus export: /metrics (docs/prometheus.md) -------------------------------------
+# Set: /metrics wants `Authorization: Bearer <token>` from anywhere (401 otherwise). Unset:
+# it answers only to clients whose address is in METRICS_ALLOW.
 METRICS_TOKEN = env_secret("RAYWATCH_METRICS_TOKEN")
+# Without a token, /metrics answers only these addresses or networks (403 otherwise).
 METRICS_ALLOW = env_networks("RAYWATCH_METRICS_ALLOW", ["127.0.0.1/32", "::1/128"])
 
 # --- source health ----------------------------------------------------------------
-# A source whose last good poll is older than this many poll intervals is "down".
+# A source shows "down" once its last good poll is older than this many poll intervals
+# (failed polls in a row).
 HEALTH_DOWN_AFTER_FAILURES = env_int("RAYWATCH_HEALTH_DOWN_AFTER", 3, minimum=1)
 
-# --- auth -------------------------------------------------------------------------
+# --- logins and sessions (docs/api.md) --------------------------------------------------
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_HTTPONLY = True
+# Secure session and CSRF cookies (served behind HTTPS); also the default of
+# RAYWATCH_SSL_REDIRECT and RAYWATCH_HSTS_SECONDS.
 SESSION_COOKIE_SECURE = env_bool("RAYWATCH_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 AUTHENTICATION_BACKENDS = [
@@ -435,6 +540,8 @@ LOGIN_FAILURES_PER_ADDRESS = env_int("RAYWATCH_LOGIN_FAILURES_PER_ADDRESS", 20, 
 # addresses): past it only a browser that logged in as that user before gets through.
 LOGIN_FAILURES_PER_USER_ANYWHERE = env_int("RAYWATCH_LOGIN_FAILURES_PER_USER_ANYWHERE", 100,
                                            minimum=1)
+# Seconds in which failed logins are counted; past a limit, that address is told "try
+# again in N s" (429).
 LOGIN_FAILURE_WINDOW_S = env_int("RAYWATCH_LOGIN_FAILURE_WINDOW_S", 300, minimum=1)
 # How long a browser is remembered as one that logged in as its user (a signed cookie).
 LOGIN_KNOWN_BROWSER_DAYS = env_int("RAYWATCH_LOGIN_KNOWN_BROWSER_DAYS", 90, minimum=1)
@@ -443,19 +550,26 @@ LOGIN_KNOWN_BROWSER_DAYS = env_int("RAYWATCH_LOGIN_KNOWN_BROWSER_DAYS", 90, mini
 # longer see the pages closes (dashboard/core/consumers.py).
 SOCKET_RECHECK_S = env_number("RAYWATCH_SOCKET_RECHECK_S", 30.0, minimum=0.1)
 
-# --- HTTPS (README: "Deploying with docker-compose") ------------------------------------
+# --- HTTPS (docs/deploying.md) ------------------------------------------------------------
 # Secure cookies say raywatch is served over HTTPS, so by default plain HTTP is then
 # redirected there and browsers are told to stay on HTTPS (HSTS). Behind a proxy that
 # terminates TLS, raywatch learns the scheme and the client's address from
 # X-Forwarded-Proto/-For, trusted only from RAYWATCH_TRUSTED_PROXIES (uvicorn applies them).
+
+# Addresses or networks whose X-Forwarded-Proto/-For are believed (the client's scheme and
+# address): the proxies in front of raywatch.
 TRUSTED_PROXIES = env_list("RAYWATCH_TRUSTED_PROXIES", ["127.0.0.1", "::1"])
+# Redirect plain HTTP to HTTPS (not the probes: /healthz, /metrics).
 SECURE_SSL_REDIRECT = env_bool("RAYWATCH_SSL_REDIRECT", SESSION_COOKIE_SECURE)
 # Probes and scrapers from inside (compose, load balancers, Prometheus) use HTTP. A redirect
 # would not protect /metrics' token: the scraper has sent it by the time it is redirected.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+# HSTS max-age: browsers refuse plain HTTP to this host for this many seconds.
 SECURE_HSTS_SECONDS = env_int(
     "RAYWATCH_HSTS_SECONDS", 365 * 86400 if SESSION_COOKIE_SECURE else 0, minimum=0)
+# HSTS for this host's subdomains too.
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RAYWATCH_HSTS_INCLUDE_SUBDOMAINS", True)
+# HSTS preload: a promise for the whole registered domain, for its owner to make.
 SECURE_HSTS_PRELOAD = env_bool("RAYWATCH_HSTS_PRELOAD", False)
 if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
     # Preload asks browsers to hard-code HTTPS for the whole registrable domain: a
@@ -465,6 +579,7 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
+# --- the API (docs/api.md) ----------------------------------------------------------------
 # An API token (`manage.py drf_create_token USER [--days N]`) stops working this many days
 # after it was made. raywatch keeps only its hash (django-rest-knox: SHA-512).
 API_TOKEN_DAYS = env_int("RAYWATCH_API_TOKEN_DAYS", 90, minimum=1)
@@ -516,6 +631,7 @@ WHITENOISE_KEEP_ONLY_HASHED_FILES = True
 # WhiteNoise serves files through a sync iterator; under ASGI Django warns on each one.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous")
 
+# --- pages and logs (docs/pages.md) --------------------------------------------------------
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 # How pages show times: utc ("2026-11-23 15:41:55 UTC · 3 min ago"), or local (the
@@ -529,11 +645,15 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The log level (Python's logging: WARNING shows less, INFO is the default's).
     "root": {"handlers": ["console"], "level": env_str("RAYWATCH_LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
-# --- `manage.py serve` (make run) -----------------------------------------------------
+# --- `manage.py serve` (make run: docs/running.md) -------------------------------------
+# The address `manage.py serve` (make run) listens on.
 SERVE_HOST = env_str("HOST", "127.0.0.1")
+# The port `manage.py serve` (make run) listens on.
 SERVE_PORT = env_int("PORT", 8000, minimum=1)
+# CPUs of the local Ray cluster `make run` starts when RAY_ADDRESS is unset (0: all).
 LOCAL_RAY_NUM_CPUS = env_int("RAYWATCH_LOCAL_RAY_CPUS", 0, minimum=0) or None

@@ -1,5 +1,11 @@
 """The agent's settings, from its environment, read once at start; a bad value stops it
-with a message that names the variable (like raywatch's own settings)."""
+with a message that names the variable (like raywatch's own settings).
+
+docs/settings.md is generated from this file too (dashboard/settingsdoc.py, `make
+settings-doc`): the comment right above the line that reads a variable is its description
+there (a variable raywatch's server reads as well is described in dashboard/settings.py),
+and a `# default: ...` line says how to show a default that is not a plain value. The
+defaults the server shares are written once, in collectors/defaults.py."""
 
 from __future__ import annotations
 
@@ -9,16 +15,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from collectors.defaults import (
+    GPU_SOURCE,
+    GPU_SOURCES,
+    LOG_QUIET_S,
+    LOG_RESCAN_PER_POLL,
+    LOG_RESCAN_S,
+    NVML_MODULE,
+    POLL_GPU_S,
+    RAY_TMP_DIR,
+)
 from collectors.rootfiles import JSON_FILE_MAX_MB, LOG_FILE_MAX_MB, Caps
 
-GPU_SOURCES = ("nvml", "simulated", "off")
 SIMULATED_MODULE = "collectors.simnvml"
+# The agent's own defaults (raywatch's server has its own, or none, for these).
+POLL_LOGS_S = 1.0
+PROCESSES_S = 5.0
+SPOOL_MB = 256
+TIMEOUT_S = 10.0
 
 
 class ConfigError(Exception):
     pass
 
 
+# --- node agent: its own settings (docs/agents.md) -----------------------------------------
+# A variable the server reads too is described in dashboard/settings.py; a comment on its
+# read here adds what differs on a node agent.
 @dataclass(frozen=True)
 class AgentConfig:
     url: str  # raywatch's base URL, without a trailing slash
@@ -33,14 +56,15 @@ class AgentConfig:
     log_dirs: tuple[Path, ...]  # Tune/TensorBoard roots besides the default ones
     timeout_s: float
     py_spy: str | None = None  # py-spy for stacks; None: beside this Python, else on PATH
-    ray_tmp_dir: Path = Path("/tmp/ray")  # every Ray session's live driver_artifacts
-    poll_logs_s: float = 1.0
-    log_quiet_s: float = 60.0
-    log_rescan_s: float = 300.0
-    log_rescan_per_poll: int = 100  # quiet trial dirs the slow rescan checks a poll, at most
+    ray_tmp_dir: Path = Path(RAY_TMP_DIR)  # every Ray session's live driver_artifacts
+    poll_logs_s: float = POLL_LOGS_S
+    log_quiet_s: float = LOG_QUIET_S
+    log_rescan_s: float = LOG_RESCAN_S
+    # quiet trial dirs the slow rescan checks a poll, at most
+    log_rescan_per_poll: int = LOG_RESCAN_PER_POLL
     log_file_max_mb: int = LOG_FILE_MAX_MB  # a larger log file is refused (rootfiles)
     log_json_file_max_mb: int = JSON_FILE_MAX_MB  # params.json, experiment_state: parsed whole
-    processes_s: float = 5.0  # between process snapshots (every GPU poll after a signal)
+    processes_s: float = PROCESSES_S  # between process snapshots (every GPU poll after a signal)
     # Gather this long before a report (0: send what is spooled at once); None: as long
     # as raywatch's last answer asked (`send_s`: 0 on a small cluster). A report of five
     # polls costs raywatch about what one of one poll costs (bench/gpu_reports_bench.py):
@@ -57,36 +81,58 @@ class AgentConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> AgentConfig:
-        gpu_source = env.get("RAYWATCH_GPU_SOURCE", "nvml")
+        gpu_source = env.get("RAYWATCH_GPU_SOURCE", GPU_SOURCE)
         if gpu_source not in GPU_SOURCES:
             raise ConfigError(f"RAYWATCH_GPU_SOURCE={gpu_source!r}: one of "
                               f"{', '.join(GPU_SOURCES)}")
         module = SIMULATED_MODULE if gpu_source == "simulated" else env.get(
-            "RAYWATCH_NVML_MODULE", "pynvml")
+            "RAYWATCH_NVML_MODULE", NVML_MODULE)
         state = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
         return cls(
+            # raywatch's address as the node reaches it, https://raywatch.example.org.
+            # default: none: required
             url=_url(env.get("RAYWATCH_URL", "")),
             token=_token(env),
+            # default: the token's node
             node_name=env.get("RAYWATCH_NODE_NAME") or None,
+            # default: the address given at issue (`agent_token --ip`), else the first report's
             node_ip=env.get("RAYWATCH_NODE_IP") or None,
+            # The spool: batches not yet acknowledged by raywatch, and the trial-log
+            # cursors; a restart or an outage loses and doubles nothing that fits.
+            # default: `$XDG_STATE_HOME/raywatch-agent`, else `~/.local/state/raywatch-agent`
             spool_dir=Path(env.get("RAYWATCH_AGENT_SPOOL") or state / "raywatch-agent"
                            ).expanduser(),
-            spool_max_bytes=int(_number(env, "RAYWATCH_AGENT_SPOOL_MB", 256, 1) * 1024 * 1024),
-            poll_s=_number(env, "RAYWATCH_POLL_GPU_S", 1.0, 0.2),
+            # The spool's cap in MiB: past it the oldest batches are dropped, and the count
+            # shows on the Agents page.
+            spool_max_bytes=int(_number(env, "RAYWATCH_AGENT_SPOOL_MB", SPOOL_MB, 1)
+                                * 1024 * 1024),
+            poll_s=_number(env, "RAYWATCH_POLL_GPU_S", POLL_GPU_S, 0.2),
             gpu_source=gpu_source,
             nvml_module=module,
+            # Roots added to its defaults, separated by ":" or commas (e.g. shared storage).
             log_dirs=log_dirs(env.get("RAYWATCH_LOG_DIRS", "")),
-            ray_tmp_dir=Path(env.get("RAYWATCH_RAY_TMP_DIR") or "/tmp/ray").expanduser(),
-            poll_logs_s=_number(env, "RAYWATCH_POLL_LOGS_S", 1.0, 0.2),
-            log_quiet_s=_number(env, "RAYWATCH_LOG_QUIET_S", 60.0, 0),
-            log_rescan_s=_number(env, "RAYWATCH_LOG_RESCAN_S", 300.0, 1),
-            log_rescan_per_poll=_whole(env, "RAYWATCH_LOG_RESCAN_PER_POLL", 100, 1),
+            ray_tmp_dir=Path(env.get("RAYWATCH_RAY_TMP_DIR") or RAY_TMP_DIR).expanduser(),
+            poll_logs_s=_number(env, "RAYWATCH_POLL_LOGS_S", POLL_LOGS_S, 0.2),
+            log_quiet_s=_number(env, "RAYWATCH_LOG_QUIET_S", LOG_QUIET_S, 0),
+            log_rescan_s=_number(env, "RAYWATCH_LOG_RESCAN_S", LOG_RESCAN_S, 1),
+            log_rescan_per_poll=_whole(env, "RAYWATCH_LOG_RESCAN_PER_POLL",
+                                       LOG_RESCAN_PER_POLL, 1),
             log_file_max_mb=_whole(env, "RAYWATCH_LOG_FILE_MAX_MB", LOG_FILE_MAX_MB, 1),
             log_json_file_max_mb=_whole(env, "RAYWATCH_LOG_JSON_FILE_MAX_MB",
                                         JSON_FILE_MAX_MB, 1),
-            timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", 10.0, 1),
+            # Seconds each request to raywatch may take.
+            timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", TIMEOUT_S, 1),
+            # default: the one beside Python, else on `PATH`
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
-            processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", 5.0, 0.2),
+            # Seconds between snapshots of its node's Ray worker and GPU processes (CPU %,
+            # RSS, state, threads); for 30 s after it signalled a process, one at every GPU
+            # poll.
+            processes_s=_number(env, "RAYWATCH_AGENT_PROCESSES_S", PROCESSES_S, 0.2),
+            # Seconds to gather before a report (0: send what is spooled at once). Unset: as
+            # long as raywatch's answers ask (`send_s`): every poll on a small cluster, every
+            # few seconds on one of hundreds of nodes, where a report of five polls costs
+            # raywatch about what a report of one does (bench/gpu_reports_bench.py); trial
+            # results then arrive that much later.
             send_s=_number(env, "RAYWATCH_AGENT_SEND_S", 0.0, 0, maximum=MAX_SEND_S)
             if env.get("RAYWATCH_AGENT_SEND_S") else None,
         )
@@ -110,6 +156,9 @@ def _url(value: str) -> str:
 
 
 def _token(env: Mapping[str, str]) -> str:
+    # The node token an admin issued (`manage.py agent_token NODE` or the Agents page,
+    # rwa_...); raywatch keeps only its hash.
+    # default: none: required
     token = env.get("RAYWATCH_AGENT_TOKEN", "")
     if not token and env.get("RAYWATCH_AGENT_TOKEN_FILE"):
         try:
