@@ -34,7 +34,7 @@ GPUS = 4
 LEFTOVER_GPU = "3"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Shortened so that each failure shows within two minutes (the defaults suit real
-# searches: README, "Detectors"); a value set in the environment wins.
+# searches: docs/detectors.md); a value set in the environment wins.
 THRESHOLDS = {
     "RAYWATCH_STALL_MIN_S": "45",  # above the hosted judge's 30 s wait: slow is not stalled
     "RAYWATCH_SLOW_FOR_S": "10",

@@ -1,4 +1,5 @@
-"""`make screenshots`: the README's pictures, taken from `make demo` by a script.
+"""`make screenshots`: the pictures of docs/pages.md (one is the README's), taken from
+`make demo` by a script.
 
 Starts the demo (python -m demo) on a free port with its data in a temporary directory,
 waits until raywatch shows the demo's failures (at most --wait seconds), logs in with

@@ -1,4 +1,4 @@
-"""raywatch started the way the README says, in subprocesses: `manage.py migrate`,
+"""raywatch started the way docs/deploying.md says, in subprocesses: `manage.py migrate`,
 `ensure_admin`, `manage.py serve`; on the embedded default (SQLite, in-memory layer,
 in-process scheduler) or the production topology (Postgres, Redis, Celery)."""
 
@@ -59,7 +59,7 @@ def manage(env: dict[str, str], *args: str) -> str:
 
 
 def first_run(env: dict[str, str]) -> tuple[str, str]:
-    """What README's first start does (`migrate`, `ensure_admin`): the admin's API token
+    """What the documented first start does (`migrate`, `ensure_admin`): the admin's API token
     and the password `ensure_admin` wrote down."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "ensure_admin")

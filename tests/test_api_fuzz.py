@@ -3,7 +3,7 @@ valid and invalid input as an admin, never answers with a server error (5xx).
 
 The action endpoints (terminate, stop, kill) are fuzzed too: raywatch knows no trial,
 job or GPU process here and Ray points at a closed port, so each request is refused
-before anything could act. README ("Users, roles and the API") has the same command
+before anything could act. docs/api.md ("The schema, and fuzzing it") has the same command
 to run against a deployment.
 """
 

@@ -238,9 +238,10 @@ class Teams(Transport):
 
 
 class Webhook(Transport):
-    """The documented raywatch payload (README "Alerts"). With a secret, the request
-    carries X-Raywatch-Timestamp and X-Raywatch-Signature: sha256=HMAC(secret,
-    f"{timestamp}.{body}") in hex, so a receiver can check origin and freshness."""
+    """The documented raywatch payload (docs/alerts.md, "Generic webhook payload"). With a
+    secret, the request carries X-Raywatch-Timestamp and X-Raywatch-Signature:
+    sha256=HMAC(secret, f"{timestamp}.{body}") in hex, so a receiver can check origin and
+    freshness."""
 
     kind, service = "webhook", "the webhook"
 

@@ -1,6 +1,6 @@
 """Resource detectors: pure rules `(view, thresholds, now) -> Finding | None` over
 GPUs, GPU processes, hosts, pending demand and nodes. No I/O, no clock of their own.
-The thresholds are documented in README ("Detectors").
+The thresholds are documented in docs/detectors.md.
 """
 
 from __future__ import annotations

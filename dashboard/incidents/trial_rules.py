@@ -2,7 +2,7 @@
 
 No I/O and no clock of their own: time comes in as an argument, so tests move
 time instead of sleeping. The thresholds come from settings (RAYWATCH_*, defaults
-written there once and documented in README, "Detectors").
+written there once and documented in docs/detectors.md).
 """
 
 from __future__ import annotations

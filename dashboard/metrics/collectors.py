@@ -10,7 +10,7 @@ libraries this process imports register their own series.
 Every series carries `cluster`: the cluster its GPU, trial, incident or Ray poll belongs
 to (RAYWATCH_CLUSTER_NAME for the one RAY_ADDRESS points at). Cardinality follows what
 exists now: GPUs, RUNNING trials, active experiments, incident kinds and sources;
-finished trials drop out (README: "Prometheus and Grafana" lists each bound).
+finished trials drop out (docs/prometheus.md, "Cardinality", lists each bound).
 """
 
 from __future__ import annotations
