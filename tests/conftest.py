@@ -21,6 +21,7 @@ import uvicorn
 from channels.layers import channel_layers
 from django.contrib.auth.models import Group, User
 from django.db import connection as db_connection
+from django.test import Client
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
@@ -63,12 +64,14 @@ CHROMIUM_FLAGS = [
 
 # --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:  # --collect-only (runner --plan): nothing runs
+        return
     ids = [item.nodeid for item in session.items]
     first = None
     if any(i.startswith("tests/test_on_embedded_default.py") for i in ids):
-        from tests.test_on_embedded_default import ON_BOTH_BACKENDS
+        from tests.test_on_embedded_default import RERUN
 
-        first = embedded.start_on_embedded_default(*ON_BOTH_BACKENDS)
+        first = embedded.start_on_embedded_default(*RERUN)
     # The bench smokes run in the background too, after the SQLite rerun (one background
     # run at a time), when the suite has other tests to overlap them with.
     smokes = [i for i in ids if i.startswith("tests/test_benches_smoke.py::test_bench_runs")]
@@ -120,6 +123,16 @@ def token_client(user: User) -> APIClient:
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user)}")
     return api
+
+
+def log_in(client: Client, username: str, password: str, path: str = "/login/"):  # type: ignore[no-untyped-def]
+    """Post the login form (`path`: the admin's is /admin/login/) through Django's client."""
+    return client.post(path, {"username": username, "password": password})
+
+
+def logged_in(reply) -> bool:  # type: ignore[no-untyped-def]
+    """Whether log_in's reply is a successful login: the redirect to the home page."""
+    return reply.status_code == 302 and reply["Location"] == "/"
 
 
 def make_user(username: str, role: str | None) -> User:

@@ -45,7 +45,8 @@ _STARTED: dict[tuple[str, ...], Rerun] = {}
 
 
 def start_on_embedded_default(*targets: str) -> Rerun:
-    """Start (once per set of targets) a pytest run of `targets` on the embedded default."""
+    """Start (once per set of targets) a pytest run of `targets` (files, or a selection such
+    as `-m both_backends tests`) on the embedded default."""
     if targets in _STARTED:
         return _STARTED[targets]
     scratch = Path(tempfile.mkdtemp(prefix="raywatch-embedded-rerun-"))

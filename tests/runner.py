@@ -5,15 +5,32 @@ standard local ports. If nothing answers there, throwaway instances are started
 from the installed binaries and removed afterwards; if there are none, this
 says what to install. pytest's "no tests ran" (exit 5) counts as a failure.
 
-The whole suite runs as two pytest processes at once (BESIDE: the files that mostly
-wait on servers of their own), each with its own test database and Redis db; the last
-line counts both. Named files or tests run in one process, as asked.
+Where a test runs is its file's marks, declared once in pyproject.toml
+([tool.pytest.ini_options] markers) and set in the file, e.g.
+`pytestmark = [pytest.mark.beside, pytest.mark.ray]`; there is no list to keep:
+
+- `beside`: the file mostly waits (on raywatch, the demo or Celery started as processes
+  of their own, or on real Tune searches). The whole suite runs as two pytest processes
+  at once, `-m "not beside"` and `-m beside`, each with its own test database, Redis db,
+  data dir and Ray cluster; the last line counts both. Mark by duration (--durations), so
+  that both take about the same time.
+- `both_backends`: the file's code path makes queries of its own (ORM lookups, raw SQL,
+  bulk writes, locking); tests/test_on_embedded_default.py runs `-m both_backends` again
+  on the embedded default's SQLite, in the background of the main process.
+- `ray`, `browser`: what the tests need (a real local Ray cluster, Chromium).
+- The bench smokes (tests/test_benches_smoke.py) take every script in bench/, and mark each
+  by what its code starts.
+
+Named files or tests (or -m / -k) run in one process, exactly as asked.
+`python -m tests.runner --plan [pytest args]` prints which files each process would get
+(pytest's own collection) and runs nothing.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -129,19 +146,19 @@ def _stop(process: subprocess.Popen) -> None:
         process.kill()
 
 
-# Files that mostly wait: on raywatch, the demo or Celery started as processes of their own,
-# or on real Tune searches. The whole suite runs them in a second pytest process beside the
-# rest (its own test database, Redis db, data dir and Ray cluster), so those minutes overlap.
-# Chosen by duration (--durations): both processes take about the same time.
-BESIDE = (
-    "tests/test_agent_outage.py", "tests/test_demo.py", "tests/test_two_nodes.py",
-    "tests/test_end_to_end.py", "tests/test_production_topology.py",
-    "tests/test_serve_command.py", "tests/test_trial_detection.py",
-    "tests/test_terminate_trial.py", "tests/test_many_clusters.py",
-)
+# The split of the whole suite between its two processes: by the files' marks.
+MAIN_RUN = ("-m", "not beside")
+BESIDE_RUN = ("-m", "beside")
+
+
+def as_asked(argv: list[str]) -> bool:
+    """Files or tests named, or a selection (-m, -k): one process runs exactly that."""
+    return any(not arg.startswith("-") or arg[:2] in ("-m", "-k") for arg in argv)
 
 
 def main(argv: list[str]) -> int:
+    if "--plan" in argv:
+        return plan([arg for arg in argv if arg != "--plan"])
     ensure_chromium()
     before = ray_current_cluster()
     code = run_suite(argv)
@@ -176,21 +193,64 @@ def run_suite(argv: list[str]) -> int:
         if not answers(parsed.hostname or "127.0.0.1", parsed.port or 6379):
             redis_url = start_throwaway_redis(stack)
         say(f"Postgres {urlparse(db_url).netloc}, Redis {urlparse(redis_url).netloc}")
-        if any(not arg.startswith("-") for arg in argv):  # files or tests named: as asked
+        if as_asked(argv):
             return verdict([pytest_run(argv, db_url, redis_url).wait()])
         scratch = Path(tempfile.mkdtemp(prefix="raywatch-test-runs-"))
-        say(f"{len(BESIDE)} files that wait on processes of their own run beside the rest; "
-            f"their output follows the main run's (as it goes: {scratch / 'beside.log'})")
+        say("the files marked `beside` (they wait on processes of their own) run beside the "
+            f"rest; their output follows the main run's (as it goes: {scratch / 'beside.log'})")
         with (scratch / "beside.log").open("wb") as sink:
-            beside = pytest_run([*argv, f"--junitxml={scratch / 'beside.xml'}", *BESIDE],
+            beside = pytest_run([*argv, f"--junitxml={scratch / 'beside.xml'}", *BESIDE_RUN],
                                 other_database(db_url), other_redis_db(redis_url), sink)
-            main_run = pytest_run([*argv, f"--junitxml={scratch / 'main.xml'}",
-                                   *(f"--ignore={f}" for f in BESIDE)], db_url, redis_url)
+            main_run = pytest_run([*argv, f"--junitxml={scratch / 'main.xml'}", *MAIN_RUN],
+                                  db_url, redis_url)
             codes = [main_run.wait(), beside.wait()]
-        print(f"\n[make test] ===== beside the main run: {' '.join(BESIDE)} =====", flush=True)
+        print(f"\n[make test] ===== beside the main run ({' '.join(BESIDE_RUN)}) =====",
+              flush=True)
         print((scratch / "beside.log").read_text(errors="replace"), flush=True)
         print(totals([scratch / "main.xml", scratch / "beside.xml"]), flush=True)
         return verdict(codes)
+
+
+def plan(argv: list[str]) -> int:
+    """Print the files each pytest process of this run would get, and the SQLite rerun's
+    when the embedded-default test is among them; collects only, runs nothing."""
+    from tests.test_on_embedded_default import RERUN
+
+    runs = [("one process, as asked", argv)] if as_asked(argv) else [
+        (f"main process ({' '.join(MAIN_RUN)})", [*argv, *MAIN_RUN]),
+        (f"beside it, a second process ({' '.join(BESIDE_RUN)})", [*argv, *BESIDE_RUN])]
+    codes, seen = [], set()
+    for title, args in runs:
+        code, files = show_collection(title, args, dict(os.environ))
+        codes.append(code)
+        seen.update(files)
+    if "tests/test_on_embedded_default.py" in seen:
+        sqlite_env = {k: v for k, v in os.environ.items()
+                      if k not in ("DATABASE_URL", "REDIS_URL")}
+        codes.append(show_collection(
+            f"SQLite rerun, in the background of tests/test_on_embedded_default.py's process "
+            f"({' '.join(RERUN)})", list(RERUN), sqlite_env)[0])
+    return verdict(codes)
+
+
+def show_collection(title: str, args: list[str], env: dict[str, str]) -> tuple[int, list[str]]:
+    """Print the files `pytest args` collects; (pytest's exit code, the files)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, env=env)
+    if done.returncode not in (0, 5):
+        print(f"[make test] {title}: pytest exit {done.returncode}", flush=True)
+        print(*done.stdout.splitlines()[-15:], done.stderr[-3000:], sep="\n", flush=True)
+        return done.returncode, []
+    count: dict[str, int] = {}  # file: its tests (-q lists each test, -qq each file's count)
+    for line in done.stdout.splitlines():
+        if m := re.match(r"([^\s:]+\.py)(?:::|: (\d+)$)", line):
+            count[m.group(1)] = count.get(m.group(1), 0) + int(m.group(2) or 1)
+    print(f"[make test] {title}: {sum(count.values())} tests in {len(count)} files", flush=True)
+    for name in sorted(count):
+        print(f"    {name} ({count[name]})", flush=True)
+    files = sorted(count)
+    return done.returncode, files
 
 
 def pytest_run(args: list[str], db_url: str, redis_url: str, stdout: Any = None

@@ -18,7 +18,8 @@ from dashboard.agents.models import NodeProcess
 from tests.conftest import mark_ray_current, token_client
 from tests.test_terminate_on_this_host import hung_trial
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the action runs in a thread
+# On SQLite too: an agent's "gone" against Ray's view. The action runs in a thread.
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_agent_saying_gone_while_ray_lists_the_actor_alive_is_no_success(  # type: ignore[no-untyped-def]

@@ -1,7 +1,8 @@
-"""A node agent against raywatch started the README way (`manage.py serve`), on the
-embedded default (SQLite) and on Postgres: its GPUs show, it keeps spooling while
-raywatch is down and, once raywatch is back, every poll is stored exactly once; and a
-trial on its node is terminated through it, with its steps in the audit."""
+"""A node agent against raywatch started the documented way (`manage.py serve`:
+docs/deploying.md), on the embedded default (SQLite) and on Postgres: its GPUs show, it
+keeps spooling while raywatch is down and, once raywatch is back, every poll is stored
+exactly once; and a trial on its node is terminated through it, with its steps in the
+audit."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from tests import served
 from tests.agents import agent_env, running_agent
 from tests.conftest import wait_for
 from tests.served import api_get, api_post, embedded_env, manage, start_serve, stop_serve
+
+pytestmark = pytest.mark.beside
 
 # raywatch is down this long: a minute on Postgres (the issue's figure, and longer than the
 # agent's 30 s backoff cap), 10 s on the embedded default (the spool does not care).

@@ -17,7 +17,7 @@ from dashboard.agents import tokens
 from dashboard.agents.models import NodeToken
 from dashboard.core.errors import ApiError
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def logged_in(user: User) -> Client:

@@ -30,7 +30,8 @@ from tests.agents import agent_env, commands, gpu_record, report, running_agent
 from tests.conftest import LiveServer, token_client, wait_for
 from tests.served import embedded_env, manage, start_serve, stop_serve
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# On SQLite too: an in-process ASGI server on the SQLite test database
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
 
 
 def issue(node: str, node_ip: str = "") -> str:

@@ -17,6 +17,8 @@ from dashboard.incidents.models import Incident, IncidentEvent
 from dashboard.incidents.service import sync_findings
 from tests.conftest import PASSWORD, api_token
 
+pytestmark = pytest.mark.both_backends
+
 STALLED = Finding("trial_stalled", "trial:mnist/t_0001", "critical",
                   "no result for 9 min (usually every 20 s)")
 SLOW = Finding("step_time_regression", "trial:mnist/t_0002", "warning",

@@ -12,7 +12,7 @@ from dashboard.alerts.models import Silence
 from dashboard.alerts.service import acknowledge, create_silence, end_silence
 from tests.alerting import Detector, route, send_all, webhook
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 @pytest.fixture

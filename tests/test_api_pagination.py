@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.contrib.auth.models import User
 
 from dashboard.core.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 from dashboard.trials.models import Experiment, Trial
 from tests.conftest import token_client
+
+pytestmark = pytest.mark.both_backends
 
 TRIALS = MAX_PAGE_SIZE + 150
 

@@ -12,7 +12,7 @@ from dashboard.actions.service import ActionRefused, Plan, request
 from dashboard.core.roles import OPERATOR
 from tests.conftest import PASSWORD
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def plan(key: str) -> Plan:

@@ -22,7 +22,7 @@ from dashboard.core.models import SourceHealth
 from tests.conftest import token_client
 from tests.raystandin import RayStandIn, cluster_of
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 FIRST, SECOND, THIRD = (f"session_2026-11-24_0{h}-00-00_00000{h}_4242" for h in (1, 2, 3))
 
 

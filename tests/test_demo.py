@@ -36,7 +36,7 @@ from tests.conftest import wait_for
 from tests.served import NOT_INHERITED, ROOT
 from tests.test_end_to_end import screenshots
 
-pytestmark = [pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(900)]
 PROMISED_S = 120  # README: what you see within two minutes of the page answering
 FAULTY = ("hang", "slow", "error")
 
@@ -243,7 +243,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         expect(page.locator("#gpus-table")).to_contain_text("orphan")
         expect(page.locator("#triage-simulated")).to_be_visible()
         shoot(page, "home")
-        # `make screenshots` takes the README's pictures of these pages, the same way.
+        # `make screenshots` takes docs/pages.md's pictures of these pages, the same way.
         pictures = capture(page, tmp_path / "readme", settle_ms=500)
         assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "gpus",
                                               "cluster"]

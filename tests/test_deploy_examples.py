@@ -1,10 +1,10 @@
-"""The deploy examples say what the README promises. The agent's (KubeRay sidecar,
-systemd unit, docker-compose's agent service) get raywatch's URL and a node token and no
-database or broker credentials, read the Ray temp dir read-only, keep a spool, and hold
-no privilege but ptrace. docker-compose runs nothing as root, keeps Postgres and Redis
-out of the agent's reach and behind passwords nobody left at a default, and serves
-raywatch only through TLS. The images and `make install` take the locked packages, each
-by hash."""
+"""The deploy examples say what docs/agents.md and docs/deploying.md promise. The
+agent's (KubeRay sidecar, systemd unit, docker-compose's agent service) get raywatch's
+URL and a node token and no database or broker credentials, read the Ray temp dir
+read-only, keep a spool, and hold no privilege but ptrace. docker-compose runs nothing
+as root, keeps Postgres and Redis out of the agent's reach and behind passwords nobody
+left at a default, and serves raywatch only through TLS. The images and `make install`
+take the locked packages, each by hash."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from rest_framework.test import APIClient
 
 from dashboard.trials.models import Experiment, StepResult, Trial
 
-pytestmark = pytest.mark.django_db
+# On SQLite too: JSON paths: SQLite's JSON_EXTRACT, not jsonb
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 NOW = datetime.now(UTC) - timedelta(minutes=1)
 
 

@@ -1,9 +1,10 @@
-"""End to end, the README way: `manage.py migrate`, `ensure_admin` and `manage.py serve`
-in subprocesses, watching a real local Ray cluster that runs a real Tune search with two
-hung trials. In Chromium and through the API the admin sees the trials, the hang
-detected, acknowledges the alert, terminates one hung trial from its trial page and the
-other (which ignores SIGTERM) from its incident page; both processes are gone, the audit
-says so, and the GPU history chart has points.
+"""End to end, the documented way (docs/deploying.md, "Without compose"): `manage.py
+migrate`, `ensure_admin` and `manage.py serve` in subprocesses, watching a real local
+Ray cluster that runs a real Tune search with two hung trials. In Chromium and through
+the API the admin sees the trials, the hang detected, acknowledges the alert, terminates
+one hung trial from its trial page and the other (which ignores SIGTERM) from its
+incident page; both processes are gone, the audit says so, and the GPU history chart has
+points.
 
 Once on the embedded default (its own SQLite file, in-memory channel layer, in-process
 scheduler; no DATABASE_URL or REDIS_URL) and once on the production topology (Postgres,
@@ -35,7 +36,7 @@ from tests.served import (
     stop_serve,
 )
 
-pytestmark = [pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
 GPU = "GPU-e2e-0"
 # Short thresholds so a hang is found in seconds; the defaults are for real searches.
 FAST = {
@@ -87,7 +88,7 @@ def tune_search(ray_cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[str
 @pytest.fixture
 def raywatch(backend_env, tune_search, ray_cluster: LocalCluster,  # type: ignore[no-untyped-def]
              tmp_path: Path) -> Iterator[Raywatch]:
-    """raywatch as the README starts it, pointed at the test cluster and the search's
+    """raywatch as docs/deploying.md starts it, pointed at the test cluster and the search's
     storage, with a fake NVML (no GPU here) that shows one GPU."""
     backend, env = backend_env
     env = {**env, **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,

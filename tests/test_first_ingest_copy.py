@@ -18,6 +18,8 @@ from dashboard.trials.bulkwrite import COPY_MIN_ROWS
 from dashboard.trials.models import LogCursor, StepResult, Trial
 from dashboard.trials.tasks import poll_trial_logs
 
+pytestmark = pytest.mark.both_backends
+
 TRIALS, LINES = 24, 60  # 1,440 results: over COPY_MIN_ROWS in one go
 STAMP = "2026-11-21_16-30-01"
 

@@ -18,7 +18,8 @@ from dashboard.trials.models import TrialStack
 from tests.conftest import token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# On SQLite too: a result line never picks what is signalled
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

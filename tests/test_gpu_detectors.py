@@ -20,7 +20,7 @@ from dashboard.trials.models import Experiment, Trial
 from tests.conftest import mark_ray_current
 
 GIB = 1024**3
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def firing(kind: str) -> list[Incident]:

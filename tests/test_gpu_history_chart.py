@@ -13,7 +13,7 @@ from dashboard.gpus.models import Gpu, GpuSample
 from dashboard.gpus.retention import roll_up
 from tests.conftest import token_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def recorded_gpu(start: datetime, minutes: int) -> Gpu:

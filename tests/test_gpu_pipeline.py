@@ -18,7 +18,7 @@ from dashboard.gpus.retention import prune, roll_up
 from dashboard.gpus.tasks import poll_gpus
 
 GIB = 1024**3
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def api(user, path: str):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from dashboard.actions.models import AuditEntry
 from dashboard.gpus.tasks import poll_gpus
 from tests.conftest import mark_ray_current, token_client, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
 GiB = 1024**3
 IGNORES_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                    "print('ready', flush=True); time.sleep(600)")

@@ -13,7 +13,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from dashboard.core.login import KNOWN_BROWSER_COOKIE, budgets
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, log_in, logged_in
 
 ATTACKER = "198.51.100.7"
 OFFICE = "203.0.113.20"
@@ -34,14 +34,6 @@ def forget_failures(admin, viewer) -> Iterator[None]:  # type: ignore[no-untyped
     forget()
     yield
     forget()
-
-
-def log_in(client: Client, username: str, password: str, path: str = "/login/"):  # type: ignore[no-untyped-def]
-    return client.post(path, {"username": username, "password": password})
-
-
-def logged_in(reply) -> bool:  # type: ignore[no-untyped-def]
-    return reply.status_code == 302 and reply["Location"] == "/"
 
 
 def test_a_stranger_guessing_the_admins_password_does_not_lock_the_admin_out(admin) -> None:  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from dashboard.core.login import budgets
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, log_in, logged_in
 
 ATTACKER = "198.51.100.7"
 OFFICE = "203.0.113.20"
@@ -36,18 +36,10 @@ def forget_failures(admin, operator, viewer) -> Iterator[None]:  # type: ignore[
     forget()
 
 
-def log_in(client: Client, username: str, password: str, path: str = "/login/"):  # type: ignore[no-untyped-def]
-    return client.post(path, {"username": username, "password": password})
-
-
 def fail_times(client: Client, username: str, times: int) -> None:
     for _ in range(times):
         reply = log_in(client, username, "wrong")
         assert reply.status_code == 200 and b"Wrong username or password" in reply.content
-
-
-def logged_in(reply) -> bool:  # type: ignore[no-untyped-def]
-    return reply.status_code == 302 and reply["Location"] == "/"
 
 
 def test_sixth_try_is_refused_even_with_the_right_password(viewer) -> None:  # type: ignore[no-untyped-def]

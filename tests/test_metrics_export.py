@@ -38,7 +38,7 @@ from tests.conftest import mark_ray_current, token_client
 from tests.test_actions_imports import graph
 from tests.test_gpu_detectors import actor, node
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024**3
 Series = dict[tuple[str, ...], float]

@@ -11,7 +11,7 @@ from dashboard.alerts.models import Channel, Delivery
 from tests.alerting import Detector, route, send_all, webhook
 from tests.conftest import wait_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def deliver_until_done(delivery_id: int) -> Delivery:

@@ -22,7 +22,7 @@ from tests import served
 from tests.conftest import wait_for
 from tests.served import ROOT, api_get, fake_gpu_spec, manage, nodes_or_none
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.beside, pytest.mark.ray]
 
 
 @pytest.fixture

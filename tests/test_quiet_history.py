@@ -19,6 +19,8 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import StepResult, Trial
 from dashboard.trials.tasks import poll_trial_logs
 
+pytestmark = pytest.mark.both_backends
+
 EXPERIMENTS, TRIALS_PER_EXPERIMENT, LINES = 4, 40, 3
 QUIET_TRIALS = EXPERIMENTS * TRIALS_PER_EXPERIMENT
 ERRORED_EVERY = 2  # in failed_history: 80 failed trials

@@ -15,7 +15,7 @@ from dashboard.cluster.workload import (
     ingest_workers,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
 
 
 def test_no_workers_listed_empties_the_workers() -> None:

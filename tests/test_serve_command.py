@@ -20,7 +20,7 @@ from collectors.localray import free_port
 from tests.conftest import wait_for
 from tests.served import ROOT, embedded_env, manage, nodes_or_none
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.beside, pytest.mark.ray]
 
 
 def ray_processes_of(session_dir: str) -> list[psutil.Process]:

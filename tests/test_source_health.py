@@ -16,6 +16,8 @@ from dashboard.core.health import effective_state
 from dashboard.core.models import SourceHealth
 from tests.conftest import PASSWORD
 
+pytestmark = pytest.mark.both_backends
+
 
 def ray_health() -> SourceHealth:
     return SourceHealth.objects.get(source="ray", scope="")

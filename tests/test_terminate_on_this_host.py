@@ -20,7 +20,7 @@ from dashboard.gpus.models import Gpu, GpuProcess
 from dashboard.trials.models import Experiment, Trial
 from tests.conftest import token_client, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
 NODE_IP = "127.0.0.1"  # an address of this host: Ray placed the trial here
 
 

@@ -12,6 +12,8 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
 from tests.conftest import PASSWORD, LiveServer, api_token, login
 
+pytestmark = pytest.mark.both_backends
+
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(2)>'
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 

@@ -18,7 +18,7 @@ from dashboard.trials.models import StepResult, Trial
 from dashboard.trials.views_data import trial_payload
 from tests.conftest import POLL_S, STALL_MIN_S, start_search, stop_node, wait_for
 
-pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
 
 def trial_with(experiment: str, behaviour: str) -> Trial | None:

@@ -13,6 +13,8 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import LogCursor, StepResult, Trial
 from dashboard.trials.tasks import poll_trial_logs
 
+pytestmark = pytest.mark.both_backends
+
 TRIAL = "train_fn_ab12c_00000_0_lr=0.1_2026-11-21_16-30-01"
 
 

@@ -49,7 +49,7 @@ from tests.served import (
 )
 from tests.test_end_to_end import login, screenshots
 
-pytestmark = [pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
 NODE_B, NODE_B_IP = "node-b", "127.0.0.2"
 # Where to save screenshots (1280 and 1440 px) when a person wants to look at them.
 SHOTS = os.environ.get("RAYWATCH_TWO_NODE_SHOTS")
