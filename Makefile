@@ -101,6 +101,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/push_latency.py
 	$(BIN)/python bench/quiet_history_bench.py
 	$(BIN)/python bench/ray_cap_bench.py
+	$(BIN)/python bench/ray_calls_bench.py
 	$(BIN)/python bench/running_trials_bench.py
 	$(BIN)/python bench/terminate_bench.py
 	$(BIN)/python bench/trial_logs_bench.py

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -118,6 +118,13 @@ def setup_django(database: str | None = None, **extra_env: str) -> dict[str, str
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
     return env
+
+
+def seconds(call: Callable[[], object]) -> float:
+    """How long `call()` took, wall clock, in seconds to the millisecond."""
+    started = time.perf_counter()
+    call()
+    return round(time.perf_counter() - started, 3)
 
 
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

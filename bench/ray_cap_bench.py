@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from dataclasses import dataclass
 
 import harness
@@ -65,11 +64,11 @@ def run(scenario: Scenario) -> dict[str, object]:
 
         settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS = None, url
         settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH = None, None
-        first = timed(poll_ray_state)
+        first = harness.seconds(poll_ray_state)
         stand_in.requests.clear()
-        polls = [timed(poll_ray_state) for _ in range(POLLS)]
+        polls = [harness.seconds(poll_ray_state) for _ in range(POLLS)]
         requests = stand_in.requests["/api/v0/actors"] // POLLS
-        fetches = [timed(lambda: fetch_cluster(ray_endpoint(), start_times_known=None))
+        fetches = [harness.seconds(lambda: fetch_cluster(ray_endpoint(), start_times_known=None))
                    for _ in range(POLLS)]
     health = SourceHealth.objects.get(source="ray")
     return {
@@ -80,12 +79,6 @@ def run(scenario: Scenario) -> dict[str, object]:
         "actor_requests": requests, "strip": health.state,
         "reason": health.last_error,
     }
-
-
-def timed(call) -> float:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    call()
-    return round(time.perf_counter() - started, 3)
 
 
 def main() -> None:

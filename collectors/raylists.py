@@ -68,6 +68,23 @@ def truncation(listing: str, reply: Any) -> Truncation | None:
     return Truncation(listing, _int(_body(reply).get("total")), len(rows_of(reply)))
 
 
+def calls_truncation(reply: Any) -> Truncation | None:
+    """Ray's running calls cut at the row limit. Its task list's `total` is not a table
+    size: Ray adds every task event it ever dropped (GcsTaskManager::HandleGetTaskEvents),
+    so `was_cut` would call every list of a busy cluster cut (dropped_task_events says
+    what was dropped); only a full page says rows were left out."""
+    rows = rows_of(reply)
+    return Truncation("running calls", None, len(rows)) if len(rows) >= MAX_ROWS else None
+
+
+def dropped_task_events(reply: Any) -> int | None:
+    """How many task events Ray dropped since its cluster started (its buffers were full:
+    a call may be missing from the list), by its reply's count: `total` less the rows."""
+    body = _body(reply)
+    total, listed = _int(body.get("total")), _int(body.get("num_after_truncation"))
+    return None if total is None or listed is None else max(total - listed, 0)
+
+
 def ray_warnings(reply: Any) -> list[str]:
     """What Ray itself warned about in a list reply (a data source that did not answer)."""
     body = _body(reply)

@@ -18,6 +18,7 @@ from typing import Any
 
 from collectors.http import SourceError, get_json
 from collectors.raylists import (
+    calls_truncation,
     fetch_live_actors,
     list_query,
     ray_warnings,
@@ -25,6 +26,7 @@ from collectors.raylists import (
 )
 from collectors.records import (
     ActorRecord,
+    CallRecord,
     NodeRecord,
     RaySession,
     ResourceUse,
@@ -37,6 +39,10 @@ LIVE_PLACEMENT_GROUPS = ("state", "!=", "REMOVED")
 # Live workers only. Lower-case on purpose: Ray hands the GCS only "True", so this one
 # runs after the GCS's cut, and the reply's counts then say exactly whether it cut.
 LIVE_WORKERS = ("is_alive", "=", "true")
+# Running calls only, filtered in the GCS before its cut (Ray 2.60 pushes `state` down),
+# without the detail columns (events, profiling data: kilobytes a row). Ray's driver task
+# is left out by default.
+RUNNING_CALLS = ("state", "=", "RUNNING")
 # Actor ids per /logical/actors?ids= request: keeps the URL under aiohttp's 8 KiB line limit.
 START_TIME_BATCH = 100
 
@@ -72,6 +78,7 @@ class ClusterReply:
     truncations: tuple[Truncation, ...] = ()
     warnings: tuple[str, ...] = ()  # what Ray's list replies warned about
     version: dict[str, Any] = field(default_factory=dict)  # GET /api/version
+    calls: dict[str, Any] = field(default_factory=dict)  # /api/v0/tasks, the running ones
 
     def complete(self, listing: str) -> bool:
         """Whether raywatch holds all of this list: what it lacks may still exist."""
@@ -154,7 +161,9 @@ def fetch_cluster(
         "workers": fetch_json(endpoint,
                               f"/api/v0/workers?{list_query(LIVE_WORKERS, detail=False)}"),
     }
-    cuts = [actors.truncation] + [truncation(name, reply) for name, reply in lists.items()]
+    calls = fetch_json(endpoint, f"/api/v0/tasks?{list_query(RUNNING_CALLS, detail=False)}")
+    cuts = [actors.truncation, calls_truncation(calls)] + [
+        truncation(name, reply) for name, reply in lists.items()]
     return ClusterReply(
         nodes=lists["nodes"],
         status=fetch_json(endpoint, "/api/cluster_status"),
@@ -163,12 +172,15 @@ def fetch_cluster(
         placement_groups=lists["placement groups"],
         jobs=jobs,
         workers=lists["workers"],
+        calls=calls,
         actor_entries=(
             {}
             if start_times_known is None
             else _fetch_actor_entries(endpoint, actors.reply, set(start_times_known))
         ),
         truncations=tuple(cut for cut in cuts if cut is not None),
+        # The calls' reply is left out: Ray's warnings there repeat, poll after poll, task
+        # events dropped once; dashboard/cluster/calls.py says when more were.
         warnings=tuple(w for reply in (actors.reply, *lists.values()) for w in ray_warnings(reply)),
         version=version,
     )
@@ -208,6 +220,29 @@ def parse_workers(reply: ClusterReply) -> list[WorkerRecord]:
         if isinstance(row, dict) and row.get("worker_id") and row.get("pid")
     ]
     return sorted(records, key=lambda r: r.worker_id)
+
+
+def parse_calls(reply: ClusterReply) -> list[CallRecord]:
+    """The tasks and actor calls running now (none when Ray sent no such list)."""
+    rows = _dig(reply.calls, "data", "result", "result") or []
+    records = [
+        CallRecord(task_id=str(row["task_id"]), attempt=_whole(row.get("attempt_number")),
+                   name=str(row.get("name") or row.get("func_or_class_name") or "?")[:200],
+                   kind=str(row.get("type") or "")[:32], job_id=row.get("job_id") or None,
+                   actor_id=row.get("actor_id") or None, node_id=row.get("node_id") or None,
+                   pid=_whole(row.get("worker_pid")) or None)
+        for row in rows
+        if isinstance(row, dict) and row.get("task_id") and row.get("state") == "RUNNING"
+        and row.get("type") != "DRIVER_TASK"
+    ]
+    return sorted(records, key=lambda r: (r.task_id, r.attempt))
+
+
+def _whole(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def parse_actors(reply: ClusterReply) -> list[ActorRecord]:

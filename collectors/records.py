@@ -122,6 +122,22 @@ class ActorRecord:
 
 
 @dataclass(frozen=True)
+class CallRecord:
+    """A task or actor call Ray lists as RUNNING (GET /api/v0/tasks): its name is Ray's
+    "Class.method" for an actor call (`AutoRewardManager.compute_reward`), the function's
+    name for a task; a call blocked in ray.get is RUNNING too (docs/ray-facts.md)."""
+
+    task_id: str
+    attempt: int
+    name: str
+    kind: str  # ACTOR_TASK, NORMAL_TASK, ACTOR_CREATION_TASK
+    job_id: str | None
+    actor_id: str | None
+    node_id: str | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """A Ray job: one driver, submitted through the Jobs API or started by hand."""
 

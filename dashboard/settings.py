@@ -282,6 +282,16 @@ INFEASIBLE_GRACE_S = env_number("RAYWATCH_INFEASIBLE_GRACE_S", 5.0, minimum=0)
 SPILL_WINDOW_S = env_number("RAYWATCH_SPILL_WINDOW_S", 300.0, minimum=1)
 # node_dead: a Ray node that died within this many hours is flagged.
 NODE_DEAD_KEEP_H = env_number("RAYWATCH_NODE_DEAD_KEEP_H", 24.0, minimum=0)
+# call_overdue: a Ray task or actor call (`AutoRewardManager.compute_reward`) running this
+# many times its name's usual duration (the median of its last calls raywatch saw end)...
+CALL_OVERDUE_FACTOR = env_number("RAYWATCH_CALL_OVERDUE_FACTOR", 5.0, minimum=1)
+# ...and at least this many seconds is flagged, naming the call, its actor, node and pid.
+CALL_OVERDUE_MIN_S = env_number("RAYWATCH_CALL_OVERDUE_MIN_S", 30.0, minimum=0)
+# How many ended calls of each name raywatch keeps the durations of.
+CALL_HISTORY = env_int("RAYWATCH_CALL_HISTORY", 20, minimum=1)
+# How many a name needs before its usual duration counts: a name seen end fewer times
+# (a trainer's one long `Runner.run`) is never overdue.
+CALL_MIN_HISTORY = env_int("RAYWATCH_CALL_MIN_HISTORY", 2, minimum=1)
 
 CELERY_BEAT_SCHEDULE.update({
     "dispatch-gpu-polls": {

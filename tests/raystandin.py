@@ -50,6 +50,7 @@ class Cluster:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     placement_groups: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # running calls, as listed
 
 
 def hex_id(kind: str, n: int, width: int) -> str:
@@ -141,6 +142,8 @@ class RayStandIn:
             return Listing(list(c.workers), "worker_id", frozenset({("is_alive", "True")}))
         if resource == "nodes":
             return Listing(list(c.nodes), "node_id")
+        if resource == "tasks":  # Ray 2.60 pushes `state` down to the GCS
+            return Listing(list(c.tasks), "task_id", frozenset({("state", "*")}))
         return Listing(list(c.placement_groups), "placement_group_id")
 
     def answer(self, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:

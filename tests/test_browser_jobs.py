@@ -70,3 +70,39 @@ def test_jobs_arrive_live_and_a_running_one_can_be_stopped(  # type: ignore[no-u
     stop.click()
     expect(page.locator("#action-dialog")).to_be_visible()
     assert page.evaluate("window.__noReload") is True
+
+
+def test_calls_running_now_arrive_live_and_an_overdue_one_shows_it(  # type: ignore[no-untyped-def]
+        page, live_server_asgi: LiveServer, viewer, settings) -> None:
+    from collectors.records import CallRecord
+    from dashboard.cluster.calls import ingest_calls
+    from dashboard.cluster.models import CallTiming, Cluster, settings_cluster_pk
+
+    def call(task: str, name: str) -> CallRecord:
+        return CallRecord(task_id=task, attempt=0, name=name, kind="ACTOR_TASK",
+                          job_id="02000000", actor_id="ab" * 16, node_id="", pid=4242)
+
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    t0 = timezone.now() - timedelta(minutes=5)
+    # Three reward calls of ~3 s were seen to end; the fourth has run five minutes.
+    CallTiming.objects.create(cluster=cluster, name="AutoRewardManager.compute_reward",
+                              durations=[3.0, 3.1, 2.9], updated_at=t0)
+    ingest_calls([call("t-run", "Runner.run"), call("t-reward",
+                  "AutoRewardManager.compute_reward")], t0, cluster)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, live_server_asgi, viewer, "/jobs/")
+    expect(page.locator("#live-state")).to_have_text("live")
+    reward = page.locator('#calls tr[data-call="t-reward"]')
+    expect(page.locator("#calls tbody tr").first).to_have_attribute("data-call", "t-reward")
+    expect(reward.locator("td.running")).to_have_class("running bad")
+    expect(reward).to_contain_text("pid 4242")
+    expect(reward).to_contain_text("3 s")  # usual
+    runner = page.locator('#calls tr[data-call="t-run"]')
+    expect(runner).to_contain_text("not known yet")
+    expect(runner.locator("td.running")).not_to_have_class("running bad")
+
+    off_the_loop(ingest_calls, [call("t-run", "Runner.run"), call("t-gen",
+                 "WorkerDict.actor_rollout_ref_generate_sequences")], timezone.now(), cluster)
+    expect(page.locator('#calls tr[data-call="t-gen"]')).to_be_visible(timeout=LIVE_MS)
+    expect(reward).to_have_count(0)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280

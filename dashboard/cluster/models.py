@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -154,6 +155,56 @@ class Actor(models.Model):
     def label(self) -> str:
         """Its name, repr name, or class name without the module and `<locals>` path."""
         return self.name or self.repr_name or self.class_name.rsplit(".", 1)[-1] or "actor"
+
+
+class RayCall(models.Model):
+    """A task or actor call Ray lists as running, while it runs (dashboard/cluster/calls.py):
+    the one fact about a hung phase of an RL step, whose metrics come only at its end."""
+
+    cluster = cluster_field()
+    task_id = models.CharField(max_length=64)
+    attempt = models.IntegerField(default=0)
+    name = models.CharField(max_length=200)  # Ray's "Class.method", or the task's function
+    kind = models.CharField(max_length=32, blank=True, default="")
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    actor_id = models.CharField(max_length=64, blank=True, default="")
+    node_id = models.CharField(max_length=64, blank=True, default="")
+    pid = models.IntegerField(null=True)
+    # Since when raywatch has seen it running (within a Ray poll of its start: Ray's own
+    # start time costs the detail columns, kilobytes a row), and when it last did.
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "task_id", "attempt"],
+                                               name="one_call_row")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.task_id[:8]})"
+
+
+class CallTiming(models.Model):
+    """How long the calls of one name took, the last few raywatch saw end: what a call
+    running now is held against (its usual duration is their median)."""
+
+    cluster = cluster_field()
+    name = models.CharField(max_length=200)
+    durations = models.JSONField(default=list)  # seconds, oldest first
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="one_timing_per_call_name")]
+
+    @staticmethod
+    def usual(durations: list[float]) -> float | None:
+        """A name's usual duration: the median of its last durations; None before
+        CALL_MIN_HISTORY of them (one slow first call is no habit)."""
+        if len(durations) < settings.CALL_MIN_HISTORY:
+            return None
+        ordered = sorted(durations)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 class Worker(models.Model):

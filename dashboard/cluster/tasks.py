@@ -12,10 +12,12 @@ from collectors.raystate import (
     ClusterReply,
     fetch_cluster,
     parse_actors,
+    parse_calls,
     parse_nodes,
     parse_session,
     parse_workers,
 )
+from dashboard.cluster.calls import dropped_lately, ingest_calls
 from dashboard.cluster.endpoint import ray_endpoint
 from dashboard.cluster.models import Actor, Cluster
 from dashboard.cluster.sessions import added_clusters, held, note_answer, note_failure
@@ -116,6 +118,9 @@ def store(cluster: Cluster, reply: ClusterReply, dashboard_url: str,
         publish(CLUSTER_GROUP, "cluster", cluster_payload())
     ingest_actors(parse_actors(reply), now, cluster, complete=reply.complete("actors"))
     ingest_workers(parse_workers(reply), now, cluster, complete=reply.complete("workers"))
+    ingest_calls(parse_calls(reply), now, cluster, complete=reply.complete("running calls"),
+                 new_session=new_state)
+    warnings += dropped_lately(cluster, reply.calls, now)
     ingest_jobs(parse_jobs(reply), now, cluster)
     ingest_placement_groups(parse_placement_groups(reply), now, cluster,
                             complete=reply.complete("placement groups"))

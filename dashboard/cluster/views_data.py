@@ -21,7 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 from rest_framework.utils.encoders import JSONEncoder
 
-from dashboard.cluster.models import Cluster, Demand, Job, Node
+from dashboard.cluster.models import Actor, CallTiming, Cluster, Demand, Job, Node, RayCall
 from dashboard.cluster.serializers import ClusterSerializer, DemandSerializer
 from dashboard.cluster.sessions import current_cluster
 
@@ -188,7 +188,42 @@ def jobs_payload(cluster: str | None = None) -> dict[str, Any]:
             "driver_node_ip": job.driver_node_ip,
             "start_time": job.start_time.isoformat() if job.start_time else None,
             "end_time": job.end_time.isoformat() if job.end_time else None})
-    return {"jobs": rows, "internal_hidden": hidden}
+    return {"jobs": rows, "internal_hidden": hidden, "calls": calls_payload(cluster)}
+
+
+CALLS_SHOWN = 200
+
+
+def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
+    """The Ray calls running now (of the cluster named `cluster`, else every cluster's),
+    the longest past their usual duration first: what each step of a run is doing while
+    its metrics wait for the step's end. `since` is when raywatch first saw it run."""
+    calls = RayCall.objects.select_related("cluster")
+    if cluster:
+        calls = calls.filter(cluster__name=cluster)
+    calls = list(calls[:5000])
+    timings = {(t.cluster_id, t.name): CallTiming.usual(t.durations)
+               for t in CallTiming.objects.filter(name__in={c.name for c in calls})}
+    nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
+                 .values_list("node_id", "node_ip"))
+    actors = {a.actor_id: a.label for a in Actor.objects.filter(
+        actor_id__in={c.actor_id for c in calls if c.actor_id})}
+    now = timezone.now()
+    rows = []
+    for c in calls:
+        usual = timings.get((c.cluster_id, c.name))
+        ran = (now - c.first_seen_at).total_seconds()
+        limit = None if usual is None else max(settings.CALL_OVERDUE_FACTOR * usual,
+                                               settings.CALL_OVERDUE_MIN_S)
+        rows.append({"cluster": c.cluster.name, "task_id": c.task_id, "name": c.name,
+                     "kind": c.kind, "job_id": c.job_id, "actor_id": c.actor_id,
+                     "actor": actors.get(c.actor_id, ""), "node_ip": nodes.get(c.node_id, ""),
+                     "pid": c.pid, "since": c.first_seen_at.isoformat(),
+                     "usual_s": None if usual is None else round(usual, 1),
+                     "overdue_after_s": None if limit is None else round(limit),
+                     "_order": (ran / limit) if limit else -1.0})
+    rows.sort(key=lambda r: -r["_order"])
+    return [{k: v for k, v in r.items() if k != "_order"} for r in rows[:CALLS_SHOWN]]
 
 
 def narrow_jobs(_data: Any, cluster: str) -> dict[str, Any]:

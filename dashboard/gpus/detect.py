@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dashboard.cluster.models import Cluster, Demand, Job, Node
+from dashboard.cluster.models import Actor, CallTiming, Cluster, Demand, Job, Node, RayCall
 from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
 from dashboard.gpus.models import Agent, Gpu, GpuProcess
@@ -25,6 +25,7 @@ from dashboard.incidents import resource_rules as rules
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
 from dashboard.incidents.resource_rules import (
+    CallView,
     DemandView,
     GpuView,
     HostView,
@@ -45,6 +46,8 @@ def thresholds() -> ResourceThresholds:
         pending_s=settings.PENDING_S, infeasible_grace_s=settings.INFEASIBLE_GRACE_S,
         spill_window_s=settings.SPILL_WINDOW_S,
         node_dead_keep_s=settings.NODE_DEAD_KEEP_H * 3600,
+        call_overdue_factor=settings.CALL_OVERDUE_FACTOR,
+        call_overdue_min_s=settings.CALL_OVERDUE_MIN_S,
     )
 
 
@@ -176,7 +179,34 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             if finding:
                 findings.append(replace(finding, cluster_id=node.cluster_id))
                 context[finding.subject] = {"node_ip": node.node_ip}
+    for view, cluster_id in call_views():
+        if finding := rules.call_overdue(view, th, now):
+            findings.append(replace(finding, cluster_id=cluster_id))
+            context[finding.subject] = {"node_ip": view.node_ip}
     return findings, context
+
+
+def call_views() -> list[tuple[CallView, int]]:
+    """The calls running now in clusters that answer, each with its name's usual duration
+    and its node's address and actor's name, as Ray last listed them. A running Tune
+    trial's own calls are left out: its steps are its trial's (trial_stalled and
+    step_time_regression, by phase), and one hang is one incident."""
+    calls = list(RayCall.objects.filter(cluster__state=Cluster.ACTIVE))
+    if not calls:
+        return []
+    trials = set(Trial.objects.filter(status=Trial.RUNNING, pid__isnull=False)
+                 .values_list("experiment__cluster_id", "node_ip", "pid"))
+    timings = {(t.cluster_id, t.name): t.durations for t in CallTiming.objects.filter(
+        cluster_id__in={c.cluster_id for c in calls}, name__in={c.name for c in calls})}
+    nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
+                 .values_list("node_id", "node_ip"))
+    actors = {a.actor_id: a.label for a in Actor.objects.filter(
+        actor_id__in={c.actor_id for c in calls if c.actor_id})}
+    return [(CallView(task_id=c.task_id, name=c.name, kind=c.kind, running_since=c.first_seen_at,
+                      usual_s=CallTiming.usual(timings.get((c.cluster_id, c.name), [])),
+                      actor_id=c.actor_id, actor=actors.get(c.actor_id, ""), job_id=c.job_id,
+                      node_ip=nodes.get(c.node_id, ""), pid=c.pid), c.cluster_id)
+            for c in calls if (c.cluster_id, nodes.get(c.node_id, ""), c.pid) not in trials]
 
 
 def host_views(gpus: dict[int, Gpu], now: datetime) -> list[HostView]:

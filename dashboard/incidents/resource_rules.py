@@ -14,7 +14,7 @@ from dashboard.incidents.findings import Finding
 
 GPU_KINDS = ("gpu_idle_during_step", "gpu_memory_high", "gpu_hardware")
 RAY_KINDS = ("gpu_orphan_memory", "gpu_count_mismatch", "demand_infeasible", "demand_pending",
-             "object_store_spilling", "node_dead")
+             "object_store_spilling", "node_dead", "call_overdue")
 HARDWARE_THROTTLES = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
                       "hw_power_brake_slowdown")
 GiB = 1024**3
@@ -33,6 +33,8 @@ class ResourceThresholds:
     infeasible_grace_s: float
     spill_window_s: float
     node_dead_keep_s: float
+    call_overdue_factor: float
+    call_overdue_min_s: float
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,23 @@ class NodeView:
     ended_at: datetime | None = None
     spilled_bytes: int | None = None
     spilled_changed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CallView:
+    """A Ray task or actor call running now, with its name's usual duration (None: not
+    enough of them seen to end) and where it runs."""
+
+    task_id: str
+    name: str
+    kind: str
+    running_since: datetime
+    usual_s: float | None
+    actor_id: str = ""
+    actor: str = ""  # the actor's name or class
+    job_id: str = ""
+    node_ip: str = ""
+    pid: int | None = None
 
 
 def _for(seconds: float) -> str:
@@ -264,3 +283,26 @@ def node_dead(node: NodeView, th: ResourceThresholds, now: datetime) -> Finding 
         f"node {node.node_ip} ({node.node_id[:8]}) is dead: {node.state_message or 'no reason'}",
         {"node_id": node.node_id, "ended_at": node.ended_at.isoformat() if node.ended_at else None},
     )
+
+
+def call_overdue(call: CallView, th: ResourceThresholds, now: datetime) -> Finding | None:
+    """A call running call_overdue_factor times its usual duration, and at least
+    call_overdue_min_s: in an RL step the phase that hangs (a reward call of seconds that
+    runs for hours) writes nothing, and only Ray knows which call runs. A name not yet
+    seen to end often enough has no usual duration: nothing to hold it against."""
+    if call.usual_s is None:
+        return None
+    ran = (now - call.running_since).total_seconds()
+    limit = max(th.call_overdue_factor * call.usual_s, th.call_overdue_min_s)
+    if ran < limit:
+        return None
+    where = f"pid {call.pid} on {call.node_ip or 'an unknown node'}" if call.pid \
+        else f"on {call.node_ip or 'an unknown node'}"
+    actor = f" of actor {call.actor or call.actor_id[:8]}" if call.actor_id else ""
+    return Finding("call_overdue", f"call:{call.task_id}", "critical",
+                   f"{call.name}{actor} has run {_for(ran)}, usually {_for(call.usual_s)} "
+                   f"({where})",
+                   {"call": call.name, "task_id": call.task_id, "kind": call.kind,
+                    "running_s": round(ran), "usual_s": round(call.usual_s, 1),
+                    "actor_id": call.actor_id, "actor": call.actor, "job_id": call.job_id,
+                    "node_ip": call.node_ip, "pid": call.pid})

@@ -1,0 +1,140 @@
+"""A phase of an RL step that hangs is caught while it hangs, from Ray's running calls,
+with default settings: an EasyR1-shaped run on a real Ray cluster (a `Runner` actor whose
+loop calls a `WorkerDict` and an `AutoRewardManager` actor, logging once per step) whose
+reward call sleeps for ever from step 4 opens call_overdue within 60 s of the hang. It
+names `AutoRewardManager.compute_reward`, its actor, node and pid, where the step's logs
+would blame `adv`; the trainer's own never-ending `Runner.run` and the calls that keep
+finishing raise nothing. And Ray's list of running calls, pure: what a reply holds, when
+it was cut, and what Ray dropped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from collectors.localray import LocalCluster
+from collectors.raylists import calls_truncation, dropped_task_events
+from collectors.raystate import ClusterReply, parse_calls
+from dashboard.celery import app as celery_app
+from dashboard.cluster.calls import dropped_lately
+from dashboard.cluster.models import Actor, CallTiming, Cluster, Node, RayCall
+from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.incidents.models import Incident
+from tests.conftest import stop_node, wait_for
+
+pytestmark = pytest.mark.both_backends  # On SQLite too: the call poll and its detector
+ROOT = Path(__file__).resolve().parent.parent
+PROMISED_S = 60  # issue: within 60 s of the hang, with default settings
+HANG_AT = 4
+REWARD = "AutoRewardManager.compute_reward"
+
+
+def start_run(cluster: LocalCluster, checkpoint_dir: Path, steps: int, hang_at: int
+              ) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.rl_scripts.easyr1", cluster.gcs_address,
+         str(checkpoint_dir), str(steps), str(hang_at)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_a_hung_reward_call_is_named_within_a_minute(settings, ray_settings, tmp_path  # type: ignore[no-untyped-def]
+                                                     ) -> None:
+    scheduler = EmbeddedScheduler(celery_app, {  # raywatch's own schedule and defaults
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "detect-resources")})
+    scheduler.start()
+    run = start_run(ray_settings, tmp_path / "checkpoints" / "grpo", 40, HANG_AT)
+    try:
+        hung = wait_for(lambda: _log_steps(tmp_path) >= HANG_AT - 1 and _reward_call(), 180, 0.5,
+                        "the reward call of the step that hangs")
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="call_overdue", state=Incident.FIRING).first(), PROMISED_S + 30, 1,
+            "call_overdue for the reward call",
+            explain=lambda: list(RayCall.objects.values_list("name", "first_seen_at")))
+        took = (incident.opened_at - hung.first_seen_at).total_seconds()
+        assert took <= PROMISED_S, f"{took:.0f} s after the call began"
+        reward = Actor.objects.get(actor_id=hung.actor_id)
+        node = Node.objects.get(node_id=hung.node_id)
+        assert incident.subject == f"call:{hung.task_id}"
+        assert incident.summary.startswith("AutoRewardManager.compute_reward of actor "
+                                           "AutoRewardManager has run"), incident.summary
+        assert f"pid {reward.pid} on {node.node_ip}" in incident.summary, incident.summary
+        assert (incident.details["call"], incident.details["pid"]) == (REWARD, reward.pid)
+        # Learned from the steps before: three reward calls of ~3 s.
+        assert 1.5 <= incident.details["usual_s"] <= 6, incident.details
+        # Only the hung call: not the trainer's Runner.run (never seen to end), nor the
+        # WorkerDict calls that keep finishing.
+        assert list(Incident.objects.filter(kind="call_overdue").values_list(
+            "subject", flat=True)) == [incident.subject]
+        assert RayCall.objects.filter(name="Runner.run").exists()
+        assert not CallTiming.objects.filter(name="Runner.run").exists()
+    finally:
+        scheduler.stop()
+        stop_node(run)
+
+
+def _log_steps(tmp_path: Path) -> int:
+    log = tmp_path / "checkpoints" / "grpo" / "experiment_log.jsonl"
+    try:
+        return sum(1 for line in log.read_text().splitlines() if json.loads(line)["step"])
+    except (OSError, ValueError):
+        return 0
+
+
+def _reward_call() -> RayCall | None:
+    """The reward call running once the steps before the hang have been learned."""
+    timing = CallTiming.objects.filter(name=REWARD).first()
+    if timing is None or len(timing.durations) < HANG_AT - 1:
+        return None
+    return RayCall.objects.filter(name=REWARD).first()
+
+
+def reply(rows: list[dict], total: int | None = None) -> dict:
+    body = {"result": rows, "num_after_truncation": len(rows),
+            "total": len(rows) if total is None else total, "num_filtered": len(rows)}
+    return {"result": True, "msg": "", "data": {"result": body}}
+
+
+def row(task_id: str, name: str, **extra: object) -> dict:
+    return {"task_id": task_id, "attempt_number": 0, "name": name, "state": "RUNNING",
+            "type": "ACTOR_TASK", "job_id": "02000000", "actor_id": "ab" * 16,
+            "node_id": "cd" * 28, "worker_pid": 4242, **extra}
+
+
+def test_the_running_calls_in_rays_reply() -> None:
+    calls = parse_calls(ClusterReply(nodes={}, status={}, summary={}, actors={}, calls=reply([
+        row("t2", "AutoRewardManager.compute_reward"),
+        row("t1", "Runner.run", attempt_number=1),
+        row("t3", "driver", type="DRIVER_TASK"),  # the driver is no call
+        row("t4", "done", state="FINISHED"),
+        {"task_id": None}, "garbage"])))
+    assert [(c.task_id, c.attempt, c.name, c.pid) for c in calls] == [
+        ("t1", 1, "Runner.run", 4242), ("t2", 0, "AutoRewardManager.compute_reward", 4242)]
+
+
+def test_a_list_is_cut_only_when_full_and_dropped_events_are_said_while_they_grow(
+        settings) -> None:  # type: ignore[no-untyped-def]
+    many = reply([row(f"t{i}", "f") for i in range(10_000)])
+    assert calls_truncation(many) is not None
+    # Ray adds every task event it ever dropped to `total`: not a cut of this list.
+    few = reply([row("t1", "f")], total=1 + 500)
+    assert calls_truncation(few) is None and dropped_task_events(few) == 500
+    cluster = Cluster(pk=987654, name="c")
+    now = timezone.now()
+    assert dropped_lately(cluster, few, now) == []  # what was dropped before raywatch looked
+    more = reply([row("t1", "f")], total=1 + 800)
+    [said] = dropped_lately(cluster, more, now + timedelta(seconds=2))
+    assert said.startswith("Ray dropped 300 task events lately (800 since its cluster started")
+    assert dropped_lately(cluster, more, now + timedelta(seconds=300)) == [said]
+    assert dropped_lately(cluster, more, now + timedelta(seconds=700)) == []
