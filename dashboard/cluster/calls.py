@@ -12,7 +12,7 @@ durations (CallTiming), whose median is that name's usual duration. The detector
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -29,39 +29,54 @@ DROPPED_SHOWN_S = 600.0
 
 
 def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster, *,
-                 complete: bool = True, new_session: bool = False) -> None:
+                 complete: bool = True, new_session: bool = False,
+                 previous_poll: datetime | None = None) -> None:
     """Mirror the running calls of `cluster`. Those Ray stopped listing have ended: their
     durations are learned, unless Ray cut its list at its row limit or the head restarted
     (its calls ended with the session, not by finishing). A call missing from a cut list
     may still run, but nothing is known of it: it is dropped, never held as running (it
-    would seem to run on, and be called overdue), and counted again when Ray lists it."""
+    would seem to run on, and be called overdue), and counted again when Ray lists it.
+    `previous_poll`: when the cluster answered before (a call that ended did so between
+    then and now). Nothing is written of the calls that still run."""
     incoming = {(r.task_id, r.attempt): r for r in records}
     with transaction.atomic():
-        existing = {(c.task_id, c.attempt): c for c in RayCall.objects.filter(cluster=cluster)}
-        RayCall.objects.bulk_create([
-            RayCall(cluster=cluster, task_id=r.task_id, attempt=r.attempt, name=r.name,
-                    kind=r.kind, job_id=r.job_id or "", actor_id=r.actor_id or "",
-                    node_id=r.node_id or "", pid=r.pid, first_seen_at=now, last_seen_at=now)
-            for key, r in incoming.items() if key not in existing], batch_size=500)
-        still = [c.pk for key, c in existing.items() if key in incoming]
-        if still:  # "still running" is one cheap UPDATE, whatever their number
-            RayCall.objects.filter(pk__in=still).update(last_seen_at=now)
-        started = any(key not in existing for key in incoming)
-        ended = [c for key, c in existing.items() if key not in incoming]
-        if ended and complete and not new_session:
-            learn(cluster, ended, now)
-        RayCall.objects.filter(pk__in=[c.pk for c in ended]).delete()
-        if started or ended:  # the Jobs page lists the calls (their clocks tick there)
+        rows = RayCall.objects.filter(cluster=cluster)
+        # Keys only: 10,000 running calls as model rows cost a poll most of a second.
+        existing = {(task, attempt): pk for pk, task, attempt in
+                    rows.values_list("pk", "task_id", "attempt")}
+        gone = [pk for key, pk in existing.items() if key not in incoming]
+        if gone:
+            ended = list(RayCall.objects.filter(pk__in=gone).only("name", "first_seen_at"))
+            if complete and not new_session:
+                learn(cluster, ended, now, previous_poll or now)
+            RayCall.objects.filter(pk__in=gone).delete()
+        began = halfway(previous_poll, now) if not new_session else now
+        new = [RayCall(cluster=cluster, task_id=r.task_id, attempt=r.attempt, name=r.name,
+                       kind=r.kind, job_id=r.job_id or "", actor_id=r.actor_id or "",
+                       node_id=r.node_id or "", pid=r.pid, first_seen_at=began)
+               for key, r in incoming.items() if key not in existing]
+        RayCall.objects.bulk_create(new, batch_size=1000)
+        if new or gone:  # the Jobs page lists the calls (their clocks tick there)
             publish(JOBS_GROUP, "jobs", jobs_payload)
 
 
-def learn(cluster: Cluster, ended: list[RayCall], now: datetime) -> None:
-    """Add each ended call's duration to its name's history: from when raywatch first saw
-    it run to halfway between the poll that last did and this one."""
+def halfway(previous: datetime | None, now: datetime) -> datetime:
+    """When something Ray lists now and did not at its answer before happened: halfway
+    between the two (unbiased, within half a poll), or now when there was no recent one
+    (raywatch's first poll of the cluster, or after an outage)."""
+    if previous is None or now - previous > timedelta(seconds=3 * settings.POLL_RAY_S):
+        return now
+    return previous + (now - previous) / 2
+
+
+def learn(cluster: Cluster, ended: list[RayCall], now: datetime, previous: datetime) -> None:
+    """Add each ended call's duration to its name's history: from when it began (as
+    `halfway` put it) to halfway between the poll that last listed it and this one."""
+    end = halfway(previous, now)
     by_name: dict[str, list[float]] = {}
     for call in ended:
-        end = call.last_seen_at + (now - call.last_seen_at) / 2
-        by_name.setdefault(call.name, []).append((end - call.first_seen_at).total_seconds())
+        ran = max((end - call.first_seen_at).total_seconds(), 0.0)
+        by_name.setdefault(call.name, []).append(ran)
     if not by_name:
         return
     rows = {t.name: t for t in CallTiming.objects.filter(cluster=cluster, name__in=by_name)}

@@ -170,10 +170,10 @@ class RayCall(models.Model):
     actor_id = models.CharField(max_length=64, blank=True, default="")
     node_id = models.CharField(max_length=64, blank=True, default="")
     pid = models.IntegerField(null=True)
-    # Since when raywatch has seen it running (within a Ray poll of its start: Ray's own
-    # start time costs the detail columns, kilobytes a row), and when it last did.
+    # When it began, as raywatch's polls place it: halfway between the poll that first
+    # listed it and the one before (within half a poll: Ray's own start time costs the
+    # detail columns, kilobytes a row).
     first_seen_at = models.DateTimeField()
-    last_seen_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["cluster", "task_id", "attempt"],

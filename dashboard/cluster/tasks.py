@@ -102,6 +102,7 @@ def _done(pk: int) -> None:
 def store(cluster: Cluster, reply: ClusterReply, dashboard_url: str,
           warnings: list[str]) -> None:
     session = parse_session(reply)
+    previous = cluster.last_seen_at  # its answer before this one
     if session is None:
         warnings.append("Ray's /api/version names no session: a restarted head cannot be "
                         "told from the one before")
@@ -119,7 +120,7 @@ def store(cluster: Cluster, reply: ClusterReply, dashboard_url: str,
     ingest_actors(parse_actors(reply), now, cluster, complete=reply.complete("actors"))
     ingest_workers(parse_workers(reply), now, cluster, complete=reply.complete("workers"))
     ingest_calls(parse_calls(reply), now, cluster, complete=reply.complete("running calls"),
-                 new_session=new_state)
+                 new_session=new_state, previous_poll=previous)
     warnings += dropped_lately(cluster, reply.calls, now)
     ingest_jobs(parse_jobs(reply), now, cluster)
     ingest_placement_groups(parse_placement_groups(reply), now, cluster,

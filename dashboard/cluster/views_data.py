@@ -195,13 +195,14 @@ CALLS_SHOWN = 200
 
 
 def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
-    """The Ray calls running now (of the cluster named `cluster`, else every cluster's),
-    the longest past their usual duration first: what each step of a run is doing while
-    its metrics wait for the step's end. `since` is when raywatch first saw it run."""
-    calls = RayCall.objects.select_related("cluster")
+    """The Ray calls running now (of the cluster named `cluster`, else every cluster's):
+    the CALLS_SHOWN that have run longest, the furthest past their usual duration first.
+    What each step of a run is doing while its metrics wait for the step's end. `since`
+    is when raywatch first saw it run."""
+    calls = RayCall.objects.select_related("cluster").order_by("first_seen_at", "id")
     if cluster:
         calls = calls.filter(cluster__name=cluster)
-    calls = list(calls[:5000])
+    calls = list(calls[:CALLS_SHOWN])
     timings = {(t.cluster_id, t.name): CallTiming.usual(t.durations)
                for t in CallTiming.objects.filter(name__in={c.name for c in calls})}
     nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
@@ -223,7 +224,7 @@ def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
                      "overdue_after_s": None if limit is None else round(limit),
                      "_order": (ran / limit) if limit else -1.0})
     rows.sort(key=lambda r: -r["_order"])
-    return [{k: v for k, v in r.items() if k != "_order"} for r in rows[:CALLS_SHOWN]]
+    return [{k: v for k, v in r.items() if k != "_order"} for r in rows]
 
 
 def narrow_jobs(_data: Any, cluster: str) -> dict[str, Any]:

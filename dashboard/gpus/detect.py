@@ -179,32 +179,41 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             if finding:
                 findings.append(replace(finding, cluster_id=node.cluster_id))
                 context[finding.subject] = {"node_ip": node.node_ip}
-    for view, cluster_id in call_views():
+    for view, cluster_id in call_views(th, now):
         if finding := rules.call_overdue(view, th, now):
             findings.append(replace(finding, cluster_id=cluster_id))
             context[finding.subject] = {"node_ip": view.node_ip}
     return findings, context
 
 
-def call_views() -> list[tuple[CallView, int]]:
-    """The calls running now in clusters that answer, each with its name's usual duration
-    and its node's address and actor's name, as Ray last listed them. A running Tune
-    trial's own calls are left out: its steps are its trial's (trial_stalled and
-    step_time_regression, by phase), and one hang is one incident."""
-    calls = list(RayCall.objects.filter(cluster__state=Cluster.ACTIVE))
-    if not calls:
+def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, int]]:
+    """The calls running now in clusters that answer that have run long enough to be
+    overdue, each with its name's usual duration and its node's address and actor's name,
+    as Ray last listed them (of 10,000 running calls, the few past their limit are read
+    whole). A running Tune trial's own calls are left out: its steps are its trial's
+    (trial_stalled and step_time_regression, by phase), and one hang is one incident."""
+    usual = {(t.cluster_id, t.name): u for t in CallTiming.objects.filter(
+        cluster__state=Cluster.ACTIVE) if (u := CallTiming.usual(t.durations)) is not None}
+    if not usual:
         return []
-    trials = set(Trial.objects.filter(status=Trial.RUNNING, pid__isnull=False)
+    young = now - timedelta(seconds=th.call_overdue_min_s)
+    candidates = [pk for pk, cluster_id, name, since in RayCall.objects.filter(
+        cluster__state=Cluster.ACTIVE, first_seen_at__lte=young).values_list(
+        "pk", "cluster_id", "name", "first_seen_at")
+        if (u := usual.get((cluster_id, name))) is not None
+        and (now - since).total_seconds() >= th.call_overdue_factor * u]
+    if not candidates:
+        return []
+    calls = list(RayCall.objects.filter(pk__in=candidates))
+    trials = set(Trial.objects.filter(status=Trial.RUNNING, pid__in={c.pid for c in calls})
                  .values_list("experiment__cluster_id", "node_ip", "pid"))
-    timings = {(t.cluster_id, t.name): t.durations for t in CallTiming.objects.filter(
-        cluster_id__in={c.cluster_id for c in calls}, name__in={c.name for c in calls})}
     nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
                  .values_list("node_id", "node_ip"))
     actors = {a.actor_id: a.label for a in Actor.objects.filter(
         actor_id__in={c.actor_id for c in calls if c.actor_id})}
     return [(CallView(task_id=c.task_id, name=c.name, kind=c.kind, running_since=c.first_seen_at,
-                      usual_s=CallTiming.usual(timings.get((c.cluster_id, c.name), [])),
-                      actor_id=c.actor_id, actor=actors.get(c.actor_id, ""), job_id=c.job_id,
+                      usual_s=usual[(c.cluster_id, c.name)], actor_id=c.actor_id,
+                      actor=actors.get(c.actor_id, ""), job_id=c.job_id,
                       node_ip=nodes.get(c.node_id, ""), pid=c.pid), c.cluster_id)
             for c in calls if (c.cluster_id, nodes.get(c.node_id, ""), c.pid) not in trials]
 
