@@ -4,9 +4,10 @@ Starts a local Ray cluster that is told it has four GPUs (Ray accepts num_gpus=N
 the hardware), raywatch on the embedded default (SQLite, in-memory channel layer,
 in-process scheduler) watching it, with simulated GPUs that follow the cluster's
 workers (collectors/simworkload.py), then a Tune search that goes wrong in the ways
-raywatch catches (demo/workload.py) and a forgotten process holding GPU 3
-(demo/leftover.py). Prints the admin login. Ctrl-C stops everything it started, and
-nothing else: it never runs `ray stop`.
+raywatch catches (demo/workload.py), an EasyR1-shaped GRPO run whose reward call hangs
+(demo/grpo.py) and a forgotten process holding GPU 3 (demo/leftover.py). Prints the
+admin login. Ctrl-C stops everything it started, and nothing else: it never runs
+`ray stop`.
 
     python -m demo      # what `make demo` runs, from the repository
 
@@ -32,6 +33,7 @@ from collectors.localray import LocalCluster, LocalRay
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = 4
 LEFTOVER_GPU = "3"
+GRPO_HANG_AT = 4  # the step of the GRPO run whose reward call never returns
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Shortened so that each failure shows within two minutes (the defaults suit real
 # searches: docs/detectors.md); a value set in the environment wins.
@@ -46,7 +48,8 @@ NOT_INHERITED = ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_API_SERVER_ADD
                  "RAY_GCS_ADDRESS", "RAYWATCH_LOG_DIRS", "CUDA_VISIBLE_DEVICES")
 # Left from the previous demo, removed at start; the secret key stays.
 PREVIOUS_RUN = ("raywatch.sqlite3", "raywatch.sqlite3-wal", "raywatch.sqlite3-shm",
-                "admin-password.txt", "ray_results", "workload.log", "leftover.log", "ray.log")
+                "admin-password.txt", "ray_results", "workload.log", "leftover.log", "ray.log",
+                "checkpoints", "grpo.log")
 
 
 def main() -> int:
@@ -94,6 +97,10 @@ def run(data: Path, ray: LocalRay, running: dict[str, subprocess.Popen[bytes]]) 
     running["leftover"] = start(data / "leftover.log", on_gpu, "-m", "demo.leftover")
     running["workload"] = start(data / "workload.log", env, "demo/workload.py",
                                 "--storage-path", str(data / "ray_results"))
+    # An EasyR1-shaped GRPO run beside the search, whose reward call hangs at step 4.
+    running["grpo"] = start(data / "grpo.log", env, "-m", "demo.grpo", cluster.gcs_address,
+                            str(data / "checkpoints" / "easyr1_demo" / "grpo"), "40",
+                            str(GRPO_HANG_AT))
     print(banner(url, data, running["leftover"].pid), flush=True)
     return serve.wait()
 
@@ -227,6 +234,9 @@ demo: a Ray Tune search runs on {GPUS} simulated GPUs: demo/workload.py, its out
         - an actor asking for 8 GPUs, which no node can ever give (infeasible)
         - GPU memory of an orphaned process, pid {leftover_pid} on GPU {LEFTOVER_GPU}
           (Kill on that GPU's page)
+      and an EasyR1-shaped GRPO run (demo/grpo.py, its output in {data / 'grpo.log'})
+      whose reward call hangs at step {GRPO_HANG_AT}: call_overdue names
+      AutoRewardManager.compute_reward, and the Jobs page shows the calls running now.
       Ctrl-C stops the demo, its Ray cluster and its processes.
 """
 

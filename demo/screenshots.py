@@ -34,9 +34,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 WIDTH, HEIGHT = 1440, 900
-# The failures the demo's search has (demo/workload.py); the pictures wait for them.
+# The failures the demo's search (demo/workload.py) and GRPO run (demo/grpo.py) have; the
+# pictures wait for them.
 KINDS = ("trial_stalled", "step_time_regression", "demand_infeasible", "gpu_idle_during_step",
-         "gpu_orphan_memory", "trial_errored")
+         "gpu_orphan_memory", "trial_errored", "call_overdue")
 EXPERIMENT = "raywatch-demo"
 
 
@@ -67,6 +68,7 @@ def pages(page: Any) -> list[tuple[str, str, str]]:
                    "tr[data-trial-id]"),
                   ("trial", f"/trials/{trial['id']}/", ".js-plotly-plot")]
     shots.append(("gpus", "/gpus/", ".gpu-tile"))
+    shots.append(("jobs", "/jobs/", "#calls tr[data-call]"))
     shots.append(("cluster", "/cluster/", "#sessions-table tr[data-session]"))
     return shots
 

@@ -153,7 +153,7 @@ def trials_by_role(page) -> dict[str, dict]:  # type: ignore[no-untyped-def]
 
 
 def expected(incident: dict, trials: dict[str, dict], orphan_pid: int) -> bool:
-    """One of the demo's six failures, on the trial or process that has it."""
+    """One of the demo's seven failures, on the trial, process or call that has it."""
     kinds_of = {"hang": ("trial_stalled", "gpu_idle_during_step"),
                 "slow": ("step_time_regression", "gpu_idle_during_step"),
                 "error": ("trial_errored",)}
@@ -162,6 +162,8 @@ def expected(incident: dict, trials: dict[str, dict], orphan_pid: int) -> bool:
         return "Evaluator" in incident["summary"]
     if kind == "gpu_orphan_memory":
         return incident["details"]["pid"] == orphan_pid
+    if kind == "call_overdue":  # the GRPO run's reward call, and nothing else of it
+        return incident["details"]["call"] == "AutoRewardManager.compute_reward"
     return any(incident["trial_id"] == trials[role]["trial_id"] and kind in kinds
                for role, kinds in kinds_of.items())
 
@@ -227,6 +229,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         assert shown["step_time_regression"]["trial_id"] == trials["slow"]["trial_id"]
         assert shown["trial_errored"]["trial_id"] == trials["error"]["trial_id"]
         assert "Evaluator" in shown["demand_infeasible"]["summary"]
+        assert shown["call_overdue"]["details"]["call"] == "AutoRewardManager.compute_reward"
         orphan = shown["gpu_orphan_memory"]["details"]
         leftover = [p for p in psutil.Process(demo.process.pid).children(recursive=True)
                     if "demo.leftover" in " ".join(p.cmdline())]
@@ -246,7 +249,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         # `make screenshots` takes docs/pages.md's pictures of these pages, the same way.
         pictures = capture(page, tmp_path / "readme", settle_ms=500)
         assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "gpus",
-                                              "cluster"]
+                                              "jobs", "cluster"]
         assert {png_size(p)[0] for p in pictures} == {WIDTH}
         # The slow judge leaves its GPU idle through each long step: said, honestly.
         wait_for(lambda: trials["slow"]["trial_id"] in {i["trial_id"] for i in api(

@@ -1,6 +1,7 @@
 """A phase of an RL step that hangs is caught while it hangs, from Ray's running calls,
-with default settings: an EasyR1-shaped run on a real Ray cluster (a `Runner` actor whose
-loop calls a `WorkerDict` and an `AutoRewardManager` actor, logging once per step) whose
+with default settings: an EasyR1-shaped run on a real Ray cluster (demo/grpo.py: a
+`Runner` actor whose loop calls a `WorkerDict` and an `AutoRewardManager` actor, logging
+once per step) whose
 reward call sleeps for ever from step 4 opens call_overdue within 60 s of the hang. It
 names `AutoRewardManager.compute_reward`, its actor, node and pid, where the step's logs
 would blame `adv`; the trainer's own never-ending `Runner.run` and the calls that keep
@@ -39,7 +40,7 @@ REWARD = "AutoRewardManager.compute_reward"
 def start_run(cluster: LocalCluster, checkpoint_dir: Path, steps: int, hang_at: int
               ) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.rl_scripts.easyr1", cluster.gcs_address,
+        [sys.executable, "-m", "demo.grpo", cluster.gcs_address,
          str(checkpoint_dir), str(steps), str(hang_at)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
@@ -67,8 +68,9 @@ def test_a_hung_reward_call_is_named_within_a_minute(settings, ray_settings, tmp
         reward = Actor.objects.get(actor_id=hung.actor_id)
         node = Node.objects.get(node_id=hung.node_id)
         assert incident.subject == f"call:{hung.task_id}"
-        assert incident.summary.startswith("AutoRewardManager.compute_reward of actor "
-                                           "AutoRewardManager has run"), incident.summary
+        assert incident.summary.startswith("AutoRewardManager.compute_reward has run"
+                                           ), incident.summary
+        assert incident.details["actor"] == "AutoRewardManager"
         assert f"pid {reward.pid} on {node.node_ip}" in incident.summary, incident.summary
         assert (incident.details["call"], incident.details["pid"]) == (REWARD, reward.pid)
         # Learned from the steps before: three reward calls of ~3 s.

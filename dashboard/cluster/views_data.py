@@ -192,6 +192,15 @@ def jobs_payload(cluster: str | None = None) -> dict[str, Any]:
 
 
 CALLS_SHOWN = 200
+# Running Tune trials by process: (cluster pk, node address, pid) -> (trial pk, trial id)
+# for the given pids, registered by the trials app (this app imports none of it).
+TrialsByProcess = Callable[[set[int]], dict[tuple[int, str, int], tuple[int, str]]]
+_trials_by_process: list[TrialsByProcess] = []
+
+
+def register_trials_by_process(fn: TrialsByProcess) -> None:
+    if fn not in _trials_by_process:
+        _trials_by_process.append(fn)
 
 
 def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
@@ -209,6 +218,9 @@ def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
                  .values_list("node_id", "node_ip"))
     actors = {a.actor_id: a.label for a in Actor.objects.filter(
         actor_id__in={c.actor_id for c in calls if c.actor_id})}
+    pids = {c.pid for c in calls if c.pid}
+    trials = {key: {"id": pk, "trial_id": trial_id} for find in _trials_by_process
+              for key, (pk, trial_id) in find(pids).items()}
     now = timezone.now()
     rows = []
     for c in calls:
@@ -220,6 +232,7 @@ def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
                      "kind": c.kind, "job_id": c.job_id, "actor_id": c.actor_id,
                      "actor": actors.get(c.actor_id, ""), "node_ip": nodes.get(c.node_id, ""),
                      "pid": c.pid, "since": c.first_seen_at.isoformat(),
+                     "trial": trials.get((c.cluster_id, nodes.get(c.node_id, ""), c.pid)),
                      "usual_s": None if usual is None else round(usual, 1),
                      "overdue_after_s": None if limit is None else round(limit),
                      "_order": (ran / limit) if limit else -1.0})

@@ -36,6 +36,7 @@ from dashboard.incidents.resource_rules import (
 )
 from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import Trial
+from dashboard.trials.views_data import running_trials_by_process
 
 
 def thresholds() -> ResourceThresholds:
@@ -205,8 +206,7 @@ def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, in
     if not candidates:
         return []
     calls = list(RayCall.objects.filter(pk__in=candidates))
-    trials = set(Trial.objects.filter(status=Trial.RUNNING, pid__in={c.pid for c in calls})
-                 .values_list("experiment__cluster_id", "node_ip", "pid"))
+    trials = running_trials_by_process({c.pid for c in calls if c.pid})
     nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
                  .values_list("node_id", "node_ip"))
     actors = {a.actor_id: a.label for a in Actor.objects.filter(

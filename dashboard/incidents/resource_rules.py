@@ -298,7 +298,9 @@ def call_overdue(call: CallView, th: ResourceThresholds, now: datetime) -> Findi
         return None
     where = f"pid {call.pid} on {call.node_ip or 'an unknown node'}" if call.pid \
         else f"on {call.node_ip or 'an unknown node'}"
-    actor = f" of actor {call.actor or call.actor_id[:8]}" if call.actor_id else ""
+    named = call.actor or call.actor_id[:8]  # unsaid when the call's name says it
+    actor = f" of actor {named}" if call.actor_id and not call.name.startswith(
+        f"{named}.") else ""
     return Finding("call_overdue", f"call:{call.task_id}", "critical",
                    f"{call.name}{actor} has run {_for(ran)}, usually {_for(call.usual_s)} "
                    f"({where})",

@@ -99,3 +99,12 @@ def trial_names_by_process(pids: list[int]) -> dict[tuple[str, int], str]:
     pending demand waits behind (dashboard.cluster.workload)."""
     return {(t.node_ip, t.pid): f"trial {t.trial_id} ({t.experiment.name})"
             for t in Trial.objects.select_related("experiment").filter(pid__in=pids)}
+
+
+def running_trials_by_process(pids: set[int]) -> dict[tuple[int, str, int], tuple[int, str]]:
+    """The RUNNING trials these pids run: (cluster pk, node IP, pid) -> (trial pk, trial
+    id). A Ray call of one of them is its trial's (call_overdue leaves it to the trial
+    detectors; the Jobs page links it)."""
+    return {(cluster, ip, pid): (pk, trial_id) for cluster, ip, pid, pk, trial_id in
+            Trial.objects.filter(status=Trial.RUNNING, pid__in=pids).values_list(
+                "experiment__cluster_id", "node_ip", "pid", "pk", "trial_id")}

@@ -35,12 +35,16 @@
   // A running call: its clock ticks here; past its usual duration's limit it is overdue.
   function callRow(c) {
     const tr = el("tr", { "data-call": c.task_id, "data-since": c.since });
-    const name = el("td", { class: "id" });
+    const name = el("td", { class: "call" });
     if (document.body.dataset.manyClusters && !document.body.dataset.cluster) {
       name.append(el("span", { class: "cluster-tag" }, c.cluster), " ");
     }
     name.append(el("code", { title: c.kind + " " + c.task_id }, c.name));
-    tr.append(name, el("td", {}, c.actor || (c.actor_id ? c.actor_id.slice(0, 8) : "–")),
+    const actor = el("td", {}, c.actor || (c.actor_id ? c.actor_id.slice(0, 8) : "–"));
+    if (c.trial) {  // a Tune trial's own call: its trial's detectors watch it
+      actor.append(" · ", el("a", { href: "/trials/" + c.trial.id + "/" }, "trial " + c.trial.trial_id));
+    }
+    tr.append(name, actor,
       el("td", {}, c.job_id || "–"),
       el("td", {}, (c.pid ? "pid " + c.pid + " on " : "") + (c.node_ip || "?")),
       el("td", { class: "running" }), el("td", {}, c.usual_s === null ? "not known yet" : time.duration(c.usual_s)));

@@ -1,8 +1,8 @@
-"""An EasyR1-shaped GRPO run on a real Ray cluster, for raywatch's tests: the actors,
-call names, loop and log file as EasyR1 writes them (docs/ray-facts.md, "RL frameworks"),
-with the model work replaced by sleeps.
+"""An EasyR1-shaped GRPO run on a real Ray cluster, for `make demo` and raywatch's tests:
+the actors, call names, loop and log file as EasyR1 writes them (docs/ray-facts.md,
+"Running calls"), with the model work replaced by sleeps.
 
-    python -m tests.rl_scripts.easyr1 GCS_ADDRESS CHECKPOINT_DIR STEPS HANG_AT
+    python -m demo.grpo GCS_ADDRESS CHECKPOINT_DIR STEPS HANG_AT
 
 `Runner.run` (verl/trainer/main.py) drives the steps of RayPPOTrainer.fit: generate on
 the fused `WorkerDict` (methods prefixed with their role, `actor_rollout_ref_...`), start
