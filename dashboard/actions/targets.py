@@ -70,7 +70,8 @@ def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:
             "gpus": gpus_held(bound.node_ip, bound.pid)}
 
 
-def process_started(pid: int, local: bool, agent: str | None, cluster: str) -> float | None:
+def process_started(pid: int, local: bool, agent: str | None, cluster: str = ""
+                    ) -> float | None:
     """The start time of the process the operator is about to confirm: read here for a
     Ray worker on this host, else as the node's agent last reported it. The signal is
     pinned to it, so a pid reused before the signal goes is left alone."""
