@@ -23,7 +23,9 @@ every poll costs a core. A LogScanner remembers what it saw:
   at the next poll.
 - A poll costs in proportion to the containers, the hot trial dirs and the rescan's
   share (at most `rescan_per_poll`): quiet trial dirs are not looked at, not even in
-  memory. A trial dir is
+  memory. A quiet one keeps a compact entry (`_Trial`: its path as a str, its files'
+  names, sizes and mtimes; ~0.75 KB), its TrialDir built again when it is needed, so the
+  process's memory stays flat with the history too. A trial dir is
   forgotten when its container, listed again, no longer holds it, or is itself gone.
 - Links are not followed below a root (the root itself may be one): a linked directory
   is not entered, and one named as a Tune trial dir is handed on as refused, so that its
@@ -45,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISLNK
 
+from collectors.procstat import command_lines
+from collectors.records import TrialDir
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
 
 RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
@@ -60,49 +64,45 @@ TRIAL_DIR_RE = re.compile(r"^(?P<trainable>.+?)_(?P<trial_id>[0-9a-f]{5}_\d{5})(
 
 
 @dataclass(frozen=True)
-class TrialDir:
-    experiment: str
-    experiment_dir: Path  # where experiment_state-*.json lives
-    path: Path
-    name: str
-    trial_id: str | None  # None: not a Tune trial (a TensorBoard run)
-    trainable: str
-    live: bool  # the driver's live staging copy (driver_artifacts)
-    result_files: tuple[str, ...] = ()
-    event_files: tuple[str, ...] = ()
-    params_file: str | None = None
-    error_file: str | None = None
-    root: Root | None = None  # the log root it was found under; its files stay inside
-    refused: str | None = None  # why nothing of it is read (a link to a directory)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """(experiment, trial) as the database names it: both copies share it."""
-        return self.experiment[:255], (self.trial_id or self.name)[:255]
-
-
-@dataclass(frozen=True)
 class Scan:
-    trial_dirs: list[TrialDir]  # new, changed, or visited by the slow rescan
+    trial_dirs: TrialDirs  # new, changed, or visited by the slow rescan
     state_dirs: list[tuple[str, Path]]  # (experiment, directory) whose Tune state changed
     checked: int  # trial directories statted this poll
     known: int  # trial directories known in all
 
 
-@dataclass
 class _Trial:
-    trial_dir: TrialDir
-    dir_mtime: int
-    files: dict[str, tuple[int, int]]  # name -> (size, mtime_ns) of the files we read
-    hot_until: float
-    quiet: bool = False
+    """What the scanner keeps of one trial directory: what a check compares, the names
+    of the files its TrialDir reads (a tuple shared by every trial dir of the same
+    shape), their sizes and mtimes and the directory's own, flat. Its TrialDir is built
+    when it is handed on or asked for (trials_in, candidates) and kept only while the
+    directory keeps changing (a running trial, handed on every poll) and is not quiet.
+    No Path is kept: `path` is the directory's, as a str, the same object as the key it
+    is filed under and its container's entry. ~0.75 KB a quiet trial dir in all, against
+    ~2.4 KB as a TrialDir with its Paths and a dict of file stats (bench/README.md)."""
+
+    __slots__ = ("dir_mtime", "hot_until", "names", "path", "quiet", "refused", "root",
+                 "stats", "trial_dir")
+
+    def __init__(self, path: str, root: Root | None, dir_mtime: int, names: tuple[str, ...],
+                 hot_until: float, trial_dir: TrialDir | None = None,
+                 refused: bool = False) -> None:
+        self.path = path
+        self.root = root
+        self.dir_mtime = dir_mtime
+        self.names = names  # the files read, in TrialDir's order: results, events, params, error
+        self.stats = _stats(path, names)  # (size, mtime_ns) of each name, flat; -1s: no stat
+        self.hot_until = hot_until
+        self.quiet = False
+        self.refused = refused  # a link named as a trial dir: nothing of it is read
+        self.trial_dir = trial_dir  # while watched; None: built again when needed
 
 
 @dataclass
 class _Container:
     mtime: int
-    children: set[Path] = field(default_factory=set)  # every subdirectory listed
-    containers: set[Path] = field(default_factory=set)  # those not (yet) trial dirs
+    children: set[str] = field(default_factory=set)  # every subdirectory listed
+    containers: set[str] = field(default_factory=set)  # those not (yet) trial dirs
     state_file: str | None = None  # the newest experiment_state-*.json
     state_stat: tuple[int, int] | None = None
 
@@ -132,8 +132,6 @@ def live_sessions(clock: Callable[[], float] = time.monotonic) -> frozenset[Path
     now = clock()
     if _LIVE and now - _LIVE[0][0] < LIVE_TTL_S:
         return _LIVE[0][1]
-    from collectors.procstat import command_lines
-
     found = set()
     for _, cmdline in command_lines():
         if b"-session" not in cmdline:
@@ -162,7 +160,7 @@ def _subdirs(directory: Path, prefix: str) -> list[Path]:
 
 def discover(roots: Sequence[Path]) -> list[TrialDir]:
     """Every trial directory under `roots`, walked once."""
-    return LogScanner(roots).scan().trial_dirs
+    return list(LogScanner(roots).scan().trial_dirs)
 
 
 class LogScanner:
@@ -176,12 +174,13 @@ class LogScanner:
         self.rescan_per_poll = rescan_per_poll
         self.clock = clock
         self.containers: dict[Path, _Container] = {}
-        self.trials: dict[Path, _Trial] = {}
-        self.hot: dict[Path, None] = {}  # trial dirs checked every poll, in order seen
+        # Trial dirs by path (a str: a Path object costs ~1 KB, 100,000 of them 100 MB).
+        self.trials: dict[str, _Trial] = {}
+        self.hot: dict[str, None] = {}  # trial dirs checked every poll, in order seen
         # Quiet trial dirs, next to rescan first. Entries that woke up are dropped lazily
         # when they come round: removing from the middle of a deque costs O(n).
-        self.rotation: deque[Path] = deque()
-        self.in_rotation: set[Path] = set()
+        self.rotation: deque[str] = deque()
+        self.in_rotation: set[str] = set()
         self.last_scan: float | None = None
 
     # --- one poll: work in proportion to containers, hot trial dirs and the rescan share -----
@@ -195,38 +194,47 @@ class LogScanner:
         checked = 0
         for path in [p for p in self.hot if p not in walk.new_paths]:
             checked += 1
-            if self._check(self.trials[path], now):
-                out.append(self.trials[path].trial_dir)
+            entry = self.trials[path]
+            if self._check(entry, now):
+                out.append(entry)
         for entry in self._rescan_share(now):
             checked += 1
             if not self._unchanged(entry) and self._check(entry, now):
-                out.append(entry.trial_dir)  # what the mtimes missed: watched again
+                out.append(entry)  # what the mtimes missed: watched again
         self.last_scan = now
-        return Scan(out, walk.state_dirs, checked, len(self.trials))
+        return Scan(TrialDirs(out), walk.state_dirs, checked, len(self.trials))
 
-    def candidates(self) -> list[TrialDir]:
+    def candidates(self) -> TrialDirs:
         """Hot trial dirs that have been quiet for quiet_after_s: the caller says (settle)
-        which belong to finished trials and may stop being watched."""
+        which belong to finished trials and may stop being watched. Read them a batch at
+        a time: a first pass makes a whole history due at once."""
         now = self.clock()
-        return [self.trials[p].trial_dir for p in self.hot if now >= self.trials[p].hot_until]
+        due = [self.trials[p] for p in self.hot]
+        return TrialDirs([entry for entry in due if now >= entry.hot_until])
 
     def settle(self, finished: Iterable[Path], active: Iterable[Path]) -> None:
         now = self.clock()
         for path in finished:
-            if (entry := self.trials.get(path)) is not None and not entry.quiet:
-                entry.quiet = True
-                self.hot.pop(path, None)
-                if path not in self.in_rotation:
-                    self.rotation.append(path)
-                    self.in_rotation.add(path)
+            if (entry := self.trials.get(os.fspath(path))) is not None and not entry.quiet:
+                # Quiet: what the rescan compares is all it keeps.
+                entry.quiet, entry.trial_dir, entry.hot_until = True, None, 0.0
+                self.hot.pop(entry.path, None)
+                if entry.path not in self.in_rotation:
+                    self.rotation.append(entry.path)
+                    self.in_rotation.add(entry.path)
         for path in active:
-            if (entry := self.trials.get(path)) is not None:
+            if (entry := self.trials.get(os.fspath(path))) is not None:
                 entry.hot_until = now + self.quiet_after_s  # ask again later
+
+    def trial_dir(self, path: Path | str) -> TrialDir | None:
+        """The trial dir known at `path`, as it is now; None once it is forgotten."""
+        entry = self.trials.get(os.fspath(path))
+        return None if entry is None else _dir(entry)
 
     def trials_in(self, directory: Path) -> list[TrialDir]:
         """The trial dirs known in one experiment (container) directory."""
         container = self.containers.get(directory)
-        return [self.trials[c].trial_dir for c in sorted(container.children)
+        return [_dir(self.trials[c]) for c in sorted(container.children)
                 if c in self.trials] if container else []
 
     def retry(self, scan: Scan) -> None:
@@ -242,13 +250,16 @@ class LogScanner:
         takes, or what was read could not be stored)."""
         now = self.clock()
         for path in paths:
-            if (entry := self.trials.get(path)) is not None:
-                entry.dir_mtime, entry.files = -1, {}
+            if (entry := self.trials.get(os.fspath(path))) is not None:
+                entry.dir_mtime, entry.stats = -1, ()
                 self._warm(entry, now)
 
     # --- containers -------------------------------------------------------------------------
-    def _visit(self, directory: Path, depth: int, walk: _Walk, root: Root) -> None:
-        if directory in self.trials:  # a root that is itself a trial dir
+    def _visit(self, directory: Path, depth: int, walk: _Walk, root: Root,
+               key: str | None = None) -> None:
+        """`key`: str(directory), the object its container files it under (shared)."""
+        key = key or str(directory)
+        if key in self.trials:  # a root that is itself a trial dir
             return
         try:
             stat = os.stat(directory, follow_symlinks=depth == 0)
@@ -261,39 +272,41 @@ class LogScanner:
         walk.seen.add((stat.st_dev, stat.st_ino))
         known = self.containers.get(directory)
         if known is None or known.mtime != stat.st_mtime_ns:
-            if self._list(directory, stat.st_mtime_ns, depth, walk, root):
+            if self._list(directory, key, stat.st_mtime_ns, depth, walk, root):
                 return  # it holds results: a trial directory, not a container
             known = self.containers[directory]
             self._warm_children(known, walk.now)
         walk.containers.add(directory)
         self._check_state(directory, known, walk)
         for sub in sorted(known.containers):  # a copy: a sub may turn out a trial dir
-            self._visit(sub, depth + 1, walk, root)
+            self._visit(Path(sub), depth + 1, walk, root, sub)
 
-    def _list(self, directory: Path, mtime: int, depth: int, walk: _Walk, root: Root) -> bool:
+    def _list(self, directory: Path, key: str, mtime: int, depth: int, walk: _Walk,
+              root: Root) -> bool:
         """List a new or changed directory; True when it turned out to be a trial dir."""
         try:
             entries = list(os.scandir(directory))
         except OSError:
             return True  # unreadable: neither
-        files = {e.name for e in entries if not _is_dir(e)}
-        trial_dir = _trial_dir(directory, files, root)
-        if trial_dir is not None:
+        names = _names({e.name for e in entries if not _is_dir(e)})
+        if names is not None:
             self._drop_container(directory)
             if (parent := self.containers.get(directory.parent)) is not None:
-                parent.containers.discard(directory)
-            self._add_trial(trial_dir, mtime, walk)
+                parent.containers.discard(key)
+            self._add_trial(_Trial(key, root, mtime, names, walk.now + self.quiet_after_s),
+                            walk)
             return True
-        states = sorted(n for n in files if n.startswith(STATE_PREFIX)
-                        and n.endswith(STATE_SUFFIX))
-        children = {Path(e.path) for e in entries if e.name not in SKIP_DIRS
+        states = sorted(e.name for e in entries if not _is_dir(e)
+                        and e.name.startswith(STATE_PREFIX) and e.name.endswith(STATE_SUFFIX))
+        # The paths of the trial dirs known already, not copies: each is kept once.
+        children = {self._shared(e.path) for e in entries if e.name not in SKIP_DIRS
                     and not e.name.startswith(".") and _is_dir(e)} if depth < MAX_DEPTH else set()
-        links = self._links(directory, entries, walk, root)
+        links = self._links(entries, walk, root)
         previous = self.containers.get(directory)
         for gone in previous.children - children - links if previous else ():
             self._drop_trial(gone)  # a container among them is forgotten once unreached
         for path in children:
-            if (known := self.trials.get(path)) is not None and known.trial_dir.refused:
+            if (known := self.trials.get(path)) is not None and known.refused:
                 self._drop_trial(path)  # a link no more: read what it is now
         self.containers[directory] = _Container(
             mtime=mtime, children=children | links,
@@ -303,18 +316,22 @@ class LogScanner:
         )
         return False
 
-    def _links(self, directory: Path, entries: list[os.DirEntry], walk: _Walk,
-               root: Root) -> set[Path]:
+    def _shared(self, path: str) -> str:
+        entry = self.trials.get(path)
+        return entry.path if entry is not None else path
+
+    def _links(self, entries: list[os.DirEntry], walk: _Walk, root: Root) -> set[str]:
         """Links named as Tune trial dirs: not followed, handed on once as refused."""
         links = set()
         for entry in entries:
             if entry.is_symlink() and TRIAL_DIR_RE.match(entry.name):
-                path = Path(entry.path)
+                path = self._shared(entry.path)
                 links.add(path)
                 known = self.trials.get(path)
-                if known is None or not known.trial_dir.refused:
+                if known is None or not known.refused:
                     self._drop_trial(path)
-                    self._add_trial(_linked_dir(path, root), 0, walk)
+                    self._add_trial(_Trial(path, root, 0, (), walk.now + self.quiet_after_s,
+                                           refused=True), walk)
         return links
 
     def _check_state(self, directory: Path, container: _Container, walk: _Walk) -> None:
@@ -340,40 +357,40 @@ class LogScanner:
     def _warm(self, entry: _Trial, now: float) -> None:
         entry.hot_until = now + self.quiet_after_s
         entry.quiet = False
-        self.hot[entry.trial_dir.path] = None
+        self.hot[entry.path] = None
 
     # --- trial directories ----------------------------------------------------------------------
-    def _add_trial(self, trial_dir: TrialDir, mtime: int, walk: _Walk) -> None:
-        self.trials[trial_dir.path] = _Trial(trial_dir, mtime, _file_stats(trial_dir),
-                                             walk.now + self.quiet_after_s)
-        self.hot[trial_dir.path] = None
-        walk.new.append(trial_dir)
-        walk.new_paths.add(trial_dir.path)
+    def _add_trial(self, entry: _Trial, walk: _Walk) -> None:
+        self.trials[entry.path] = entry
+        self.hot[entry.path] = None
+        walk.new.append(entry)  # its TrialDir built when it is read: a history is all new
+        walk.new_paths.add(entry.path)
 
     def _check(self, entry: _Trial, now: float) -> bool:
         """Stat a trial dir and its files; True (and hot again) when something changed.
         A new file (error.txt, an event file) moves the directory's mtime."""
-        path = entry.trial_dir.path
-        if entry.trial_dir.refused:
+        if entry.refused:
             return False  # a link: its container, listed again, says what it became
         try:
-            mtime = os.stat(path).st_mtime_ns  # a root may be a link to a trial dir
+            mtime = os.stat(entry.path).st_mtime_ns  # a root may be a link to a trial dir
         except OSError:
             return False  # gone: forgotten once its container is listed again
         listed = mtime != entry.dir_mtime
         if listed:
             try:
-                files = {e.name for e in os.scandir(path) if not _is_dir(e)}
+                names = _names({e.name for e in os.scandir(entry.path) if not _is_dir(e)})
             except OSError:
                 return False
-            entry.trial_dir = (_trial_dir(path, files, entry.trial_dir.root)
-                               or entry.trial_dir)
+            if names is not None and names != entry.names:
+                entry.names, entry.trial_dir = names, None
             entry.dir_mtime = mtime
-        stats = _file_stats(entry.trial_dir)
-        if not listed and stats == entry.files:
+        stats = _stats(entry.path, entry.names)
+        if not listed and stats == entry.stats:
             return False
-        entry.files = stats
+        entry.stats = stats
         self._warm(entry, now)
+        if entry.trial_dir is None:  # changing (a running trial): handed on every poll
+            entry.trial_dir = _dir(entry)
         return True
 
     def _unchanged(self, entry: _Trial) -> bool:
@@ -382,16 +399,16 @@ class LogScanner:
         files, and error.txt: a retry that fails before its first result rewrites only
         that) as they were. params.json, written once, is looked at again only once one
         of these moved."""
-        trial_dir = entry.trial_dir
-        if trial_dir.refused:
+        if entry.refused:
             return True
         try:
-            if os.stat(trial_dir.path).st_mtime_ns != entry.dir_mtime:
+            if os.stat(entry.path).st_mtime_ns != entry.dir_mtime:
                 return False
-            for name in (*trial_dir.result_files, *trial_dir.event_files,
-                         *filter(None, [trial_dir.error_file])):
-                stat = os.stat(name, follow_symlinks=False)
-                if (stat.st_size, stat.st_mtime_ns) != entry.files.get(name):
+            for n, name in enumerate(entry.names):
+                if name == PARAMS_FILE:
+                    continue
+                stat = os.stat(os.path.join(entry.path, name), follow_symlinks=False)
+                if (stat.st_size, stat.st_mtime_ns) != entry.stats[2 * n:2 * n + 2]:
                     return False
         except OSError:
             return False  # _check says what became of it
@@ -429,7 +446,7 @@ class LogScanner:
         for child in container.children if container else ():
             self._drop_trial(child)
 
-    def _drop_trial(self, path: Path) -> None:
+    def _drop_trial(self, path: str) -> None:
         self.trials.pop(path, None)
         self.hot.pop(path, None)  # the rotation drops it when it comes round
 
@@ -439,8 +456,8 @@ class _Walk:
     now: float
     seen: set[tuple[int, int]] = field(default_factory=set)
     containers: set[Path] = field(default_factory=set)
-    new: list[TrialDir] = field(default_factory=list)
-    new_paths: set[Path] = field(default_factory=set)
+    new: list[_Trial] = field(default_factory=list)
+    new_paths: set[str] = field(default_factory=set)
     state_dirs: list[tuple[str, Path]] = field(default_factory=list)
 
 
@@ -449,26 +466,39 @@ def experiment_name(directory: Path) -> str:
     return directory.parent.name if directory.name == LIVE_PARENT else directory.name
 
 
-def _trial_dir(path: Path, files: set[str], root: Root | None) -> TrialDir | None:
+# The names tuples of Tune trial dirs, one per shape (result.json, params.json, error.txt
+# or not): shared by every entry of that shape rather than a tuple each.
+_SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _names(files: set[str]) -> tuple[str, ...] | None:
+    """The files of a directory that its TrialDir reads, in its order (results, events,
+    params, error); None: it holds no results, so it is no trial dir."""
     results = (RESULT_FILE,) if RESULT_FILE in files else ()
-    events = tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
+    # A Tune trial's event files repeat its result.json: read them only without one.
+    events = () if results else tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
     if not results and not events:
         return None
+    names = (*results, *events, *(n for n in (PARAMS_FILE, ERROR_FILE) if n in files))
+    return names if events else _SHAPES.setdefault(names, names)
+
+
+def _trial_dir_of(path: Path, names: tuple[str, ...], root: Root | None) -> TrialDir:
     parent = path.parent
     match = TRIAL_DIR_RE.match(path.name)
-    # A Tune trial's event files repeat its result.json: read them only without one.
+    base = str(path)
     return TrialDir(
         experiment=experiment_name(parent), experiment_dir=parent, path=path, name=path.name,
         trial_id=match["trial_id"] if match else None,
         trainable=match["trainable"] if match else "", live=parent.name == LIVE_PARENT,
-        result_files=tuple(str(path / n) for n in results),
-        event_files=() if results else tuple(str(path / n) for n in events),
-        params_file=str(path / PARAMS_FILE) if PARAMS_FILE in files else None,
-        error_file=str(path / ERROR_FILE) if ERROR_FILE in files else None, root=root,
+        result_files=tuple(os.path.join(base, n) for n in names if n == RESULT_FILE),
+        event_files=tuple(os.path.join(base, n) for n in names if n.startswith(EVENTS_PREFIX)),
+        params_file=os.path.join(base, PARAMS_FILE) if PARAMS_FILE in names else None,
+        error_file=os.path.join(base, ERROR_FILE) if ERROR_FILE in names else None, root=root,
     )
 
 
-def _linked_dir(path: Path, root: Root) -> TrialDir:
+def _linked_dir(path: Path, root: Root | None) -> TrialDir:
     match = TRIAL_DIR_RE.match(path.name)
     assert match is not None
     return TrialDir(
@@ -478,19 +508,56 @@ def _linked_dir(path: Path, root: Root) -> TrialDir:
         refused="is a symbolic link: not followed")
 
 
-def _file_stats(trial_dir: TrialDir) -> dict[str, tuple[int, int]]:
-    names = [*trial_dir.result_files, *trial_dir.event_files, trial_dir.params_file,
-             trial_dir.error_file]
-    stats = {}
+def _dir(entry: _Trial) -> TrialDir:
+    """The entry's TrialDir: the one kept while it changes, or built again (~8 us)."""
+    if entry.trial_dir is not None:
+        return entry.trial_dir
+    path = Path(entry.path)
+    return (_linked_dir(path, entry.root) if entry.refused
+            else _trial_dir_of(path, entry.names, entry.root))
+
+
+class TrialDirs(Sequence[TrialDir]):
+    """Trial dirs handed on by a scan (or due to settle), each TrialDir built as it is
+    read and not kept: a first pass hands on a whole history, which as TrialDirs at once
+    would cost ~2 KB a trial dir (100,000: 200 MB, a high-water mark the process keeps).
+    Read a batch at a time (a slice), it costs a batch's."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: list[_Trial]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def, override]
+        if isinstance(index, slice):
+            return [_dir(entry) for entry in self._entries[index]]
+        return _dir(self._entries[index])
+
+    def __iter__(self) -> Iterable[TrialDir]:  # type: ignore[override]
+        return map(_dir, self._entries)
+
+    def paths(self) -> list[str]:
+        """Their paths, without building their TrialDirs (LogScanner.trial_dir builds one)."""
+        return [entry.path for entry in self._entries]
+
+    def __repr__(self) -> str:
+        return f"TrialDirs({len(self)} trial dirs)"
+
+
+def _stats(path: str, names: tuple[str, ...]) -> tuple[int, ...]:
+    """(size, mtime_ns) of each file, flat; (-1, -1) for one that could not be statted."""
+    stats: list[int] = []
     for name in names:
-        if name is None:
-            continue
         try:
-            stat = os.stat(name, follow_symlinks=False)
+            stat = os.stat(os.path.join(path, name), follow_symlinks=False)
         except OSError:
+            stats += (-1, -1)
             continue
-        stats[name] = (stat.st_size, stat.st_mtime_ns)
-    return stats
+        stats += (stat.st_size, stat.st_mtime_ns)
+    return tuple(stats)
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

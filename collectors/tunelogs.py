@@ -31,8 +31,9 @@ try:  # a node agent may run without it: the stdlib's parser, ~3x slower, then
 except ImportError:  # pragma: no cover
     orjson = None
 
-from collectors.logscan import TrialDir as TrialDir
 from collectors.logscan import discover as discover
+from collectors.records import ResultLine
+from collectors.records import TrialDir as TrialDir
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root, open_file, problem_text, read_file
 from collectors.rootfiles import storable as storable
 from collectors.tunesearch import (
@@ -72,20 +73,6 @@ class FileCursor:
 
 
 @dataclass(frozen=True)
-class ResultLine:
-    trial_id: str
-    attempt: int
-    iteration: int
-    at: datetime | None
-    time_this_iter_s: float | None
-    pid: int | None
-    node_ip: str | None
-    hostname: str | None
-    metrics: dict[str, float | None]
-    byte_offset: int
-
-
-@dataclass(frozen=True)
 class ParseProblem:
     path: str
     byte_offset: int
@@ -100,7 +87,7 @@ class TailResult:
     reset: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per trial of every experiment read: no __dict__
 class TuneTrialState:
     status: str
     num_failures: int | None
@@ -534,14 +521,18 @@ def _read_state(path: Path, root: Root | None
     for pair in pairs if isinstance(pairs, list) else []:
         try:
             trial, meta = json.loads(pair[0]), json.loads(pair[1])
+            status = storable(str(trial.get("status") or ""))[:16]
             states[storable(str(trial["trial_id"]))] = TuneTrialState(
-                status=storable(str(trial.get("status") or ""))[:16],
+                status=_STATUSES.get(status, status),  # Tune's: one copy each, not a trial's
                 num_failures=meta.get("num_failures"),
                 last_result_time=meta.get("last_result_time"),
             )
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
             continue
     return states, runner_metric(data)
+
+
+_STATUSES = {s: s for s in ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")}
 
 
 class TuneStates:

@@ -59,6 +59,7 @@ MAX_PARAMS_BYTES = 256 << 10
 POLL_BYTES = 8 << 20  # read a poll at most: a long history takes several polls
 SPOOL_SHARE = 4  # read nothing more while the spool is over a quarter full
 STALE_QUIET = 10  # quiet this many times quiet_after_s, finished or not: settled
+SETTLE_BATCH = 400  # trial dirs asked about at once (their TrialDirs built for it)
 FINISHED = ("TERMINATED", "ERROR")
 NO_TENSORBOARD = ("TensorBoard event files here, but the tensorboard package is not "
                   "installed for the agent (pip install tensorboard): not read")
@@ -86,8 +87,14 @@ class TrialLogCollector:
         self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock, rescan_per_poll,
                                   caps)
         self.wall = wall
-        self.files, self.sent = store.load()
-        self.backlog: dict[Path, TrialDir] = {}
+        # The cursors and what was sent of the trial dirs being read, looked up in the
+        # store when first needed and forgotten when they settle (None: none stored):
+        # memory follows what is watched, not the history.
+        self.files: dict[str, FileState | None] = {}
+        self.sent: dict[str, TrialSent | None] = {}
+        # Trial dirs with more to read than a poll reads, by path (a str): a first pass
+        # hands on a whole history; each TrialDir is built (the scanner's) when its turn comes.
+        self.backlog: dict[str, None] = {}
         self.states = TuneStates()
         self.poll_states: dict[Path, dict[str, TuneTrialState]] = {}  # this poll's reads
         self.poll_searches: dict[Path, SearchObjective | None] = {}
@@ -99,15 +106,15 @@ class TrialLogCollector:
         self.scanner.roots = self.roots()
         self._settle()
         scan = self.scanner.scan()
-        work = {**self.backlog, **{d.path: d for d in scan.trial_dirs}}
+        work = {**self.backlog, **dict.fromkeys(scan.trial_dirs.paths())}
         self.backlog = {}
         out = _Pending(self)
         try:
-            for trial_dir in work.values():
+            for path in work:
                 if out.exhausted():
-                    self.backlog[trial_dir.path] = trial_dir
-                else:
-                    self._read(trial_dir, out)
+                    self.backlog[path] = None
+                elif (trial_dir := self.scanner.trial_dir(path)) is not None:
+                    self._read(trial_dir, out)  # else forgotten: gone, or no longer a root's
             self._statuses(scan.state_dirs, set(work), out)
             out.flush()
         except BaseException:
@@ -116,6 +123,16 @@ class TrialLogCollector:
             raise
         return PollStats(out.records_total, out.batches, out.read_bytes, scan.checked,
                          scan.known, len(self.backlog))
+
+    def file(self, key: str) -> FileState | None:
+        if key not in self.files:
+            self.files[key] = self.store.file(key)
+        return self.files[key]
+
+    def trial_sent(self, key: str) -> TrialSent | None:
+        if key not in self.sent:
+            self.sent[key] = self.store.trial(key)
+        return self.sent[key]
 
     def spool_full(self) -> bool:
         return self.spool.stats()["bytes"] > self.spool.max_bytes // SPOOL_SHARE
@@ -147,7 +164,7 @@ class TrialLogCollector:
                                                                         stat.st_mtime_ns):
                 return
             if out.exhausted():
-                self.backlog[trial_dir.path] = trial_dir
+                self.backlog[str(trial_dir.path)] = None
                 return
             cursor = state.cursor if state else None
             before = 0 if cursor is None else cursor.offset
@@ -213,15 +230,15 @@ class TrialLogCollector:
             self.poll_searches[directory] = self.states.objective(directory, trial_dir.root)
         return self.poll_searches[directory]
 
-    def _statuses(self, state_dirs: list[tuple[str, Path]], done: set[Path],
+    def _statuses(self, state_dirs: list[tuple[str, Path]], done: set[str],
                   out: _Pending) -> None:
         """Tune's experiment state changed: a trial may have ended without a new line (or
         the search's objective become known)."""
         for _, directory in state_dirs:
             for trial_dir in self.scanner.trials_in(directory):
-                if trial_dir.path in done:
-                    continue
                 key = str(trial_dir.path)
+                if key in done:
+                    continue
                 facts: dict[str, Any] = {}
                 sent = out.trial(key)
                 new = self._state_facts(trial_dir, sent, facts)
@@ -244,15 +261,26 @@ class TrialLogCollector:
 
     # --- settling quiet trial dirs -----------------------------------------------------------
     def _settle(self) -> None:
-        candidates = self.scanner.candidates()
-        finished = {d.path for d in candidates if self._finished(d)}
-        self.scanner.settle(finished, [d.path for d in candidates if d.path not in finished])
+        candidates = self.scanner.candidates()  # a batch at a time: a first pass's are all due
+        for start in range(0, len(candidates), SETTLE_BATCH):
+            batch = candidates[start:start + SETTLE_BATCH]
+            finished = [d for d in batch if self._finished(d)]
+            done = {d.path for d in finished}
+            self.scanner.settle(done, [d.path for d in batch if d.path not in done])
+            for trial_dir in finished:
+                self._forget(trial_dir)
+
+    def _forget(self, trial_dir: TrialDir) -> None:
+        """A settled trial dir's cursors leave memory (the store keeps them)."""
+        self.sent.pop(str(trial_dir.path), None)
+        for name in (*trial_dir.result_files, *trial_dir.event_files):
+            self.files.pop(str(Path(name)), None)
 
     def _finished(self, trial_dir: TrialDir) -> bool:
         """Finished by Tune's state, or by error.txt where Tune says nothing; a trial dir
         whose experiment state (or, without one, whose files) went unchanged for
         STALE_QUIET quiet periods belongs to a driver that is gone."""
-        if trial_dir.path in self.backlog:
+        if str(trial_dir.path) in self.backlog:
             return False
         stale_s = self.scanner.quiet_after_s * STALE_QUIET
         status = self._status(trial_dir)
@@ -278,10 +306,10 @@ class _Pending:
         self.full = collector.spool_full()
 
     def file(self, key: str) -> FileState | None:
-        return self.files.get(key) or self.collector.files.get(key)
+        return self.files.get(key) or self.collector.file(key)
 
     def trial(self, key: str) -> TrialSent:
-        return self.sent.get(key) or self.collector.sent.get(key) or TrialSent()
+        return self.sent.get(key) or self.collector.trial_sent(key) or TrialSent()
 
     def exhausted(self) -> bool:
         return self.full or self.read_bytes >= POLL_BYTES

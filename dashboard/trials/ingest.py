@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -26,8 +26,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from collectors.logscan import LogScanner, TrialDir
-from collectors.records import TrialUpdate
+from collectors.logscan import LogScanner
+from collectors.records import TrialDir, TrialUpdate
 from collectors.rootfiles import Caps, Root
 from collectors.tunelogs import (
     FileCursor,
@@ -70,8 +70,10 @@ class Read:
 class TrialLogIngest:
     """One poll's worth of ingest over the trial dirs it is given; loads only their rows."""
 
-    def __init__(self, now: datetime, scanner: LogScanner | None = None) -> None:
+    def __init__(self, now: datetime, scanner: LogScanner | None = None,
+                 on_stored: Callable[[IngestStats], None] | None = None) -> None:
         self.now = now
+        self.on_stored = on_stored  # after each stored batch (push.push_points)
         self.store = TrialStore(now)
         self.stats = self.store.stats
         self.scanner = scanner
@@ -81,7 +83,9 @@ class TrialLogIngest:
         self.unfinished: list[Path] = []  # trial dirs with more to read than a read takes
 
     def run(self, trial_dirs: Iterable[TrialDir]) -> IngestStats:
-        dirs = list(trial_dirs)
+        # A scan's TrialDirs are built a batch at a time (a slice): a first pass hands
+        # on the whole history, which all at once would set the process's high-water mark.
+        dirs = trial_dirs if isinstance(trial_dirs, Sequence) else list(trial_dirs)
         for start in range(0, len(dirs), BATCH):
             batch = dirs[start:start + BATCH]
             self.store.load(d.key for d in batch)
@@ -118,6 +122,8 @@ class TrialLogIngest:
         with transaction.atomic():
             self.store.apply_many(read.updates)
             self._save_cursors(read.cursors)
+        if self.on_stored is not None:
+            self.on_stored(self.stats)
         return Read()
 
     def apply_states(self, state_dirs: Iterable[tuple[str, Path]]) -> None:
@@ -253,16 +259,18 @@ def the_only_reader() -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [READER_LOCK])
 
 
-def ingest_logs(roots: Sequence[Path], now: datetime) -> IngestStats:
+def ingest_logs(roots: Sequence[Path], now: datetime,
+                on_stored: Callable[[IngestStats], None] | None = None) -> IngestStats:
     """One poll of the log dirs; IngestStats(busy=True) when another process is still
-    reading them (its poll continues; this one reads nothing)."""
+    reading them (its poll continues; this one reads nothing). `on_stored(stats)` after
+    each batch stored (the poll sends its new points on that way, push.push_points)."""
     with _POLL_LOCK, the_only_reader() as mine:
         if not mine:
             return IngestStats(busy=True)
         scanner = log_scanner(roots)
         settle(scanner)
         scan = scanner.scan()
-        ingest = TrialLogIngest(now, scanner)
+        ingest = TrialLogIngest(now, scanner, on_stored)
         try:
             stats = ingest.run(scan.trial_dirs)
             ingest.apply_states(scan.state_dirs)
@@ -290,17 +298,16 @@ def log_scanner(roots: Sequence[Path]) -> LogScanner:
 def settle(scanner: LogScanner) -> None:
     """Trial dirs quiet for a while stop being watched once their trial is finished
     (the slow rescan still visits them); the others are asked about again later."""
-    candidates = scanner.candidates()
-    finished: set[tuple[str, str]] = set()
+    candidates = scanner.candidates()  # a batch at a time: a first pass's are all due at once
     for start in range(0, len(candidates), BATCH):
         batch = candidates[start:start + BATCH]
-        finished.update(Trial.objects.filter(
+        finished = set(Trial.objects.filter(
             experiment__cluster_id=settings_cluster_pk(),
             experiment__name__in={d.key[0] for d in batch},
             trial_id__in={d.key[1] for d in batch}, status__in=Trial.FINISHED,
         ).values_list("experiment__name", "trial_id"))
-    scanner.settle([d.path for d in candidates if d.key in finished],
-                   [d.path for d in candidates if d.key not in finished])
+        scanner.settle([d.path for d in batch if d.key in finished],
+                       [d.path for d in batch if d.key not in finished])
 
 
 # Tune rewrites experiment_state-*.json whole every snapshot; read it again only when

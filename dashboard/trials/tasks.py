@@ -8,7 +8,7 @@ from dashboard.core.health import source_poll
 from dashboard.trials import lag
 from dashboard.trials.detect import evaluate_trials
 from dashboard.trials.ingest import IngestStats, ingest_logs
-from dashboard.trials.push import flush_experiments, push_updates
+from dashboard.trials.push import flush_experiments, push_points, push_updates
 from dashboard.trials.roots import log_roots
 from dashboard.trials.stacks import take
 
@@ -24,7 +24,7 @@ def poll_trial_logs() -> None:
             if not any(root.is_dir() for root in roots):
                 poll.warnings.append("no log directory exists yet: " + ", ".join(map(str, roots)))
             started = timezone.now()
-            stats = ingest_logs(roots, started)
+            stats = ingest_logs(roots, started, on_stored=push_points)
             if not stats.busy:
                 lag.note_read(started)
                 took = (timezone.now() - started).total_seconds()
