@@ -106,8 +106,10 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
                         "gpu-a@10.9.0.2": {"GPU-gpu-a-0", "GPU-gpu-a-1"},
                         "gpu-b@10.9.0.3": {"GPU-gpu-b-0", "GPU-gpu-b-1"}}
         children = psutil.Process(server.pid).children(recursive=True)
-        roles = {" ".join(c.cmdline()).split("celery -A dashboard ")[-1].split()[0]
-                 for c in children if "celery" in " ".join(c.cmdline())}
+        commands = [" ".join(c.cmdline()) for c in children]
+        roles = {line.split("celery -A dashboard ")[-1].split()[0]
+                 for line in commands if "celery -A dashboard " in line}
+        roles |= {"beat" for line in commands if "-m dashboard.core.beat " in line}
         assert roles == {"worker", "beat"}
         queues = {" ".join(c.cmdline()).split("--queues ")[-1].split()[0]
                   for c in children if "--queues" in " ".join(c.cmdline())}

@@ -153,10 +153,12 @@ def _describe_db() -> str:
 def start_celery(role: str) -> subprocess.Popen[bytes]:
     if role == "agent":  # this node's GPU agent: `manage.py agent` execs its own worker
         return subprocess.Popen([sys.executable, "manage.py", "agent"], cwd=settings.BASE_DIR)
+    if role == "beat":  # Celery beat, stopped between ticks (dashboard/core/beat.py)
+        return subprocess.Popen([sys.executable, "-m", "dashboard.core.beat",
+                                 str(settings.DATA_DIR / "celerybeat-schedule")],
+                                cwd=settings.BASE_DIR)
     cmd = [sys.executable, "-m", "celery", "-A", "dashboard"]
-    if role == "beat":
-        cmd += ["beat", "--schedule", str(settings.DATA_DIR / "celerybeat-schedule")]
-    elif role == "notifier":  # alert webhooks: I/O-bound, on their own queue and threads
+    if role == "notifier":  # alert webhooks: I/O-bound, on their own queue and threads
         cmd += ["worker", "--queues", settings.NOTIFY_QUEUE, "--pool", "threads",
                 "--concurrency", str(settings.NOTIFY_THREADS), "--hostname", "notify@%h"]
     else:
