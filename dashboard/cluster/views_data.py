@@ -203,6 +203,16 @@ def register_trials_by_process(fn: TrialsByProcess) -> None:
         _trials_by_process.append(fn)
 
 
+def call_places(calls: list[RayCall]) -> tuple[dict[str, str], dict[str, str]]:
+    """Where these calls run, as Ray last listed it: node id -> address, actor id -> its
+    name (the Jobs page, and call_overdue's summary)."""
+    nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
+                 .values_list("node_id", "node_ip"))
+    actors = {a.actor_id: a.label for a in Actor.objects.filter(
+        actor_id__in={c.actor_id for c in calls if c.actor_id})}
+    return nodes, actors
+
+
 def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
     """The Ray calls running now (of the cluster named `cluster`, else every cluster's):
     the CALLS_SHOWN that have run longest, the furthest past their usual duration first.
@@ -214,10 +224,7 @@ def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
     calls = list(calls[:CALLS_SHOWN])
     timings = {(t.cluster_id, t.name): CallTiming.usual(t.durations)
                for t in CallTiming.objects.filter(name__in={c.name for c in calls})}
-    nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
-                 .values_list("node_id", "node_ip"))
-    actors = {a.actor_id: a.label for a in Actor.objects.filter(
-        actor_id__in={c.actor_id for c in calls if c.actor_id})}
+    nodes, actors = call_places(calls)
     pids = {c.pid for c in calls if c.pid}
     trials = {key: {"id": pk, "trial_id": trial_id} for find in _trials_by_process
               for key, (pk, trial_id) in find(pids).items()}

@@ -15,9 +15,10 @@ from typing import Any
 
 from django.conf import settings
 
-from dashboard.cluster.models import Actor, CallTiming, Cluster, Demand, Job, Node, RayCall
+from dashboard.cluster.models import CallTiming, Cluster, Demand, Job, Node, RayCall
 from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
+from dashboard.cluster.views_data import call_places
 from dashboard.gpus.models import Agent, Gpu, GpuProcess
 from dashboard.gpus.owners import JOB, TRIAL, Owner
 from dashboard.gpus.views_data import owner_maps_for
@@ -207,10 +208,7 @@ def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, in
         return []
     calls = list(RayCall.objects.filter(pk__in=candidates))
     trials = running_trials_by_process({c.pid for c in calls if c.pid})
-    nodes = dict(Node.objects.filter(node_id__in={c.node_id for c in calls if c.node_id})
-                 .values_list("node_id", "node_ip"))
-    actors = {a.actor_id: a.label for a in Actor.objects.filter(
-        actor_id__in={c.actor_id for c in calls if c.actor_id})}
+    nodes, actors = call_places(calls)
     return [(CallView(task_id=c.task_id, name=c.name, kind=c.kind, running_since=c.first_seen_at,
                       usual_s=usual[(c.cluster_id, c.name)], actor_id=c.actor_id,
                       actor=actors.get(c.actor_id, ""), job_id=c.job_id,
