@@ -44,6 +44,7 @@ on 2 cores with the defaults.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -406,7 +407,10 @@ def main() -> int:
         storage.mkdir()
         from collectors.localray import LocalRay
 
-        local = LocalRay(tmp / "local-ray.json", num_cpus=2)
+        # A Ray temp dir of its own, not /tmp/ray: removed after the cluster stops.
+        ray_tmp = Path(tempfile.mkdtemp(prefix="rwtb-", dir="/tmp"))  # short: socket paths
+        stack.callback(shutil.rmtree, ray_tmp, ignore_errors=True)
+        local = LocalRay(tmp / "local-ray.json", num_cpus=2, temp_dir=ray_tmp)
         stack.callback(local.stop)
         cluster = local.start(log_path=tmp / "local-ray.log")
         print(f"Ray cluster up in {time.perf_counter() - started:.0f} s: GCS "

@@ -163,6 +163,37 @@ def roleless(db: None) -> User:
 
 
 # --- Ray ------------------------------------------------------------------------------
+# Where `ray start --head` leaves its address for a plain ray.init() on this machine to
+# join: a test run leaves it as it found it (a test's own head once pointed it at a GCS
+# the test then stopped, and the next plain ray.init() on the machine hung).
+RAY_CURRENT = Path("/tmp/ray/ray_current_cluster")
+
+
+def ray_current_cluster() -> str | None:
+    try:
+        return RAY_CURRENT.read_text()
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_temp_dir_of_the_run() -> Iterator[Path]:
+    """Ray's default temp dir for this run (RAY_TMPDIR, which Ray reads): a cluster a test
+    starts without a temp dir of its own (`serve`'s local cluster, the demo's) keeps its
+    sessions there, not in /tmp/ray, and they go with it. Last to end: the run fails if
+    /tmp/ray/ray_current_cluster changed all the same."""
+    before = ray_current_cluster()
+    temp_dir = Path(tempfile.mkdtemp(prefix="rwd-", dir="/tmp"))  # short: socket paths
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_TMPDIR", str(temp_dir))
+        yield temp_dir
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    assert ray_current_cluster() == before, (
+        f"the run changed {RAY_CURRENT} (was {before!r}, now {ray_current_cluster()!r}): "
+        "a test ran `ray start` in /tmp/ray (no --temp-dir, and not this run's RAY_TMPDIR), "
+        "and a plain ray.init() on this machine would now try that node's stopped GCS")
+
+
 @pytest.fixture
 def hung_process() -> Iterator[subprocess.Popen]:
     """A process on this host that never ends by itself: what a hung trial runs, titled as

@@ -160,26 +160,7 @@ def main(argv: list[str]) -> int:
     if "--plan" in argv:
         return plan([arg for arg in argv if arg != "--plan"])
     ensure_chromium()
-    before = ray_current_cluster()
-    code = run_suite(argv)
-    if ray_current_cluster() != before:
-        print(f"[make test] ERROR: the run changed {RAY_CURRENT}: a Ray head was started "
-              "without a temp dir of its own, and a plain ray.init() on this machine would "
-              "now try its stopped GCS", file=sys.stderr, flush=True)
-        return code or 1
-    return code
-
-
-# Where `ray start --head` leaves its address for a plain ray.init() to join: a test run
-# must leave it as it found it.
-RAY_CURRENT = Path("/tmp/ray/ray_current_cluster")
-
-
-def ray_current_cluster() -> str | None:
-    try:
-        return RAY_CURRENT.read_text()
-    except OSError:
-        return None
+    return run_suite(argv)
 
 
 def run_suite(argv: list[str]) -> int:

@@ -54,7 +54,7 @@ def test_a_token_stops_working_after_its_days(viewer, settings) -> None:  # type
     with time_machine.travel(time.time() + 3 * 86400, tick=False):
         assert reads_the_api(short) == 401
         assert reads_the_api(key) == 200
-    with time_machine.travel(time.time() + 91 * 86400, tick=False):
+    with time_machine.travel(time.time() + (settings.API_TOKEN_DAYS + 1) * 86400, tick=False):
         assert reads_the_api(key) == 401
 
 
@@ -64,7 +64,7 @@ def test_reset_revokes_the_users_other_tokens(viewer) -> None:  # type: ignore[n
     assert (reads_the_api(old), reads_the_api(new)) == (401, 200)
 
 
-def test_a_plaintext_token_from_before_keeps_working_hashed(viewer) -> None:  # type: ignore[no-untyped-def]
+def test_a_plaintext_token_from_before_keeps_working_hashed(viewer, settings) -> None:  # type: ignore[no-untyped-def]
     old_key = "0f3c2a9e8d7b6a5f4e3d2c1b0a9f8e7d6c5b4a39"  # DRF's: 40 hex digits
     with connection.cursor() as cursor:  # as rest_framework.authtoken left it
         cursor.execute('CREATE TABLE "authtoken_token" ("key" varchar(40) PRIMARY KEY, '
@@ -76,5 +76,5 @@ def test_a_plaintext_token_from_before_keeps_working_hashed(viewer) -> None:  # 
     assert "authtoken_token" not in connection.introspection.table_names()
     assert old_key not in everything_stored()
     assert reads_the_api(old_key) == 200
-    with time_machine.travel(time.time() + 91 * 86400, tick=False):
+    with time_machine.travel(time.time() + (settings.API_TOKEN_DAYS + 1) * 86400, tick=False):
         assert reads_the_api(old_key) == 401

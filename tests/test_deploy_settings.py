@@ -5,6 +5,7 @@ X-Forwarded-Proto only from the proxies it was told to trust."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -33,6 +34,16 @@ def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
             "RAYWATCH_SECURE_COOKIES": "1", "RAYWATCH_SECRET_KEY": secrets.token_urlsafe(50),
             "DATABASE_URL": os.environ["DATABASE_URL"], "REDIS_URL": os.environ["REDIS_URL"],
             **extra}
+
+
+def setting(env: dict[str, str], name: str) -> Any:
+    """The value dashboard/settings.py gives `name` in `env` (its default is written there
+    once, maybe computed from another setting)."""
+    probe = f"import json; from dashboard import settings; print(json.dumps(settings.{name}))"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def test_deployment_checklist_is_clean(tmp_path: Path) -> None:
@@ -126,11 +137,13 @@ def test_plain_http_is_sent_to_https_and_probes_are_not(serve) -> None:  # type:
     assert fetch(f"{base}/healthz").status == 200  # compose's health probe speaks HTTP
 
 
-def test_https_from_the_trusted_proxy_is_served_with_hsts(serve) -> None:  # type: ignore[no-untyped-def]
+def test_https_from_the_trusted_proxy_is_served_with_hsts(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     base = serve()  # the proxy is on this host: 127.0.0.1 is trusted by default
     login = fetch(f"{base}/login/", **{"X-Forwarded-Proto": "https"})
     assert login.status == 200
-    assert login.headers["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
+    max_age = setting(production_env(tmp_path), "SECURE_HSTS_SECONDS")
+    assert max_age > 0, "secure cookies no longer turn HSTS on by default"
+    assert login.headers["Strict-Transport-Security"] == f"max-age={max_age}; includeSubDomains"
     assert login.headers["X-Frame-Options"] == "DENY"
     assert login.headers["X-Content-Type-Options"] == "nosniff"
     cookie = login.headers["Set-Cookie"]

@@ -10,10 +10,13 @@ number. Both are asked what raywatch's Ray poll asks."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,7 +74,8 @@ class Side:
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:
     """A real cluster cut at SOURCE_LIMIT rows, holding the actors described above."""
     where = tmp_path_factory.mktemp("capped-ray")
-    local = LocalRay(where / "local-ray.json", num_cpus=1)
+    temp_dir = Path(tempfile.mkdtemp(prefix="rwcap-", dir="/tmp"))  # short: socket paths
+    local = LocalRay(where / "local-ray.json", num_cpus=1, temp_dir=temp_dir)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_MAX_LIMIT_FROM_DATA_SOURCE", str(SOURCE_LIMIT))
         cluster = local.start(log_path=where / "local-ray.log")
@@ -96,6 +100,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:
             driver_b.kill()
             driver_b.wait()
         local.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _populate(ray: Any) -> tuple[str, list[Any]]:

@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+# What manage.py reads in the environment run_manage passes on: its default, written once
+# in dashboard/settings.py, unless this run set RAYWATCH_AGENT_STALE_S.
+STALE_S = settings.AGENT_STALE_S
 
 
 def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -36,7 +40,8 @@ def run_manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
         ("RAYWATCH_SECRET_KEY_FILE", "/nonexistent/secret", "cannot be read"),
         ("RAYWATCH_METRICS_ALLOW", "10.0.0.0/33", "is not an address or network"),
         ("RAYWATCH_METRICS_TOKEN_FILE", "/nonexistent/token", "cannot be read"),
-        ("RAYWATCH_AGENT_SEND_MAX_S", "20", "at most half of RAYWATCH_AGENT_STALE_S (30)"),
+        ("RAYWATCH_AGENT_SEND_MAX_S", f"{STALE_S / 2 + 1:g}",
+         f"at most half of RAYWATCH_AGENT_STALE_S ({STALE_S:g})"),
         ("RAYWATCH_AGENT_REPORTS_PER_S", "0", "must be at least"),
     ],
 )

@@ -15,14 +15,19 @@ from dashboard.incidents.trial_rules import (
     Thresholds,
     TrialSnapshot,
     evaluate_trial,
+    median_interval_s,
+    slow_limit,
+    stall_limit_s,
     step_time_regression,
 )
+from dashboard.trials.detect import thresholds
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-# The shipped defaults (dashboard/settings.py), stall threshold aside.
-TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_excess_s=2,
-                slow_for_s=30, slow_window=20, gone_grace_s=30, errored_recent_s=86400)
+# The shipped thresholds, as the detector builds them from settings: the scenarios below
+# (a 0.5 s step, jitter of 1.7 s and 2.4 s, a 10x slowdown) are held against them.
+TH = thresholds()
 GEN_S = 0.2
+STEP_S = GEN_S + 0.3  # a healthy step, and the interval between its results
 
 
 def run(rewards: list[float], start: datetime = T0) -> list[StepTiming]:
@@ -38,7 +43,8 @@ def run(rewards: list[float], start: datetime = T0) -> list[StepTiming]:
 def snapshot(steps: list[StepTiming], baseline: Baseline | None = None) -> TrialSnapshot:
     return TrialSnapshot(trial_id="abcde_00001", experiment="exp", status="RUNNING",
                          process_alive=True, process_gone_since=None,
-                         last_result_at=steps[-1].at, steps=steps[-21:], slow_baseline=baseline)
+                         last_result_at=steps[-1].at, steps=steps[-(TH.slow_window + 1):],
+                         slow_baseline=baseline)
 
 
 def watch(steps: list[StepTiming], th: Thresholds = TH, every_s: float = 0.25
@@ -58,12 +64,15 @@ def watch(steps: list[StepTiming], th: Thresholds = TH, every_s: float = 0.25
 
 def test_a_phase_that_stays_ten_times_slower_fires_until_it_is_fast_again() -> None:
     steps = run([0.3] * 20 + [3.0] * 50 + [0.3] * 10)
+    assert slow_limit(0.3, TH) < 3.0, "the shipped thresholds no longer call 10x slow"
     slowed_at = steps[19].at
     seen = list(watch(steps))
     firing = [(now, done, f) for now, done, f in seen if f]
+    assert firing, "50 steps ten times slower opened nothing"
     first_at = firing[0][0]
     # Held for slow_for_s after the first slow step overran, not longer.
-    assert 30 <= (first_at - slowed_at).total_seconds() <= 30 + 2.5 + 0.5
+    hold, overran = TH.slow_for_s, slow_limit(STEP_S, TH)
+    assert hold <= (first_at - slowed_at).total_seconds() <= hold + overran + 0.5
     # From then on it fires at every evaluation while the phase is slow...
     while_slow = [f for now, done, f in seen if first_at <= now and done <= 70]
     assert while_slow and all(while_slow), "resolved while the phase was still slow"
@@ -80,13 +89,16 @@ def test_a_phase_that_stays_ten_times_slower_fires_until_it_is_fast_again() -> N
 
 def test_the_baseline_is_taken_from_before_the_first_slow_step() -> None:
     steps = run([0.3] * 20 + [3.0] * 12)
+    # Most of the window is slow: its median alone would call 3.0 s usual.
+    assert (TH.slow_window + 1) // 2 < 12
     found = step_time_regression(snapshot(steps), TH, steps[-1].at)
     assert found is not None
-    assert found.details["median_s"] == 0.3  # 12 of the last 21 steps are slow
+    assert found.details["median_s"] == 0.3
     assert found.details["baseline_s"]["timing_s/reward"] == 0.3
     began = datetime.fromisoformat(found.details["since"])
-    # The first slow step overran its limit (0.5 s x 3, or + 2 s) 2.5 s after it began.
-    assert began == steps[19].at + timedelta(seconds=2.5)
+    # When the first slow step overran its limit (slow_factor x 0.5 s, or 0.5 s +
+    # slow_min_excess_s), not when it ended.
+    assert began == steps[19].at + timedelta(seconds=slow_limit(STEP_S, TH))
 
 
 def test_a_kept_baseline_does_not_drift() -> None:
@@ -116,27 +128,33 @@ def test_scheduler_jitter_on_short_steps_raises_nothing() -> None:
 
 def test_a_real_slowdown_waits_for_the_hold_time() -> None:
     steps = run([0.3] * 20 + [4.0] * 20)
-    began = steps[19].at + timedelta(seconds=2.5)
-    early = step_time_regression(snapshot(steps[:27]), TH, began + timedelta(seconds=29))
-    assert early is None
-    assert step_time_regression(snapshot(steps[:28]), TH, began + timedelta(seconds=31))
+    began = steps[19].at + timedelta(seconds=slow_limit(STEP_S, TH))
+    hold = timedelta(seconds=TH.slow_for_s)
+
+    def at(now: datetime) -> Finding | None:
+        seen = [s for s in steps if s.at is not None and s.at <= now]
+        return step_time_regression(snapshot(seen), TH, now)
+
+    assert at(began + hold - timedelta(seconds=1)) is None
+    assert at(began + hold + timedelta(seconds=1))
 
 
 def test_a_hang_is_one_incident_the_stall() -> None:
     steps = run([0.3] * 20)
     hung = snapshot(steps)
     th = _with(slow_for_s=0)
-    soon = steps[-1].at + timedelta(seconds=10)
+    soon = steps[-1].at + timedelta(seconds=slow_limit(STEP_S, th) + 1)
     [regression] = evaluate_trial(hung, th, soon)  # the step in progress overran
     assert regression.kind == "step_time_regression" and regression.details["in_progress"]
-    late = steps[-1].at + timedelta(seconds=121)
+    late = steps[-1].at + timedelta(seconds=stall_limit_s(median_interval_s(steps), th) + 1)
     assert [f.kind for f in evaluate_trial(hung, th, late)] == ["trial_stalled"]
 
 
 def test_a_regression_of_completed_steps_stays_beside_the_stall() -> None:
     steps = run([0.3] * 20 + [4.0] * 3)
-    late = steps[-1].at + timedelta(seconds=121)
-    kinds = {f.kind: f for f in evaluate_trial(snapshot(steps), _with(slow_for_s=0), late)}
+    th = _with(slow_for_s=0)
+    late = steps[-1].at + timedelta(seconds=stall_limit_s(median_interval_s(steps), th) + 1)
+    kinds = {f.kind: f for f in evaluate_trial(snapshot(steps), th, late)}
     assert set(kinds) == {"trial_stalled", "step_time_regression"}
     assert kinds["step_time_regression"].details["in_progress"] is False
     assert kinds["step_time_regression"].details["phase"] == "timing_s/reward"

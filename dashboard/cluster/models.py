@@ -206,6 +206,15 @@ class CallTiming(models.Model):
         mid = len(ordered) // 2
         return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
+    @staticmethod
+    def overdue_after(usual: float, factor: float, min_s: float) -> float:
+        """How long a call of a name whose usual duration is `usual` may run before it is
+        overdue: `factor` times its usual duration, and at least `min_s` (a call of
+        milliseconds is not overdue after a second). The call_overdue rule and the Jobs
+        page both hold a running call against this (RAYWATCH_CALL_OVERDUE_FACTOR and
+        RAYWATCH_CALL_OVERDUE_MIN_S)."""
+        return max(factor * usual, min_s)
+
 
 class Worker(models.Model):
     """A live Ray worker process (task or actor worker, or a driver)."""

@@ -233,8 +233,8 @@ def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
     for c in calls:
         usual = timings.get((c.cluster_id, c.name))
         ran = (now - c.first_seen_at).total_seconds()
-        limit = None if usual is None else max(settings.CALL_OVERDUE_FACTOR * usual,
-                                               settings.CALL_OVERDUE_MIN_S)
+        limit = None if usual is None else CallTiming.overdue_after(
+            usual, settings.CALL_OVERDUE_FACTOR, settings.CALL_OVERDUE_MIN_S)
         rows.append({"cluster": c.cluster.name, "task_id": c.task_id, "name": c.name,
                      "kind": c.kind, "job_id": c.job_id, "actor_id": c.actor_id,
                      "actor": actors.get(c.actor_id, ""), "node_ip": nodes.get(c.node_id, ""),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dashboard.cluster.models import CallTiming
 from dashboard.incidents.findings import Finding
 
 GPU_KINDS = ("gpu_idle_during_step", "gpu_memory_high", "gpu_hardware")
@@ -293,7 +294,7 @@ def call_overdue(call: CallView, th: ResourceThresholds, now: datetime) -> Findi
     if call.usual_s is None:
         return None
     ran = (now - call.running_since).total_seconds()
-    limit = max(th.call_overdue_factor * call.usual_s, th.call_overdue_min_s)
+    limit = CallTiming.overdue_after(call.usual_s, th.call_overdue_factor, th.call_overdue_min_s)
     if ran < limit:
         return None
     where = f"pid {call.pid} on {call.node_ip or 'an unknown node'}" if call.pid \
