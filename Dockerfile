@@ -58,4 +58,4 @@ RUN python -m compileall -q dashboard collectors \
 # /var/lib/raywatch: beat's schedule; the collected static files in it stay root's.
 USER 10001:10001
 EXPOSE 8000
-CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000", "--no-celery"]
+CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000", "--no-celery", "--no-agent"]

@@ -230,21 +230,20 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- GPUs: NVML agents (docs/agents.md) --------------------------------------------------
-# Seconds between GPU polls of each node: a node agent's own, and those beat's dispatcher
-# sends each Celery GPU agent (`manage.py agent`: a Celery worker on its own queue).
+# --- GPUs: read by each node's agent (docs/agents.md) --------------------------------------
+# Seconds between GPU polls of each node's agent (raywatch's own host's too: `serve`
+# starts it with raywatch's settings).
 POLL_GPU_S = env_number("RAYWATCH_POLL_GPU_S", defaults.POLL_GPU_S, minimum=0.2)
 # What reads the GPUs. nvml: the real nvidia-ml-py; simulated: invented GPUs for a demo,
 # labelled SIMULATED everywhere; off: no GPU source on this process.
 GPU_SOURCE = env_choice("RAYWATCH_GPU_SOURCE", defaults.GPU_SOURCES, defaults.GPU_SOURCE)
 # The module the NVML source imports: the boundary where tests put a fake.
 NVML_MODULE = env_str("RAYWATCH_NVML_MODULE", defaults.NVML_MODULE)
-# The name this host's GPUs are reported under; a node agent's must match its token's node.
+# The name raywatch's own host's agent reports under (its token is issued for it); a
+# node agent's must match its token's node.
 NODE_NAME = env_str("RAYWATCH_NODE_NAME")  # default: this host's name
 # The address this host's GPUs are reported under: overrides the address Ray would pick.
 NODE_IP = env_str("RAYWATCH_NODE_IP")  # default: the address Ray would pick
-# A Celery GPU agent silent this long gets no more polls until it registers again.
-AGENT_FORGET_S = env_number("RAYWATCH_AGENT_FORGET_S", 600.0, minimum=10)
 
 # --- GPU history: retention -------------------------------------------------------------
 # Hours raw GPU samples are kept; charts wider than ~33 hours read the rollups.
@@ -294,11 +293,6 @@ CALL_HISTORY = env_int("RAYWATCH_CALL_HISTORY", 20, minimum=1)
 CALL_MIN_HISTORY = env_int("RAYWATCH_CALL_MIN_HISTORY", 2, minimum=1)
 
 CELERY_BEAT_SCHEDULE.update({
-    "dispatch-gpu-polls": {
-        "task": "dashboard.gpus.tasks.dispatch_gpu_polls",
-        "schedule": POLL_GPU_S,
-        "options": {"expires": max(POLL_GPU_S * 5, 5)},
-    },
     "detect-resources": {
         "task": "dashboard.gpus.tasks.detect_resources",
         "schedule": DETECT_S,
@@ -315,9 +309,6 @@ CELERY_BEAT_SCHEDULE.update({
         "options": {"expires": 3600},
     },
 })
-# What the embedded scheduler runs in place of a beat task: with no agents, this
-# process polls its own node's GPUs.
-EMBEDDED_STANDINS = {"dashboard.gpus.tasks.dispatch_gpu_polls": "dashboard.gpus.tasks.poll_gpus"}
 
 # --- Ray (docs/clusters.md) --------------------------------------------------------------
 # The Ray cluster to watch: its dashboard URL (http://HEAD:8265) or its GCS address
@@ -461,9 +452,6 @@ STACK_TIMEOUT_S = env_number("RAYWATCH_STACK_TIMEOUT_S", 10.0, minimum=1)
 # A stack asked for and not answered within this long is shown as failed, and may be asked again.
 STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
 CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY_QUEUE}
-# The GPU dispatcher is quick and must not wait behind the collectors' polls: on a busy
-# worker its few seconds of expiry ran out in the queue, poll after poll, and no GPU was read.
-CELERY_TASK_ROUTES["dashboard.gpus.tasks.dispatch_gpu_polls"] = {"queue": NOTIFY_QUEUE}
 
 # --- node agents over HTTP (docs/agents.md, docs/agent-protocol.md) ------------------------
 # An agent not heard from this long is not sent commands (an action uses another way) and

@@ -62,8 +62,10 @@ HELPERS: dict[str, tuple[str, int | None]] = {
     "env_url": ("URL", None),
     "env_url_with_password": ("URL", None),
 }
-# collectors/agent/config.py's: _number(env, NAME, default, minimum, maximum=…).
+# collectors/agent/config.py's: _number(env, NAME, default, minimum, maximum=…), and
+# _flag(env, NAME, default).
 AGENT_HELPERS = {"_number": "number", "_whole": "whole number"}
+AGENT_FLAG = "_flag"
 # A read wrapped in one of these reads that kind of value (the agent's own checks).
 WRAPPERS = {"Path": "path", "_url": "URL", "log_dirs": "list"}
 
@@ -436,6 +438,12 @@ def reads_in(path: str) -> list[Read]:
             for kw in node.keywords:
                 if kw.arg == "maximum":
                     read.maximum = number(evaluate(kw.value, src))
+            found.append(read)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == AGENT_FLAG and len(node.args) >= 3 \
+                and env_name(node.args[1]):
+            read = new_read(src, node.args[1], "boolean", names)
+            set_default(read, src, node, node.args[2], names)
             found.append(read)
         else:
             direct = direct_read(node)

@@ -1,23 +1,37 @@
 """Helpers for the node agent tests: an agent process as `make agent` runs it (with the
-fake pynvml: no GPU here), and reports written by hand, as a hostile node would."""
+fake pynvml: no GPU here), one GPU poll of a node's agent reported in this process
+(report_gpus), and reports written by hand, as a hostile node would."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collectors.agent import wire
+from django.conf import settings
+from django.utils import timezone
+
+from collectors.agent import AGENT_VERSION, wire
 from collectors.agent.client import Reply, call
-from dashboard.agents.ingest import Sent
+from collectors.hostinfo import host_name, node_ip_address
+from collectors.http import SourceError
+from collectors.nvml import NvmlSource, load_nvml_module
+from collectors.procstat import ProcessWatcher, with_ancestors
+from dashboard.agents import tokens
+from dashboard.agents.ingest import Sent, ingest_sent
+from dashboard.agents.models import NodeToken
 from tests.served import NOT_INHERITED, ROOT, fake_gpu_spec
+
+FAKE_NVML, SIMULATED_NVML = "tests.fake_pynvml", "collectors.simnvml"
 
 
 def agent_env(url: str, token: str, tmp_path: Path, node: str, node_ip: str, gpus: int = 2,
@@ -67,6 +81,28 @@ def running_agent(env: dict[str, str], log: Path, clock_ahead_s: float = 0
         yield agent
     finally:
         stop_agent(agent)
+
+
+@contextmanager
+def agent_holding(url: str, tmp_path: Path, node: str, node_ip: str, pid: int,
+                  memory: int = 1024**3) -> Iterator[Path]:
+    """A real agent of node `node` (its token issued as an admin would) whose NVML lists
+    `pid` on its GPU `GPU-<node>-0`, once raywatch has stored its report of the process:
+    only that agent can signal it. Yields the agent's log."""
+    from dashboard.agents import tokens
+    from dashboard.agents.models import NodeProcess
+    from dashboard.gpus.models import GpuProcess
+    from tests.conftest import wait_for
+
+    _, token = tokens.issue(node, None, timezone.now(), node_ip)
+    env = agent_env(url, token, tmp_path, node, node_ip, gpus=1, processes=[(pid, memory)])
+    log = tmp_path / f"{node}-agent.log"
+    with running_agent(env, log):
+        wait_for(lambda: GpuProcess.objects.filter(pid=pid).exists()
+                 and NodeProcess.objects.filter(node=node, pid=pid).exists(),
+                 60, 0.3, f"the agent of {node} to report pid {pid}",
+                 explain=lambda: log.read_text()[-2000:])
+        yield log
 
 
 def stop_agent(agent: subprocess.Popen[bytes]) -> None:
@@ -124,3 +160,72 @@ def batches(*gpus: list[dict[str, Any]], processes: Any = None) -> dict[str, Any
 def fact(pid: int) -> dict[str, Any]:
     return {"pid": pid, "create_time": 1.0, "ppid": 1, "title": "ray::Trainable.train",
             "state": "S", "cpu_percent": 1.0, "rss_bytes": 1, "threads": 1}
+
+
+# --- one GPU poll of a node's agent, in this process -------------------------------------
+@dataclass
+class _NodeAgent:
+    """What report_gpus keeps of one node's agent between its polls, as the agent
+    process keeps it: its token, its spool's stream and last seq, its process watcher."""
+
+    token: str
+    stream: str = field(default_factory=lambda: f"tests-{secrets.token_hex(8)}")
+    seq: int = 0
+    watcher: ProcessWatcher = field(default_factory=ProcessWatcher)
+
+
+_node_agents: dict[tuple[str, str, str], _NodeAgent] = {}
+
+
+def report_gpus(node: str | None = None, cluster: str = "", node_ip: str | None = None,
+                simulated: bool = False) -> dict[str, Any]:
+    """One GPU poll of node `node`'s agent: collected as `python -m collectors.agent`
+    collects it (NVML through tests.fake_pynvml, which the fake_gpus fixture drives, or the
+    simulated GPUs; the processes' ancestors; a snapshot of the processes it watches),
+    sent as a report of one batch, and stored as POST /api/agent/v1/report stores it
+    (ingest_sent), under the node's token (issued once, as `manage.py agent_token` does).
+    Default node: this host's, as the old in-process poll named it. raywatch's answer."""
+    node = node or settings.NODE_NAME or host_name()
+    node_ip = node_ip or settings.NODE_IP or node_ip_address()
+    agent = _node_agent(node, node_ip, cluster)
+    agent.seq += 1
+    batch = wire.encode_batch(agent.stream, agent.seq, wire.timestamp(datetime.now(UTC)), [
+        json.dumps(r, separators=(",", ":")) for r in _collect(node, agent.watcher, simulated)])
+    said = {"version": AGENT_VERSION, "node": node, "node_ip": node_ip,
+            "hostname": host_name(), "sent_at": wire.timestamp(datetime.now(UTC)),
+            "problems": []}
+    body = wire.encode_report([batch], said)
+    [answer] = ingest_sent([Sent(f"Bearer {agent.token}", "127.0.0.1", body, "identity")],
+                           timezone.now())
+    if isinstance(answer, Exception):
+        raise answer
+    assert answer["stored"] == [agent.seq], answer
+    return answer
+
+
+def _node_agent(node: str, node_ip: str, cluster: str) -> _NodeAgent:
+    """The node's agent of an earlier call while its token is still stored (a test's
+    database is emptied after it), else one with a new token."""
+    agent = _node_agents.get((node, node_ip, cluster))
+    if agent is None or not NodeToken.objects.filter(
+            token_hash=wire.token_key(agent.token)).exists():
+        agent = _NodeAgent(tokens.issue(node, None, timezone.now(), node_ip, cluster)[1])
+        _node_agents[(node, node_ip, cluster)] = agent
+    return agent
+
+
+def _collect(node: str, watcher: ProcessWatcher, simulated: bool) -> list[dict[str, Any]]:
+    """The records of one poll, as collectors.agent.main.Agent.collect makes them, with
+    a process snapshot each time (as the agent takes one at its first poll and at every
+    poll after a signal)."""
+    at = datetime.now(UTC)
+    source = NvmlSource(load_nvml_module(SIMULATED_NVML if simulated else FAKE_NVML),
+                        node=node, simulated=simulated)
+    gpu_pids: list[int] = []
+    try:
+        poll = with_ancestors(source.poll(at))
+        records = [wire.encode_gpu_poll(poll, at)]
+        gpu_pids = [p.pid for g in poll.gpus for p in g.processes or ()]
+    except SourceError as exc:
+        records = [wire.encode_gpu_poll(None, at, exc.message)]
+    return [*records, wire.encode_processes(watcher.read(gpu_pids), at)]

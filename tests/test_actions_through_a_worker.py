@@ -1,6 +1,7 @@
 """On Postgres + Redis + Celery, an action runs in a worker that was sent the task by
 name (nothing imports actions/tasks.py), and a process on another node is signalled
-through that node's agent queue, by name too: the actions reach the processes they end."""
+through that node's agent (`python -m collectors.agent`, which the worker asks through
+raywatch): the actions reach the processes they end."""
 
 from __future__ import annotations
 
@@ -8,28 +9,30 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
-from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
+from tests.agents import agent_holding
 from tests.alerting import start_worker
-from tests.conftest import mark_ray_current, token_client, wait_for
-from tests.test_terminate_on_this_host import gpu_process, hung_trial
+from tests.conftest import LiveServer, mark_ray_current, token_client, wait_for
+from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads what we commit
-AGENT_QUEUE = "agent.gpu-node-7"
+NODE, NODE_IP = "gpu-node-7", "10.9.0.7"
+GiB = 1024**3
 
 
 @pytest.fixture
 def worker(settings, tmp_path, monkeypatch) -> Iterator[subprocess.Popen]:  # type: ignore[no-untyped-def]
-    """The notify worker (it runs actions) and, in the same process, a stand-in for the
-    agent of another node (its queue); both are on this host, so its pids are ours."""
+    """The notify worker: it runs actions."""
     settings.EMBEDDED = False
     monkeypatch.setenv("RAYWATCH_TERMINATE_GRACE_S", "20")
-    process = start_worker(f"{settings.NOTIFY_QUEUE},{AGENT_QUEUE}", tmp_path)
+    # It signs the agents' commands with the key this process sealed at issue: the same
+    # secret, as serve's processes share their data dir's (its own data dir is tmp_path).
+    monkeypatch.setenv("RAYWATCH_AGENT_COMMAND_SECRET", settings.AGENT_COMMAND_SECRET)
+    process = start_worker(settings.NOTIFY_QUEUE, tmp_path)
     yield process
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(30)
@@ -54,19 +57,24 @@ def test_a_trial_is_terminated_by_a_worker(worker, operator, hung_process) -> No
 
 
 def test_a_process_on_another_node_is_signalled_through_its_agent(  # type: ignore[no-untyped-def]
-        worker, admin, hung_process) -> None:
-    now = timezone.now()
-    Agent.objects.create(node="gpu-node-7", node_ip="10.9.0.7", queue=AGENT_QUEUE,
-                         source="nvml", registered_at=now - timedelta(hours=1), last_poll_at=now)
-    gpu_process("GPU-7", "10.9.0.7", hung_process.pid, [1])
-    mark_ray_current()  # Ray's view is current and lists no worker with this pid: an orphan
-    api = token_client(admin)
-    reply = api.post(f"/api/gpus/GPU-7/processes/{hung_process.pid}/kill",
-                     {"reason": "left over by a crashed run"}, format="json")
-    assert reply.status_code == 202, reply.json()
-    wait_for(lambda: hung_process.poll() is not None, 60, 0.2, "the agent's queue to signal it")
-    assert hung_process.returncode == -signal.SIGTERM
-    GpuProcess.objects.filter(pid=hung_process.pid).delete()  # the agent's next poll sees it gone
-    action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2, "the outcome")
+        worker, live_server_asgi: LiveServer, tmp_path: Path, admin, hung_process) -> None:
+    # The node's agent, whose NVML lists the process on its GPU (both on this host, so
+    # its pids are ours).
+    with agent_holding(live_server_asgi.url, tmp_path, NODE, NODE_IP, hung_process.pid) as log:
+        mark_ray_current()  # Ray's view is current and lists no worker with this pid: an orphan
+        api = token_client(admin)
+        reply = api.post(f"/api/gpus/GPU-{NODE}-0/processes/{hung_process.pid}/kill",
+                         {"reason": "left over by a crashed run"}, format="json")
+        assert reply.status_code == 202, reply.json()
+        wait_for(lambda: hung_process.poll() is not None, 60, 0.2, "the node's agent to signal it",
+                 explain=lambda: (api.get(f"/api/actions/{reply.json()['action_id']}/").json(),
+                                  log.read_text()[-2000:]))
+        assert hung_process.returncode == -signal.SIGTERM
+        # The agent's next snapshot no longer lists the process: the worker sees it gone.
+        action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2,
+                          "the outcome", explain=lambda: log.read_text()[-2000:])
     assert action["state"] == "succeeded"
-    assert "SIGTERM sent" in action["steps"][1]["detail"]
+    steps = {s["step"]: s["detail"] for s in action["steps"]}
+    assert "SIGTERM sent" in steps["signalled"]
+    assert steps["agent_result"].startswith(f"agent of {NODE}")
+    assert "SIGTERM sent to pid" in steps["agent_result"]

@@ -1,7 +1,6 @@
 """Which Ray node an agent covers and what is lost where none runs (the Cluster page's
 Agent column): matched as actions are, by name, else by a single agent's address;
-raywatch's own host and the Celery GPU agent said correctly; and the API that serves it
-to viewers shows no token."""
+raywatch's own host said correctly; and the API that serves it to viewers shows no token."""
 
 from __future__ import annotations
 
@@ -83,12 +82,14 @@ def test_raywatch_own_host_keeps_what_its_collectors_read_there() -> None:
     assert [i["what"] for i in head["covered_here"]] == ["trial_logs", "process_state", "stacks",
                                                          "signals"]
     assert {i["by"] for i in head["covered_here"]} == {"raywatch itself (its own host)"}
-    # The Celery GPU agent polling a node keeps its GPU data, whichever node it is.
-    [worker] = cover([WORKER], [], Local(host="head-1", gpu_pollers=(("gpu-7", "10.0.0.7"),))
-                     )["nodes"]
-    assert [i["what"] for i in worker["lost"]] == ["trial_logs", "process_state", "stacks",
-                                                  "signals"]
-    assert worker["covered_here"][0]["what"] == "gpus" and worker["raywatch_host"] is False
+    # Another node keeps nothing through raywatch's host: all of it needs its own agent.
+    [worker] = cover([WORKER], [], Local(host="head-1"))["nodes"]
+    assert [i["what"] for i in worker["lost"]] == ["gpus", "trial_logs", "process_state",
+                                                  "stacks", "signals"]
+    assert worker["covered_here"] == [] and worker["raywatch_host"] is False
+    # With the agent `serve` starts for its own host, the head node loses nothing.
+    [head] = cover([HEAD], [agent("head-1")], Local(host="head-1"))["nodes"]
+    assert (head["state"], head["lost"]) == ("connected", [])
 
 
 def test_agents_whose_node_is_no_ray_node_are_listed_with_their_state() -> None:

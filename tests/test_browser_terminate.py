@@ -78,31 +78,31 @@ def test_a_viewer_sees_no_terminate_button(  # type: ignore[no-untyped-def]
 
 
 def test_an_admin_kills_an_orphan_from_the_gpu_page(  # type: ignore[no-untyped-def]
-    page, live_server_asgi: LiveServer, admin, fake_gpus, settings
+    page, live_server_asgi: LiveServer, admin, settings, tmp_path
 ) -> None:
     import subprocess
 
-    from collectors.procstat import this_host
-    from dashboard.gpus.tasks import poll_gpus
+    from tests.agents import agent_holding
     from tests.conftest import mark_ray_current, off_the_loop
 
     settings.EMBEDDED = True
     settings.TERMINATE_GRACE_S = 1.0
-    settings.NODE_NAME = this_host()  # this host's agent can signal the process
+    node, node_ip = "gpu-k", "10.9.0.11"
     stranger = subprocess.Popen(["sleep", "600"])
     try:
-        fake_gpus.add_gpu(uuid="GPU-0", processes=[(stranger.pid, 12 * 1024**3)])
-        off_the_loop(mark_ray_current)
-        off_the_loop(poll_gpus)
-        login(page, live_server_asgi, admin, "/gpus/GPU-0/")
-        page.click(f'#processes tr[data-pid="{stranger.pid}"] [data-kill-process]')
-        dialog = page.locator("#action-dialog")
-        expect(dialog.locator('[data-fact="Process"]')).to_have_text(f"pid {stranger.pid}")
-        expect(dialog.locator('[data-fact="Memory held"]')).to_have_text("12.0 GiB")
-        page.fill("#action-reason", "left over by a crashed vLLM start")
-        page.click("#action-confirm")
-        expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
-        assert stranger.wait(10) == -15  # it obeyed SIGTERM
+        # The node's agent lists the process on its GPU; only it can signal it.
+        with agent_holding(live_server_asgi.url, tmp_path, node, node_ip, stranger.pid,
+                           12 * 1024**3):
+            off_the_loop(mark_ray_current)
+            login(page, live_server_asgi, admin, f"/gpus/GPU-{node}-0/")
+            page.click(f'#processes tr[data-pid="{stranger.pid}"] [data-kill-process]')
+            dialog = page.locator("#action-dialog")
+            expect(dialog.locator('[data-fact="Process"]')).to_have_text(f"pid {stranger.pid}")
+            expect(dialog.locator('[data-fact="Memory held"]')).to_have_text("12.0 GiB")
+            page.fill("#action-reason", "left over by a crashed vLLM start")
+            page.click("#action-confirm")
+            expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
+            assert stranger.wait(10) == -15  # it obeyed SIGTERM
     finally:
         stranger.kill()
         stranger.wait()

@@ -177,6 +177,10 @@ def test_raywatch_is_served_only_through_the_tls_proxy() -> None:
     assert [n for n, s in services.items() if "edge" in networks_of(s)] == ["web", "proxy"]
     [edge] = doc["networks"]["edge"]["ipam"]["config"]
     assert env["RAYWATCH_TRUSTED_PROXIES"] == edge["subnet"]
+    # The web container sees none of its host's GPUs or processes: the host's node agent
+    # is the `agent` service, so web starts none of its own (nor does the image).
+    assert services["web"]["command"][-2:] == ["--no-celery", "--no-agent"]
+    assert '"--no-celery", "--no-agent"]' in (ROOT / "Dockerfile").read_text()
 
 
 def test_the_images_install_only_locked_packages_by_hash() -> None:

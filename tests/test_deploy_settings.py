@@ -107,7 +107,8 @@ def started(url: str) -> bool:
 
 @pytest.fixture
 def serve(db: None, tmp_path: Path) -> Iterator[Any]:
-    """Start `manage.py serve --no-celery` with the production env; the test database."""
+    """Start `manage.py serve --no-celery --no-agent` (docker-compose.yml's `web`) with the
+    production env; the test database."""
     servers: list[subprocess.Popen[str]] = []
     name = connection.settings_dict["NAME"]
     database = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + f"/{name}"
@@ -117,7 +118,8 @@ def serve(db: None, tmp_path: Path) -> Iterator[Any]:
         env = production_env(tmp_path, DATABASE_URL=database, RAYWATCH_GPU_SOURCE="off",
                              RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{free_port()}", **extra)
         servers.append(subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--no-celery", "--port", str(port)],
+            [sys.executable, "manage.py", "serve", "--no-celery", "--no-agent", "--port",
+             str(port)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         base = f"http://127.0.0.1:{port}"
         wait_for(lambda: started(f"{base}/healthz"), 60, 0.2, "serve to answer /healthz")

@@ -14,9 +14,9 @@ from dashboard.cluster.models import Actor, Node
 from dashboard.cluster.workload import ingest_demands
 from dashboard.gpus.detect import evaluate_resources
 from dashboard.gpus.models import Gpu, GpuProcess
-from dashboard.gpus.tasks import poll_gpus
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
+from tests.agents import report_gpus
 from tests.conftest import mark_ray_current
 
 GIB = 1024**3
@@ -66,7 +66,7 @@ def test_idle_gpus_during_a_step_raise_an_incident_on_the_trial(fake_gpus, setti
     fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
     fake_gpus.add_gpu(uuid="GPU-1", util=1, processes=[(5000, 40 * GIB)])
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     assert firing("gpu_idle_during_step") == []  # idle for a moment only
     idle_for(400)
@@ -77,7 +77,7 @@ def test_idle_gpus_during_a_step_raise_an_incident_on_the_trial(fake_gpus, setti
     assert "step 4" in incident.summary and "6 min" in incident.summary
     assert set(incident.details["gpus"]) == {"GPU-0", "GPU-1"}
     fake_gpus.set_gpu(1, util=90)  # one GPU busy again: the step is working
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     assert firing("gpu_idle_during_step") == [incident]  # until it has worked a while
     Incident.objects.update(updated_at=timezone.now() - timedelta(
@@ -100,7 +100,7 @@ def test_a_trial_idling_through_every_step_has_one_incident_until_it_stops(  # t
     trial = running_trial(5000, last_result_ago_s=200)
     fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     idle_for(200)
     evaluate_resources(timezone.now())
     [incident] = firing("gpu_idle_during_step")
@@ -108,10 +108,10 @@ def test_a_trial_idling_through_every_step_has_one_incident_until_it_stops(  # t
         # The step ends: a result, the GPU busy for a moment, then idle through the next.
         Trial.objects.filter(pk=trial.pk).update(iteration=step, last_result_at=timezone.now())
         fake_gpus.set_gpu(0, util=95)
-        poll_gpus()
+        report_gpus()
         evaluate_resources(timezone.now())
         fake_gpus.set_gpu(0, util=0)
-        poll_gpus()
+        report_gpus()
         idle_for(20)
         evaluate_resources(timezone.now())
         assert firing("gpu_idle_during_step") == [incident], f"step {step + 1}"
@@ -134,7 +134,7 @@ def test_idle_gpu_with_results_arriving_is_not_a_hung_step(fake_gpus, settings) 
     running_trial(5000, last_result_ago_s=10)
     fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     idle_for(3600)
     evaluate_resources(timezone.now())
     assert firing("gpu_idle_during_step") == []
@@ -152,7 +152,7 @@ def test_gpu_idle_before_the_trial_took_it_is_not_idle_during_its_step(  # type:
     Trial.objects.filter(pk=trial.pk).update(last_result_at=None, iteration=None)
     fake_gpus.add_gpu(uuid="GPU-0", util=0, processes=[(5000, 40 * GIB)])
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     idle_for(3600, held_for=30)
     evaluate_resources(timezone.now())
     assert firing("gpu_idle_during_step") == []
@@ -168,7 +168,7 @@ def test_process_of_no_ray_worker_is_an_orphan(fake_gpus, settings, viewer) -> N
     actor(5000)
     fake_gpus.add_gpu(uuid="GPU-0", processes=[(5000, 10 * GIB), (6000, 20 * GIB)])
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     assert firing("gpu_orphan_memory") == []  # within the grace: Ray may not list it yet
     GpuProcess.objects.update(first_seen_at=timezone.now() - timedelta(seconds=61))
@@ -185,7 +185,7 @@ def test_process_left_by_a_dead_actor_is_an_orphan_named_after_it(fake_gpus, set
     actor(5000, state="DEAD", repr_name="VllmEngine", ended_at=timezone.now())
     fake_gpus.add_gpu(uuid="GPU-0", processes=[(5000, 70 * GIB)])
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     [incident] = firing("gpu_orphan_memory")
     assert "dead actor VllmEngine" in incident.summary
@@ -196,7 +196,7 @@ def test_no_orphan_verdict_while_ray_is_not_current(fake_gpus, settings) -> None
     node()
     fake_gpus.add_gpu(uuid="GPU-0", processes=[(6000, 20 * GIB)])
     mark_ray_current(at=timezone.now() - timedelta(minutes=10))
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     assert firing("gpu_orphan_memory") == []
 
@@ -206,7 +206,7 @@ def test_ray_told_a_different_gpu_count_than_nvml_sees(fake_gpus) -> None:  # ty
     fake_gpus.add_gpu(uuid="GPU-0")
     fake_gpus.add_gpu(uuid="GPU-1")
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     [incident] = firing("gpu_count_mismatch")
     assert "told 4 GPUs, NVML sees 2" in incident.summary
@@ -219,7 +219,7 @@ def test_ray_told_a_different_gpu_count_than_nvml_sees(fake_gpus) -> None:  # ty
 def test_gpu_memory_full_for_a_while(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
     settings.GPU_MEMORY_HIGH_S = 300
     fake_gpus.add_gpu(uuid="GPU-0", mem_used=79 * GIB, mem_total=80 * GIB)
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     assert firing("gpu_memory_high") == []
     Gpu.objects.update(memory_high_since=timezone.now() - timedelta(seconds=301))
@@ -232,7 +232,7 @@ def test_ecc_errors_and_thermal_throttling(fake_gpus) -> None:  # type: ignore[n
     fake_gpus.add_gpu(uuid="GPU-0", ecc_uncorrected=2)
     fake_gpus.add_gpu(uuid="GPU-1", throttle_mask=0x40)  # hw_thermal_slowdown
     fake_gpus.add_gpu(uuid="GPU-2", throttle_mask=0x4)  # sw_power_cap: normal under load
-    poll_gpus()
+    report_gpus()
     evaluate_resources(timezone.now())
     incidents = {i.subject: i for i in firing("gpu_hardware")}
     assert set(incidents) == {"gpu:GPU-0", "gpu:GPU-1"}

@@ -15,7 +15,7 @@ from dashboard.core.models import SourceHealth
 from dashboard.gpus.ingest import ingest_gpu_poll, ingest_gpu_polls
 from dashboard.gpus.models import Gpu, GpuProcess, GpuRollup, GpuSample
 from dashboard.gpus.retention import prune, roll_up
-from dashboard.gpus.tasks import poll_gpus
+from tests.agents import report_gpus
 
 GIB = 1024**3
 pytestmark = [pytest.mark.both_backends, pytest.mark.django_db]
@@ -35,7 +35,7 @@ def test_gpu_reading_reaches_the_api(fake_gpus, viewer) -> None:  # type: ignore
     fake_gpus.add_gpu(uuid="GPU-aaa", util=87, mem_used=70 * GIB, mem_total=80 * GIB, temp=71,
                       power_mw=312_500, processes=[(4242, 69 * GIB)])
     fake_gpus.add_gpu(uuid="GPU-bbb", util=0, unsupported={"power", "temperature"})
-    poll_gpus()
+    report_gpus()
     gpus = {g["uuid"]: g for g in api(viewer, "/api/gpus/").json()}
     busy, bare = gpus["GPU-aaa"], gpus["GPU-bbb"]
     assert (busy["node"], busy["node_ip"], busy["index"]) == ("gpu-node-1", "10.0.0.5", 0)
@@ -61,14 +61,14 @@ def test_gpu_reading_reaches_the_api(fake_gpus, viewer) -> None:  # type: ignore
 def test_nvml_failure_is_shown_and_polling_goes_on(fake_gpus, error, reason) -> None:  # type: ignore[no-untyped-def]
     fake_gpus.add_gpu(uuid="GPU-aaa", util=50)
     fake_gpus.set_init_error(error)
-    poll_gpus()
-    poll_gpus()
+    report_gpus()
+    report_gpus()
     health = nvml_health()
     assert health.state == SourceHealth.DOWN
     assert reason in health.last_error
     assert not Gpu.objects.exists()
     fake_gpus.set_init_error(None)
-    poll_gpus()
+    report_gpus()
     assert nvml_health().state == SourceHealth.HEALTHY
     assert Gpu.objects.get().utilization_gpu == 50
 
@@ -76,7 +76,7 @@ def test_nvml_failure_is_shown_and_polling_goes_on(fake_gpus, error, reason) -> 
 def test_lost_gpu_degrades_the_source_and_the_others_still_report(fake_gpus) -> None:  # type: ignore[no-untyped-def]
     fake_gpus.add_gpu(uuid="GPU-aaa", util=10)
     fake_gpus.add_gpu(uuid="GPU-bbb", util=20, lost=True)
-    poll_gpus()
+    report_gpus()
     health = nvml_health()
     assert health.state == SourceHealth.DEGRADED
     assert "lost" in health.last_error
@@ -85,7 +85,7 @@ def test_lost_gpu_degrades_the_source_and_the_others_still_report(fake_gpus) -> 
 
 def test_field_error_degrades_but_keeps_the_rest(fake_gpus) -> None:  # type: ignore[no-untyped-def]
     fake_gpus.add_gpu(uuid="GPU-aaa", util=33, temp=60, errors={"power": "Unknown"})
-    poll_gpus()
+    report_gpus()
     gpu = Gpu.objects.get()
     assert (gpu.utilization_gpu, gpu.temperature_c, gpu.power_w) == (33, 60, None)
     assert nvml_health().state == SourceHealth.DEGRADED
@@ -94,9 +94,9 @@ def test_field_error_degrades_but_keeps_the_rest(fake_gpus) -> None:  # type: ig
 
 def test_processes_that_exit_leave_the_table(fake_gpus, viewer) -> None:  # type: ignore[no-untyped-def]
     fake_gpus.add_gpu(uuid="GPU-aaa", processes=[(11, GIB), (12, 2 * GIB)])
-    poll_gpus()
+    report_gpus()
     fake_gpus.set_gpu(0, processes=[(12, 3 * GIB)])
-    poll_gpus()
+    report_gpus()
     [gpu] = api(viewer, "/api/gpus/").json()
     assert [(p["pid"], p["used_memory"]) for p in gpu["processes"]] == [(12, 3 * GIB)]
 
@@ -193,13 +193,11 @@ def test_unknown_gpu_is_404(viewer) -> None:  # type: ignore[no-untyped-def]
     assert api(viewer, "/api/gpus/GPU-nope/samples/").status_code == 404
 
 
-def test_simulated_source_is_marked_simulated(settings, viewer) -> None:  # type: ignore[no-untyped-def]
+def test_simulated_source_is_marked_simulated(viewer) -> None:  # type: ignore[no-untyped-def]
     from collectors import simnvml
     from collectors.nvml import shutdown_nvml
 
-    settings.GPU_SOURCE = "simulated"
-    settings.NODE_NAME = "demo-node"
-    poll_gpus()
+    report_gpus("demo-node", simulated=True)  # an agent with RAYWATCH_GPU_SOURCE=simulated
     shutdown_nvml(simnvml)
     gpus = api(viewer, "/api/gpus/").json()
     assert gpus and all(g["simulated"] for g in gpus)

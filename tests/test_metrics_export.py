@@ -31,9 +31,9 @@ from collectors.records import GpuPoll, GpuProcessRecord, GpuSampleRecord
 from dashboard.cluster.models import Cluster, Node
 from dashboard.core.health import record
 from dashboard.gpus.ingest import ingest_gpu_poll
-from dashboard.gpus.tasks import poll_gpus
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
+from tests.agents import report_gpus
 from tests.conftest import mark_ray_current, token_client
 from tests.test_actions_imports import graph
 from tests.test_gpu_detectors import actor, node
@@ -109,7 +109,7 @@ def cluster(fake_gpus) -> dict[str, Any]:  # type: ignore[no-untyped-def]
                           mem_used=sum(m for _, m in processes), temp=40 + index,
                           power_mw=100_000 + 1000 * index, processes=processes)
     mark_ray_current()
-    poll_gpus()
+    report_gpus()
     incident("trial_stalled", "trial:grpo/b_00001", "critical")
     incident("gpu_orphan_memory", "gpu:GPU-4/7000", "warning")
     incident("gpu_memory_high", "gpu:GPU-0", "warning")

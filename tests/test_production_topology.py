@@ -19,6 +19,7 @@ from django.conf import settings
 
 from collectors.localray import LocalCluster, free_port
 from tests import served
+from tests.agents import agent_env as node_agent_env
 from tests.conftest import wait_for
 from tests.served import ROOT, api_get, fake_gpu_spec, manage, nodes_or_none
 
@@ -86,21 +87,24 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
     manage(env, "ensure_admin")
     token = manage(env, "drf_create_token", "admin").split()[2]
     port = free_port()
-    # `serve` runs this host's agent; two more GPU nodes run `manage.py agent` (make agent).
+    url = f"http://127.0.0.1:{port}"
+    # `serve` runs this host's agent; two more GPU nodes run theirs (make agent), each
+    # with the token an admin issued for it.
     server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
                               cwd=ROOT, env=agent_env(env, tmp_path, "head-gpu", "10.9.0.1", 1),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
-    agents = [subprocess.Popen([sys.executable, "manage.py", "agent"], cwd=ROOT,
-                               env=agent_env(env, tmp_path, node, ip, 2),
-                               start_new_session=True)
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "collectors.agent"], cwd=ROOT, start_new_session=True,
+        env=node_agent_env(url, manage(env, "agent_token", node, "--ip", ip).strip(),
+                           tmp_path, node, ip, 2))
               for node, ip in (("gpu-a", "10.9.0.2"), ("gpu-b", "10.9.0.3"))]
     try:
-        nodes = wait_for(lambda: nodes_or_none(f"http://127.0.0.1:{port}/api/nodes/", token),
+        nodes = wait_for(lambda: nodes_or_none(f"{url}/api/nodes/", token),
                          120, 1, "Celery to poll Ray into Postgres")
         assert nodes[0]["node_id"] == ray_cluster.node_id
         gpus = wait_for(lambda: gpu_nodes(port, token), 120, 1,
-                        "beat's dispatcher to reach three agents on their own queues")
+                        "three nodes' agents to report their GPUs")
         # Each node's GPUs are stored under that node's identity, never another's.
         assert gpus == {"head-gpu@10.9.0.1": {"GPU-head-gpu-0"},
                         "gpu-a@10.9.0.2": {"GPU-gpu-a-0", "GPU-gpu-a-1"},
@@ -113,7 +117,8 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         assert roles == {"worker", "beat"}
         queues = {" ".join(c.cmdline()).split("--queues ")[-1].split()[0]
                   for c in children if "--queues" in " ".join(c.cmdline())}
-        assert queues == {"gpu.head-gpu", settings.NOTIFY_QUEUE}
+        assert queues == {settings.NOTIFY_QUEUE}
+        assert sum("-m collectors.agent" in line for line in commands) == 1
         # An incident opened by a detector process reaches the chat webhook through the
         # worker (routing) and the notifier (sending).
         receiver = receivers(200)
@@ -129,7 +134,8 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         output, _ = server.communicate(timeout=90)
         for agent in agents:
             agent.wait(30)
-    assert "Celery worker, notifier, beat, agent on REDIS_URL" in output
+    assert "Celery worker, notifier, beat on REDIS_URL" in output
+    assert "this host's node agent" in output
     assert "Traceback" not in output
     gone = psutil.wait_procs(children, timeout=30)[1]
     assert not gone, f"still running after Ctrl-C: {gone}"

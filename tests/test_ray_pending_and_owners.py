@@ -19,8 +19,8 @@ from dashboard.celery import app as celery_app
 from dashboard.cluster.models import Demand, Worker
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.gpus.detect import evaluate_resources
-from dashboard.gpus.tasks import poll_gpus
 from dashboard.incidents.models import Incident
+from tests.agents import report_gpus
 from tests.conftest import wait_for
 from tests.test_ray_nodes import poll_until
 
@@ -74,9 +74,9 @@ def test_gpu_actor_is_infeasible_and_raises_an_incident(driver, settings, viewer
 
 @pytest.mark.django_db(transaction=True)
 def test_infeasible_actor_alerts_within_15_s(driver, settings) -> None:  # type: ignore[no-untyped-def]
-    # The shipped cadence and thresholds: Ray polled every 2 s, detectors every 5 s, a
-    # feasible demand alerts after 120 s, an infeasible one after a 5 s grace.
-    assert (settings.POLL_RAY_S, settings.DETECT_S, settings.PENDING_S) == (2.0, 5.0, 120.0)
+    # The shipped cadence and thresholds, as settings.py writes them. A feasible demand
+    # alerts only after PENDING_S: what opens within 15 s is the infeasible path.
+    assert settings.PENDING_S > 15
     scheduler = EmbeddedScheduler(celery_app, {
         "ray": {"task": "dashboard.cluster.tasks.poll_ray_state",
                 "schedule": settings.POLL_RAY_S},
@@ -161,7 +161,7 @@ def test_gpu_processes_are_joined_to_ray_actors(driver, fake_gpus, settings, vie
         poll_until(lambda: Worker.objects.filter(pid=actor_pid).exists(), "Ray's workers")
         fake_gpus.add_gpu(uuid="GPU-0", processes=[(actor_pid, 20 * GIB), (child_pid, 30 * GIB)])
         fake_gpus.add_gpu(uuid="GPU-1", processes=[(stranger.pid, 5 * GIB)])
-        poll_gpus()
+        report_gpus()
         owners = {p["pid"]: p["owner"] for g in api(viewer, "/api/gpus/") for p in g["processes"]}
         assert owners[actor_pid]["kind"] == "actor"
         assert "vllm-engine" in owners[actor_pid]["label"]

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import pytest
 
 from collectors.localray import free_port
 from tests.conftest import wait_for
-from tests.served import ROOT, embedded_env, manage, nodes_or_none
+from tests.served import ROOT, api_get, embedded_env, fake_gpu_spec, manage, nodes_or_none
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray]
 
@@ -35,7 +36,8 @@ def ray_processes_of(session_dir: str) -> list[psutil.Process]:
 
 
 def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) -> None:
-    env = embedded_env(tmp_path)
+    env = embedded_env(tmp_path, RAYWATCH_NVML_MODULE="tests.fake_pynvml",
+                       FAKE_NVML_SPEC=fake_gpu_spec(tmp_path / "gpus.json", "here", 2))
     manage(env, "migrate", "--noinput", "-v", "0")
     created = manage(env, "ensure_admin")
     assert "created admin login" in created and (tmp_path / "admin-password.txt").exists()
@@ -59,6 +61,19 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
         session_dir = json.loads((tmp_path / "local-ray.json").read_text())["session_dir"]
         assert ray_processes_of(session_dir), "the local cluster's processes should be running"
         assert_printed_ray_init_works(printed)
+        # This host's GPUs and processes come from the node agent serve started beside
+        # itself, the one every node runs, with a token it keeps to itself.
+        gpus = wait_for(lambda: api_get(f"http://127.0.0.1:{port}/api/gpus/", token) or None,
+                        60, 1, "this host's agent to report its GPUs")
+        assert sorted(g["uuid"] for g in gpus) == ["GPU-here-0", "GPU-here-1"]
+        head = wait_for(lambda: next((n for n in api_get(
+            f"http://127.0.0.1:{port}/api/agents/coverage/", token)["nodes"]
+            if n["state"] == "connected"), None), 30, 1, "the head node's agent connected")
+        assert head["raywatch_host"] and head["is_head"]
+        assert stat.S_IMODE((tmp_path / "agent-token").stat().st_mode) == 0o600
+        agents = [p for p in psutil.Process(server.pid).children(recursive=True)
+                  if "collectors.agent" in " ".join(p.cmdline())]
+        assert len(agents) == 1
     finally:
         server.send_signal(signal.SIGINT)  # what Ctrl-C sends
         server.wait(timeout=90)
@@ -66,6 +81,7 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
     output = "".join(printed)
     assert server.returncode == 0, output
     assert "Traceback" not in output
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in agents)
     assert not (tmp_path / "local-ray.json").exists()
     wait_for(lambda: not ray_processes_of(session_dir), 30, 0.5,
              "the local cluster's processes to exit")

@@ -17,10 +17,7 @@ from dashboard import settingsdoc
 ROOT = Path(__file__).resolve().parent.parent
 VARIABLE = re.compile(r"\bRAYWATCH_[A-Z0-9_]+")
 # Names the code holds that are not settings: raywatch sets them for processes it starts.
-NOT_SETTINGS = {
-    # `manage.py agent` sets it for its Celery GPU worker (dashboard/gpus/agent.py).
-    "RAYWATCH_AGENT_NODE",
-}
+NOT_SETTINGS: set[str] = set()
 
 
 def documented() -> dict[str, str]:

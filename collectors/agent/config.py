@@ -62,6 +62,7 @@ class AgentConfig:
     log_rescan_s: float = LOG_RESCAN_S
     # quiet trial dirs the slow rescan checks a poll, at most
     log_rescan_per_poll: int = LOG_RESCAN_PER_POLL
+    trial_logs: bool = True  # read and send its node's trial logs
     log_file_max_mb: int = LOG_FILE_MAX_MB  # a larger log file is refused (rootfiles)
     log_json_file_max_mb: int = JSON_FILE_MAX_MB  # params.json, experiment_state: parsed whole
     processes_s: float = PROCESSES_S  # between process snapshots (every GPU poll after a signal)
@@ -113,6 +114,10 @@ class AgentConfig:
             log_dirs=log_dirs(env.get("RAYWATCH_LOG_DIRS", "")),
             ray_tmp_dir=Path(env.get("RAYWATCH_RAY_TMP_DIR") or RAY_TMP_DIR).expanduser(),
             poll_logs_s=_number(env, "RAYWATCH_POLL_LOGS_S", POLL_LOGS_S, 0.2),
+            # 0: read no trial log (GPUs, processes and signals only). `serve` starts its
+            # own host's agent with 0 while raywatch's own reader reads this host's logs
+            # (RAYWATCH_CENTRAL_LOGS, on by default).
+            trial_logs=_flag(env, "RAYWATCH_AGENT_TRIAL_LOGS", True),
             log_quiet_s=_number(env, "RAYWATCH_LOG_QUIET_S", LOG_QUIET_S, 0),
             log_rescan_s=_number(env, "RAYWATCH_LOG_RESCAN_S", LOG_RESCAN_S, 1),
             log_rescan_per_poll=_whole(env, "RAYWATCH_LOG_RESCAN_PER_POLL",
@@ -169,6 +174,17 @@ def _token(env: Mapping[str, str]) -> str:
         raise ConfigError("RAYWATCH_AGENT_TOKEN (or _FILE): the node token an admin issued "
                           "(`manage.py agent_token NODE` or the Agents page), rwa_...")
     return token
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={env[name]!r}: expected 1 or 0")
 
 
 def _whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:

@@ -386,12 +386,14 @@ class Agent:
         # Not a daemon: a poll in progress ends with its records spooled and its cursors
         # saved, so a stopped agent resends nothing.
         trial_logs = threading.Thread(target=self.trial_logs_forever, name="trial_logs")
-        trial_logs.start()
+        if self.config.trial_logs:
+            trial_logs.start()
         try:
             self.collect_forever()
         finally:  # never half an agent: one that stops collecting stops taking commands
             self.stop.set()
-            trial_logs.join()
+            if trial_logs.is_alive():
+                trial_logs.join()
 
 
 def next_tick(due: float, period: float, now: float) -> float:

@@ -3,21 +3,19 @@
 Terminate a trial: SIGTERM to its process (directly when it runs on this host,
 else through its node's agent, else the GCS's graceful actor kill), wait
 RAYWATCH_TERMINATE_GRACE_S, then
-force (SIGKILL here, or the GCS's forced kill of the actor's worker), confirm the
-process or actor is gone, and note what Tune made of it (errored or retried).
-Stop a job: the Jobs API, then wait for Ray to report it stopped. Kill a GPU
-process: SIGTERM, grace, SIGKILL, on this host or through the node's agent.
+force (SIGKILL here or through the agent, or the GCS's forced kill of the actor's
+worker), confirm the process or actor is gone, and note what Tune made of it (errored
+or retried). Stop a job: the Jobs API, then wait for Ray to report it stopped. Kill a
+GPU process: SIGTERM, grace, SIGKILL, through the agent of its node (which reported it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -30,19 +28,16 @@ from dashboard.actions.models import AuditEntry
 from dashboard.actions.remote import RemoteProcess
 from dashboard.actions.settle import queue_limit, settle
 from dashboard.actions.targets import create_time
-from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import endpoint_of, gcs_of
 from dashboard.cluster.models import Actor, Cluster, Job
 from dashboard.cluster.state import current_clusters
-from dashboard.gpus.models import Agent, GpuProcess
 from dashboard.trials.models import Trial
 
 log = logging.getLogger(__name__)
 POLL_S = 0.25
-# The Celery tasks (tasks.py) that run this module's work, named so that this module
-# sends them without importing their module.
+# The Celery task (tasks.py) that runs this module's work, named so that the request
+# sends it without importing its module.
 RUN_ACTION = "dashboard.actions.tasks.run_action"
-SIGNAL_PROCESS = "dashboard.actions.tasks.signal_process"
 
 
 def run(entry_id: int) -> None:
@@ -93,17 +88,6 @@ def local_gone(pid: int, started: float | None) -> Callable[[], bool]:
     return gone
 
 
-def signal_pid(pid: int, sig: int) -> None:
-    """What a node's agent does for SIGNAL_PROCESS: only it can signal there."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def signal_through(queue: str | None, pid: int, sig: int) -> None:
-    """Ask the agent that consumes `queue` (its node's) to signal `pid`."""
-    celery_app.send_task(SIGNAL_PROCESS, args=[pid, int(sig)], queue=queue, expires=30)
-
-
 def through_agent(entry: AuditEntry, t: dict[str, Any]) -> RemoteProcess | None:
     """The process's node runs an HTTP agent (docs/agent-protocol.md): it signals there,
     the process that started when the operator confirmed (the target's create_time)."""
@@ -137,13 +121,9 @@ def terminate_trial(entry: AuditEntry) -> None:
             raise SourceError("the trial runs on another host and no GCS address or actor "
                               "is known: set RAY_GCS_ADDRESS (or the cluster's --gcs)")
         gone = actor_dead(address, token, t["actor_id"])
-        if queue := agent_queue(t["node_ip"]):  # the node's agent can send the SIGTERM
-            signal_through(queue, t["pid"], signal.SIGTERM)
-            how = f"SIGTERM sent to {where} through its node's agent"
-        else:
-            raykill.kill_actor(address, token, t["actor_id"], force=False)
-            how = f"graceful kill of actor {t['actor_id']} ({where}) asked of the GCS"
-        advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
+        raykill.kill_actor(address, token, t["actor_id"], force=False)
+        advance(entry, AuditEntry.SIGNALLED, timezone.now(),
+                f"graceful kill of actor {t['actor_id']} ({where}) asked of the GCS")
     # Tune records this kill as the attempt's error: the operator's doing, not an alarm.
     Trial.objects.filter(pk=t["trial_pk"], attempt=t["attempt"]).update(
         terminated_by=entry.username, terminated_attempt=t["attempt"],
@@ -191,15 +171,6 @@ def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any]) -> Calla
         return not Actor.objects.filter(cluster=cluster, actor_id=t.get("actor_id"),
                                         state="ALIVE").exists()
     return gone
-
-
-def agent_queue(node_ip: str) -> str | None:
-    """The queue of a node's agent that polled lately (it runs with the host's pids)."""
-    if settings.EMBEDDED:
-        return None
-    fresh = timezone.now() - timedelta(seconds=max(10 * settings.POLL_GPU_S, 30))
-    agent = Agent.objects.filter(node_ip=node_ip, last_poll_at__gte=fresh).exclude(queue="").first()
-    return agent.queue if agent else None
 
 
 def force_trial(t: dict[str, Any]) -> None:
@@ -271,20 +242,9 @@ def kill_process(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['node']} (GPU {t['gpu_index']})"
     remote = through_agent(entry, t)
-    send: Callable[[int], object]
-    if t["local"]:
-        gone = local_gone(t["pid"], t["create_time"])
-
-        def send(sig: int) -> None:
-            kill_local(t["pid"], t["create_time"], sig)
-    elif remote:
-        gone, send = remote.gone, remote.send
-    else:
-        gone = lambda: not GpuProcess.objects.filter(  # noqa: E731  (the agent's next poll)
-            gpu__uuid=t["gpu"], pid=t["pid"]).exists()
-
-        def send(sig: int) -> None:
-            signal_through(agent_queue(t["node_ip"]), t["pid"], sig)
+    if remote is None:  # the agent that reported it was gone when the operator confirmed
+        raise SourceError(f"no agent of node {t['node']} answers: only it can signal there")
+    gone, send = remote.gone, remote.send
     send(signal.SIGTERM)
     advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
     if wait_until(gone, settings.TERMINATE_GRACE_S) is None:

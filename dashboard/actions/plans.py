@@ -11,7 +11,6 @@ from django.db.models import Q
 from collectors import raykill
 from collectors.http import SourceError, get_json
 from dashboard.actions import targets
-from dashboard.actions.executor import agent_queue
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
 from dashboard.actions.targets import TargetError
@@ -95,7 +94,8 @@ def process_plan(uuid: str, pid: int, now: datetime) -> Plan:
 
 
 def process_unreachable(target: dict[str, Any]) -> str | None:
-    if target["local"] or target["agent_node"] or agent_queue(target["node_ip"]):
+    if target["agent_node"]:
         return None
-    return f"the agent of node {target['node']} is not answering: it cannot be signalled"
+    return (f"no agent of node {target['node']} has answered lately: only the node's own "
+            "agent can signal its processes (see the Cluster page's Agent column)")
 

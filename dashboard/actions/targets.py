@@ -9,11 +9,11 @@ from typing import Any
 
 import psutil
 
-from collectors.procstat import is_ray_worker, this_host
+from collectors.procstat import is_ray_worker
 from dashboard.agents.remote import node_with_agent, reported_start
 from dashboard.cluster.models import Job
 from dashboard.core.errors import ApiError
-from dashboard.gpus.models import Agent, GpuProcess
+from dashboard.gpus.models import GpuProcess
 from dashboard.trials.models import Trial
 from dashboard.trials.process import trial_process
 
@@ -140,16 +140,11 @@ def check_process(pid: int, owner: Any) -> None:
 
 
 def process_target(proc: GpuProcess, owner: Any) -> dict[str, Any]:
-    # On this host only when this host's own GPU poller (a queue of its own; an HTTP
-    # agent's row has none) reported the GPU: a node's token cannot name itself this host.
-    agent = (Agent.objects.filter(node_ip=proc.gpu.node_ip).exclude(queue="")
-             .order_by("-last_poll_at").first())
-    local = agent is not None and agent.node == this_host()
-    remote = None if local else node_with_agent(proc.gpu.node_ip, proc.gpu.node)
+    # The agent that reported the GPU signals its processes (raywatch's own host runs
+    # one too): the start time it reported pins the signal to this process.
+    remote = node_with_agent(proc.gpu.node_ip, proc.gpu.node)
     return {"gpu": proc.gpu.uuid, "gpu_index": proc.gpu.index, "node": proc.gpu.node,
             "node_ip": proc.gpu.node_ip, "pid": proc.pid, "used_memory": proc.used_memory_bytes,
             "owner": owner.kind, "owner_label": owner.label, "owner_reason": owner.reason,
-            "first_seen_at": proc.first_seen_at.isoformat(), "local": local,
-            # An orphan is no Ray worker: on this host its start time is read as it is.
-            "agent_node": remote, "create_time": create_time(proc.pid) if local
-            else process_started(proc.pid, False, remote)}
+            "first_seen_at": proc.first_seen_at.isoformat(), "local": False,
+            "agent_node": remote, "create_time": process_started(proc.pid, False, remote)}

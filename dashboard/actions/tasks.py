@@ -1,5 +1,5 @@
-"""Celery entry points of the actions app: nothing imports this module; the executor
-and the request send these tasks by name (executor.RUN_ACTION, executor.SIGNAL_PROCESS)."""
+"""Celery entry points of the actions app: nothing imports this module; the request
+sends run_action by name (executor.RUN_ACTION)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,6 @@ def run_action(entry_id: int) -> None:
     """Not acks_late: an action half-done by a worker that died is not redone blindly;
     settle_actions ends it as lost, with what is known, in the audit."""
     executor.run(entry_id)
-
-
-@shared_task(name=executor.SIGNAL_PROCESS, ignore_result=True)
-def signal_process(pid: int, sig: int) -> None:
-    """Runs on the agent of the process's node (its own queue)."""
-    executor.signal_pid(pid, sig)
 
 
 @shared_task(name="dashboard.actions.tasks.settle_actions", ignore_result=True)

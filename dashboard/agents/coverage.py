@@ -38,7 +38,6 @@ LOSSES: tuple[tuple[str, str, str], ...] = (
 AGENT_READS = frozenset({"gpus", "trial_logs", "process_state", "stacks", "signals"})
 RAYWATCH_HOST = "raywatch itself (its own host)"
 SKEW_SHOWN_S = 10  # an agent's clock this far from raywatch's is said on the page
-CELERY_GPU_AGENT = "the Celery GPU agent here (manage.py agent)"
 
 
 @dataclass(frozen=True)
@@ -76,11 +75,9 @@ class AgentFacts:
 
 @dataclass(frozen=True)
 class Local:
-    """raywatch's own host (its collectors read files and processes there) and the GPU
-    pollers of the Celery GPU agent heard from lately, as (node name, address)."""
+    """raywatch's own host: its collectors read its trial logs and processes there."""
 
     host: str
-    gpu_pollers: tuple[tuple[str, str], ...] = ()
     # The cluster RAY_ADDRESS points at: raywatch's own readers count for its nodes only.
     cluster: str = ""
 
@@ -141,9 +138,6 @@ def node_coverage(node: RayNode, agents: Sequence[AgentFacts], local: Local, now
 def _covered_here(node: RayNode, local: Local) -> dict[str, str]:
     """What raywatch reads on this node without an HTTP agent, and how."""
     covered: dict[str, str] = {}
-    if any(node.hostname == name or (ip and node.node_ip == ip)
-           for name, ip in local.gpu_pollers):
-        covered["gpus"] = CELERY_GPU_AGENT
     if local.host and node.hostname == local.host and local.serves(node):
         # The trial-log reader (RAYWATCH_LOG_DIRS, else ~/ray_results and the Ray temp
         # dir), the host probes (state, py-spy) and local signals act on raywatch's host.

@@ -1,10 +1,9 @@
 """The facts coverage.py works on, read from the database: Ray's nodes, the node tokens
-neither revoked nor expired with what their agents last sent, and the Celery GPU
-pollers."""
+neither revoked nor expired with what their agents last sent, and raywatch's own host."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -18,12 +17,12 @@ from dashboard.agents.tokens import usable
 from dashboard.cluster.models import Node
 from dashboard.core.health import effective_state
 from dashboard.core.models import SourceHealth
-from dashboard.gpus.models import Agent, Gpu
+from dashboard.gpus.models import Gpu
 
 
 def coverage_payload(now: datetime) -> dict[str, Any]:
     stale_s = float(settings.AGENT_STALE_S)
-    payload = coverage(ray_nodes(), agent_facts(now), local_facts(now, stale_s), now, stale_s)
+    payload = coverage(ray_nodes(), agent_facts(now), local_facts(), now, stale_s)
     # The page refreshes this often: a silent agent shows stale within the window.
     payload["refresh_s"] = max(1.0, min(5.0, stale_s / 4))
     return payload
@@ -54,12 +53,8 @@ def agent_facts(now: datetime) -> list[AgentFacts]:
         can_command=sealing.unseal(t.command_key_sealed) is not None) for t in tokens]
 
 
-def local_facts(now: datetime, stale_s: float) -> Local:
-    recent = now - timedelta(seconds=max(stale_s, settings.POLL_GPU_S * 5))
-    pollers = Agent.objects.exclude(queue="").filter(last_poll_at__gte=recent)
-    return Local(host=this_host(),
-                 gpu_pollers=tuple(pollers.values_list("node", "node_ip")),
-                 cluster=settings.CLUSTER_NAME)
+def local_facts() -> Local:
+    return Local(host=this_host(), cluster=settings.CLUSTER_NAME)
 
 
 def _count_by_node(rows: Any) -> dict[str, int]:

@@ -31,14 +31,14 @@ from dashboard.core.bulk import upsert
 from dashboard.core.errors import ApiError
 from dashboard.core.health import record_many
 from dashboard.gpus.ingest import ingest_gpu_polls
-from dashboard.gpus.models import Agent, Gpu
+from dashboard.gpus.models import Gpu, GpuNode
 from dashboard.trials import planner
 from dashboard.trials.push import push_updates
 from dashboard.trials.store import IngestStats, store_updates
 
 log = logging.getLogger("raywatch.agents")
-# What a report updates of its node's Agent row (registered_at: when it was created).
-AGENT_FIELDS = ("node_ip", "queue", "last_poll_at", "cluster", "source", "driver_version")
+# What a report updates of its node's GpuNode row (registered_at: when it was created).
+GPU_NODE_FIELDS = ("node_ip", "last_poll_at", "cluster", "source", "driver_version")
 MAX_PROBLEMS, PROBLEM_CHARS = 10, 500  # of agent.problems, kept as the agent said them
 
 
@@ -437,13 +437,13 @@ def _store_polls(new: list[tuple[Report, list[Batch]]], now: datetime) -> None:
         report.token.node: (error, list(poll.problems) or (
             [] if poll.gpus else ["NVML sees no GPU on this node"]))
         for report, (poll, error) in newest})
-    agents = {report.token.node: Agent(
-        node=report.token.node, node_ip=_node_ip(report), queue="", last_poll_at=now,
+    nodes = {report.token.node: GpuNode(
+        node=report.token.node, node_ip=_node_ip(report), last_poll_at=now,
         cluster_id=report.token.cluster_id, registered_at=now,
         source="simulated" if poll.simulated else "nvml",
         driver_version=(poll.driver_version or "")[:64])
         for report, (poll, error) in newest if error is None}
-    upsert(Agent, list(agents.values()), ["node"], AGENT_FIELDS)
+    upsert(GpuNode, list(nodes.values()), ["node"], GPU_NODE_FIELDS)
 
 
 def _node_ip(report: Report) -> str:

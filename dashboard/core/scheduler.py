@@ -1,9 +1,8 @@
 """The embedded scheduler: runs the Celery beat schedule's tasks in-process.
 
 With no REDIS_URL there is no broker, so the same task functions Celery would
-run are called here (or their in-process stand-ins: the GPU poll dispatcher's polls
-this node directly, with no agents), each schedule entry on its own thread so a slow source
-never delays another.
+run are called here, each schedule entry on its own thread so a slow source never
+delays another.
 """
 
 from __future__ import annotations
@@ -20,19 +19,16 @@ log = logging.getLogger(__name__)
 
 
 class EmbeddedScheduler:
-    def __init__(self, app: Celery, schedule: dict[str, dict[str, Any]],
-                 standins: dict[str, str] | None = None) -> None:
+    def __init__(self, app: Celery, schedule: dict[str, dict[str, Any]]) -> None:
         self.app = app
         self.schedule = schedule
-        self.standins = standins or {}
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self.app.loader.import_default_modules()
         for name, entry in self.schedule.items():
-            task_name = self.standins.get(entry["task"], entry["task"])
-            task = self.app.tasks[task_name]
+            task = self.app.tasks[entry["task"]]
             thread = threading.Thread(
                 target=self._loop, args=(name, task, float(entry["schedule"])),
                 name=f"raywatch-{name}", daemon=True,

@@ -19,7 +19,7 @@ from dashboard.cluster.models import CallTiming, Cluster, Demand, Job, Node, Ray
 from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
 from dashboard.cluster.views_data import call_places
-from dashboard.gpus.models import Agent, Gpu, GpuProcess
+from dashboard.gpus.models import Gpu, GpuNode, GpuProcess
 from dashboard.gpus.owners import JOB, TRIAL, Owner
 from dashboard.gpus.views_data import owner_maps_for
 from dashboard.incidents import resource_rules as rules
@@ -203,7 +203,8 @@ def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, in
         cluster__state=Cluster.ACTIVE, first_seen_at__lte=young).values_list(
         "pk", "cluster_id", "name", "first_seen_at")
         if (u := usual.get((cluster_id, name))) is not None
-        and (now - since).total_seconds() >= th.call_overdue_factor * u]
+        and (now - since).total_seconds() >= CallTiming.overdue_after(
+            u, th.call_overdue_factor, th.call_overdue_min_s)]
     if not candidates:
         return []
     calls = list(RayCall.objects.filter(pk__in=candidates))
@@ -220,7 +221,7 @@ def host_views(gpus: dict[int, Gpu], now: datetime) -> list[HostView]:
     """Hosts with a current agent and Ray nodes: how many GPUs each side sees.
     Simulated GPUs are left out: Ray cannot have been told about them. A host is an
     address in one cluster: an agent's GPUs are compared with its own cluster's nodes."""
-    agents = list(Agent.objects.filter(last_poll_at__gte=fresh_after(now))
+    agents = list(GpuNode.objects.filter(last_poll_at__gte=fresh_after(now))
                   .exclude(source="simulated").values_list("node", "node_ip", "cluster_id"))
     nvml: dict[tuple[int, str], int] = {(c, ip): 0 for _, ip, c in agents}
     cluster_of = {node: c for node, _, c in agents}

@@ -5,17 +5,14 @@ from django.db import models
 from dashboard.cluster.models import cluster_field
 
 
-class Agent(models.Model):
-    """An NVML agent: the Celery worker that reads the GPUs of one node.
-
-    NVML only sees its own node, so every GPU node runs one, consuming its own
-    queue (`queue`); beat's dispatcher sends each registered agent its polls.
-    """
+class GpuNode(models.Model):
+    """A node whose GPUs its agent reports (collectors/agent/, raywatch's own host
+    included): its name, address and cluster, which its GPUs are joined to Ray's nodes
+    by, and when its agent last sent a GPU poll."""
 
     node = models.CharField(max_length=200, unique=True)  # the node's name (hostname)
-    node_ip = models.CharField(max_length=64)  # joins the agent's GPUs to Ray's nodes
-    cluster = cluster_field()  # ... of this cluster (an HTTP agent's token says which)
-    queue = models.CharField(max_length=255)
+    node_ip = models.CharField(max_length=64)  # joins the node's GPUs to Ray's nodes
+    cluster = cluster_field()  # ... of this cluster (the agent's token says which)
     source = models.CharField(max_length=16)  # "nvml", "simulated"
     driver_version = models.CharField(max_length=64, blank=True, default="")
     registered_at = models.DateTimeField()
@@ -25,7 +22,7 @@ class Agent(models.Model):
         ordering = ["node"]
 
     def __str__(self) -> str:
-        return f"agent {self.node} ({self.node_ip})"
+        return f"GPU node {self.node} ({self.node_ip})"
 
 
 class Gpu(models.Model):

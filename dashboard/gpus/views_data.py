@@ -14,7 +14,7 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from dashboard.gpus.models import Agent, Gpu, GpuProcess
+from dashboard.gpus.models import Gpu, GpuNode, GpuProcess
 from dashboard.gpus.owners import Owner, owners_on_hosts
 from dashboard.incidents.resource_rules import HARDWARE_THROTTLES
 
@@ -30,8 +30,8 @@ def gpu_payload(gpus: Iterable[Gpu], now: datetime | None = None) -> list[dict[s
     for proc in GpuProcess.objects.filter(gpu_id__in=[g.pk for g in gpus]):
         processes[proc.gpu_id].append(proc)
     owner_maps = owner_maps_for(gpus, processes, now)
-    # A GPU's cluster is its node agent's (an HTTP agent's token says which).
-    cluster_of = dict(Agent.objects.filter(node__in={g.node for g in gpus})
+    # A GPU's cluster is its node's (its agent's token says which).
+    cluster_of = dict(GpuNode.objects.filter(node__in={g.node for g in gpus})
                       .values_list("node", "cluster__name"))
     return [{**tile(g, processes[g.pk], owner_maps.get(g.node_ip, {}), now),
              "cluster": cluster_of.get(g.node, settings.CLUSTER_NAME)} for g in gpus]
@@ -42,10 +42,10 @@ def gpus_in(cluster: str | None) -> QuerySet[Gpu]:
     gpus = Gpu.objects.all()
     if not cluster:
         return gpus
-    agents = Agent.objects.filter(cluster__name=cluster).values("node")
-    if cluster == settings.CLUSTER_NAME:  # and the GPUs no agent row claims yet
-        return gpus.filter(Q(node__in=agents) | ~Q(node__in=Agent.objects.values("node")))
-    return gpus.filter(node__in=agents)
+    nodes = GpuNode.objects.filter(cluster__name=cluster).values("node")
+    if cluster == settings.CLUSTER_NAME:  # and the GPUs no node row claims yet
+        return gpus.filter(Q(node__in=nodes) | ~Q(node__in=GpuNode.objects.values("node")))
+    return gpus.filter(node__in=nodes)
 
 
 def narrow_gpus(data: Any, cluster: str) -> Any:

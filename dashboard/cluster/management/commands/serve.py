@@ -2,7 +2,9 @@
 
 Checks the database (and Redis), starts a local Ray cluster when RAY_ADDRESS
 is unset, runs the collectors (in-process, or Celery worker and beat as child
-processes when REDIS_URL is set) and serves the dashboard with uvicorn.
+processes when REDIS_URL is set) and this host's node agent (`manage.py local_agent`:
+the agent every node runs, reporting its GPUs and processes as theirs do), and serves
+the dashboard with uvicorn.
 Ctrl-C stops everything it started, and nothing else.
 """
 
@@ -49,24 +51,31 @@ class Command(BaseCommand):
             "--no-celery", action="store_true",
             help="with REDIS_URL set, do not start a Celery worker and beat (run them yourself)",
         )
+        parser.add_argument(
+            "--no-agent", action="store_true",
+            help="do not start this host's node agent (a container that sees none of the "
+                 "host's GPUs and processes; the host runs its own agent)",
+        )
 
-    def handle(self, *args: Any, host: str, port: int, no_celery: bool, **options: Any) -> None:
+    def handle(self, *args: Any, host: str, port: int, no_celery: bool, no_agent: bool,
+               **options: Any) -> None:
         check_database()
         check_redis()
         with ExitStack() as cleanup:
             self.attach_ray(cleanup)
             if settings.EMBEDDED:
                 cleanup.callback(background.finish)  # after the scheduler stopped
-                scheduler = EmbeddedScheduler(celery_app, settings.CELERY_BEAT_SCHEDULE,
-                                              settings.EMBEDDED_STANDINS)
+                scheduler = EmbeddedScheduler(celery_app, settings.CELERY_BEAT_SCHEDULE)
                 scheduler.start()
                 cleanup.callback(scheduler.stop)
                 self.stdout.write("collectors: in-process scheduler (no REDIS_URL)")
             elif not no_celery:
-                roles = ["worker", "notifier", "beat"] + (
-                    ["agent"] if settings.GPU_SOURCE != "off" else [])
+                roles = ["worker", "notifier", "beat"]
                 cleanup.callback(stop_children, [start_celery(role) for role in roles])
                 self.stdout.write(f"collectors: Celery {', '.join(roles)} on REDIS_URL")
+            if not no_agent:
+                cleanup.callback(stop_children, [start_local_agent(host, port)])
+                self.stdout.write("this host's node agent: GPUs, processes and signals")
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"raywatch on {url}  (Ctrl-C stops)"))
             sys.stdout.flush()
@@ -150,9 +159,19 @@ def _describe_db() -> str:
     return f"Postgres {db.get('HOST') or 'localhost'}:{db.get('PORT') or 5432}/{db.get('NAME')}"
 
 
+def start_local_agent(host: str, port: int) -> subprocess.Popen[bytes]:
+    """This host's node agent (`manage.py local_agent`), reporting to this server over
+    loopback: behind an HTTPS redirect, to RAYWATCH_BASE_URL, as any node's agent."""
+    if settings.SECURE_SSL_REDIRECT and settings.BASE_URL.startswith("https://"):
+        url = settings.BASE_URL
+    else:
+        near = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        url = f"http://{f'[{near}]' if ':' in near else near}:{port}"
+    return subprocess.Popen([sys.executable, "manage.py", "local_agent", "--url", url],
+                            cwd=settings.BASE_DIR)
+
+
 def start_celery(role: str) -> subprocess.Popen[bytes]:
-    if role == "agent":  # this node's GPU agent: `manage.py agent` execs its own worker
-        return subprocess.Popen([sys.executable, "manage.py", "agent"], cwd=settings.BASE_DIR)
     if role == "beat":  # Celery beat, stopped between ticks (dashboard/core/beat.py)
         return subprocess.Popen([sys.executable, "-m", "dashboard.core.beat",
                                  str(settings.DATA_DIR / "celerybeat-schedule")],
