@@ -31,6 +31,14 @@ every poll costs a core. A LogScanner remembers what it saw:
   is not entered, and one named as a Tune trial dir is handed on as refused, so that its
   trial shows why nothing of it is read. A file is named whatever it is (a link, a FIFO):
   collectors.rootfiles refuses it when it is opened, as that trial's problem.
+- Runs of RL frameworks' file loggers (collectors.runformats) are found as a directory is
+  listed: each `*.jsonl` in it is recognised once by its first lines. A directory whose
+  `experiment_log.jsonl` is EasyR1's (or verl's) is a run, like a Tune trial dir; any
+  other logger's file is a run of its own (verl writes `{experiment}.jsonl` files side
+  by side in its project's directory) and is checked like a trial dir, by its size and
+  mtime. A JSONL that is no logger's is remembered as such until its directory changes;
+  one that cannot be told yet (empty: a logger writes its first line after a step) is
+  statted each poll and its directory listed again once it grew.
 
 Nothing here imports Django; time comes from `clock` (monotonic seconds).
 """
@@ -50,16 +58,22 @@ from stat import S_ISLNK
 from collectors.procstat import command_lines
 from collectors.records import TrialDir
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
+from collectors.runformats import EASYR1_FILE, SUFFIX, recognise_file
 
 RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
 EVENTS_PREFIX = "events.out.tfevents."
 STATE_PREFIX, STATE_SUFFIX = "experiment_state-", ".json"
+EASYR1_CONFIG = "experiment_config.json"  # beside experiment_log.jsonl: the run's config
+PARAMS_FILES = (PARAMS_FILE, EASYR1_CONFIG)  # written once: read as the trial's config
 SKIP_DIRS = {"working_dirs", "__pycache__"}
 MAX_DEPTH = 6
 LIVE_PARENT = "driver_artifacts"
 # A quiet trial dir costs ~5 us to rescan (a stat of it, its result.json and any
 # error.txt): 100 a poll is ~0.5 ms, whatever the history (bench/history_scale_bench.py).
 RESCAN_PER_POLL = 100
+# A trial dir with no Tune state (a TensorBoard or JSONL run) whose files have not changed
+# for this many quiet periods belongs to a program that is gone: settled.
+STALE_QUIET = 10
 TRIAL_DIR_RE = re.compile(r"^(?P<trainable>.+?)_(?P<trial_id>[0-9a-f]{5}_\d{5})(?:_|$)")
 
 
@@ -81,17 +95,21 @@ class _Trial:
     is filed under and its container's entry. ~0.75 KB a quiet trial dir in all, against
     ~2.4 KB as a TrialDir with its Paths and a dict of file stats (bench/README.md)."""
 
-    __slots__ = ("dir_mtime", "hot_until", "names", "path", "quiet", "refused", "root",
-                 "stats", "trial_dir")
+    __slots__ = ("dir_mtime", "file_run", "framework", "hot_until", "names", "path", "quiet",
+                 "refused", "root", "stats", "trial_dir")
 
     def __init__(self, path: str, root: Root | None, dir_mtime: int, names: tuple[str, ...],
                  hot_until: float, trial_dir: TrialDir | None = None,
-                 refused: bool = False) -> None:
+                 refused: bool = False, framework: str = "", file_run: bool = False) -> None:
         self.path = path
         self.root = root
         self.dir_mtime = dir_mtime
         self.names = names  # the files read, in TrialDir's order: results, events, params, error
-        self.stats = _stats(path, names)  # (size, mtime_ns) of each name, flat; -1s: no stat
+        # A JSONL run's logger (VERL, EASYR1); "": Tune's or TensorBoard's files.
+        self.framework = framework
+        self.file_run = file_run  # `path` is the run's JSONL file, not a directory
+        # (size, mtime_ns) of each name (of the file itself for a file run), flat; -1s: no stat
+        self.stats = _file_stat(path) if file_run else _stats(path, names)
         self.hot_until = hot_until
         self.quiet = False
         self.refused = refused  # a link named as a trial dir: nothing of it is read
@@ -105,6 +123,10 @@ class _Container:
     containers: set[str] = field(default_factory=set)  # those not (yet) trial dirs
     state_file: str | None = None  # the newest experiment_state-*.json
     state_stat: tuple[int, int] | None = None
+    # JSONL files that cannot be told a run or not yet, with their (size, mtime_ns) then;
+    # and the names of those that are no logger's.
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)
+    not_runs: frozenset[str] = frozenset()
 
 
 def default_log_dirs(home: Path, ray_tmp: Path = Path("/tmp/ray")) -> list[Path]:
@@ -271,7 +293,7 @@ class LogScanner:
             return  # a symlink loop or a directory reached twice
         walk.seen.add((stat.st_dev, stat.st_ino))
         known = self.containers.get(directory)
-        if known is None or known.mtime != stat.st_mtime_ns:
+        if known is None or known.mtime != stat.st_mtime_ns or _grew(known):
             if self._list(directory, key, stat.st_mtime_ns, depth, walk, root):
                 return  # it holds results: a trial directory, not a container
             known = self.containers[directory]
@@ -288,33 +310,75 @@ class LogScanner:
             entries = list(os.scandir(directory))
         except OSError:
             return True  # unreadable: neither
-        names = _names({e.name for e in entries if not _is_dir(e)})
+        previous = self.containers.get(directory)
+        files = {e.name for e in entries if not _is_dir(e)}
+        # A Tune trial dir's files are Tune's: no JSONL in it is looked at.
+        runs = _Runs() if RESULT_FILE in files else self._runs(entries, previous, root)
+        easyr1 = runs.found.get(os.path.join(key, EASYR1_FILE), "")
+        names = _names(files, easyr1)
         if names is not None:
             self._drop_container(directory)
             if (parent := self.containers.get(directory.parent)) is not None:
                 parent.containers.discard(key)
-            self._add_trial(_Trial(key, root, mtime, names, walk.now + self.quiet_after_s),
-                            walk)
+            self._add_trial(_Trial(key, root, mtime, names, walk.now + self.quiet_after_s,
+                                   framework=easyr1), walk)
             return True
         states = sorted(e.name for e in entries if not _is_dir(e)
                         and e.name.startswith(STATE_PREFIX) and e.name.endswith(STATE_SUFFIX))
         # The paths of the trial dirs known already, not copies: each is kept once.
-        children = {self._shared(e.path) for e in entries if e.name not in SKIP_DIRS
-                    and not e.name.startswith(".") and _is_dir(e)} if depth < MAX_DEPTH else set()
+        subdirs = {self._shared(e.path) for e in entries if e.name not in SKIP_DIRS
+                   and not e.name.startswith(".") and _is_dir(e)} if depth < MAX_DEPTH else set()
+        children = subdirs | self._file_runs(runs.found, root, walk)
         links = self._links(entries, walk, root)
-        previous = self.containers.get(directory)
         for gone in previous.children - children - links if previous else ():
             self._drop_trial(gone)  # a container among them is forgotten once unreached
-        for path in children:
+        for path in subdirs:
             if (known := self.trials.get(path)) is not None and known.refused:
                 self._drop_trial(path)  # a link no more: read what it is now
         self.containers[directory] = _Container(
             mtime=mtime, children=children | links,
-            containers={c for c in children if c not in self.trials},
+            containers={c for c in subdirs if c not in self.trials},
             state_file=states[-1] if states else None,
             state_stat=previous.state_stat if previous else None,
+            pending=runs.pending, not_runs=runs.not_runs,
         )
         return False
+
+    def _runs(self, entries: list[os.DirEntry], previous: _Container | None,
+              root: Root) -> _Runs:
+        """The JSONL files of a directory being listed: runs by path (their logger), those
+        that cannot be told yet, and the names of those that are no logger's. A file is
+        read (its head) when it is new, or grew while it could not be told."""
+        runs = _Runs()
+        not_runs: set[str] = set()
+        for entry in entries:
+            if not entry.name.endswith(SUFFIX) or entry.name.startswith(".") or _is_dir(entry):
+                continue
+            if (known := self.trials.get(entry.path)) is not None and known.file_run:
+                runs.found[known.path] = known.framework
+                continue
+            if previous is not None and entry.name in previous.not_runs:
+                not_runs.add(entry.name)
+                continue
+            stat = _file_stat(entry.path)
+            verdict = (None if previous is not None and previous.pending.get(entry.path) == stat
+                       else recognise_file(entry.path, root))
+            if verdict is None:
+                runs.pending[entry.path] = stat
+            elif verdict:
+                runs.found[entry.path] = verdict
+            else:
+                not_runs.add(entry.name)
+        runs.not_runs = frozenset(not_runs)
+        return runs
+
+    def _file_runs(self, found: dict[str, str], root: Root, walk: _Walk) -> set[str]:
+        """The paths of a container's runs of one file each, new ones added (handed on)."""
+        for path, framework in found.items():
+            if os.path.basename(path) != EASYR1_FILE and path not in self.trials:
+                self._add_trial(_Trial(path, root, 0, (), walk.now + self.quiet_after_s,
+                                       framework=framework, file_run=True), walk)
+        return {self.trials[p].path for p in found if p in self.trials}
 
     def _shared(self, path: str) -> str:
         entry = self.trials.get(path)
@@ -371,6 +435,8 @@ class LogScanner:
         A new file (error.txt, an event file) moves the directory's mtime."""
         if entry.refused:
             return False  # a link: its container, listed again, says what it became
+        if entry.file_run:
+            return self._check_file(entry, now)
         try:
             mtime = os.stat(entry.path).st_mtime_ns  # a root may be a link to a trial dir
         except OSError:
@@ -378,7 +444,8 @@ class LogScanner:
         listed = mtime != entry.dir_mtime
         if listed:
             try:
-                names = _names({e.name for e in os.scandir(entry.path) if not _is_dir(e)})
+                names = _names({e.name for e in os.scandir(entry.path) if not _is_dir(e)},
+                               entry.framework)
             except OSError:
                 return False
             if names is not None and names != entry.names:
@@ -393,6 +460,18 @@ class LogScanner:
             entry.trial_dir = _dir(entry)
         return True
 
+    def _check_file(self, entry: _Trial, now: float) -> bool:
+        """A run of one file: changed when its size or mtime did (a restart that truncates
+        it too); gone, it is forgotten once its directory is listed again."""
+        stats = _file_stat(entry.path)
+        if stats == entry.stats or stats[0] < 0:
+            return False
+        entry.stats = stats
+        self._warm(entry, now)
+        if entry.trial_dir is None:
+            entry.trial_dir = _dir(entry)
+        return True
+
     def _unchanged(self, entry: _Trial) -> bool:
         """A quiet trial dir at a glance: its own mtime (a file added or removed) and the
         files that change after the fact (result.json, or a TensorBoard run's event
@@ -401,11 +480,13 @@ class LogScanner:
         of these moved."""
         if entry.refused:
             return True
+        if entry.file_run:
+            return _file_stat(entry.path) == entry.stats
         try:
             if os.stat(entry.path).st_mtime_ns != entry.dir_mtime:
                 return False
             for n, name in enumerate(entry.names):
-                if name == PARAMS_FILE:
+                if name in PARAMS_FILES:
                     continue
                 stat = os.stat(os.path.join(entry.path, name), follow_symlinks=False)
                 if (stat.st_size, stat.st_mtime_ns) != entry.stats[2 * n:2 * n + 2]:
@@ -452,6 +533,19 @@ class LogScanner:
 
 
 @dataclass
+class _Runs:
+    found: dict[str, str] = field(default_factory=dict)  # path -> VERL or EASYR1
+    pending: dict[str, tuple[int, int]] = field(default_factory=dict)
+    not_runs: frozenset[str] = frozenset()
+
+
+def _grew(container: _Container) -> bool:
+    """Whether a JSONL file of the container that could not be told yet has changed (a
+    logger's first line): the container is then listed again, which tells."""
+    return any(_file_stat(path) != stat for path, stat in container.pending.items())
+
+
+@dataclass
 class _Walk:
     now: float
     seen: set[tuple[int, int]] = field(default_factory=set)
@@ -471,10 +565,14 @@ def experiment_name(directory: Path) -> str:
 _SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def _names(files: set[str]) -> tuple[str, ...] | None:
+def _names(files: set[str], run: str = "") -> tuple[str, ...] | None:
     """The files of a directory that its TrialDir reads, in its order (results, events,
-    params, error); None: it holds no results, so it is no trial dir."""
+    params, error); None: it holds no results, so it is no trial dir. `run`: the logger
+    whose experiment_log.jsonl the directory holds (collectors.runformats), if any."""
     results = (RESULT_FILE,) if RESULT_FILE in files else ()
+    if not results and run and EASYR1_FILE in files:
+        names = (EASYR1_FILE, *(n for n in (EASYR1_CONFIG,) if n in files))
+        return _SHAPES.setdefault(names, names)
     # A Tune trial's event files repeat its result.json: read them only without one.
     events = () if results else tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))
     if not results and not events:
@@ -483,19 +581,35 @@ def _names(files: set[str]) -> tuple[str, ...] | None:
     return names if events else _SHAPES.setdefault(names, names)
 
 
-def _trial_dir_of(path: Path, names: tuple[str, ...], root: Root | None) -> TrialDir:
+def _trial_dir_of(path: Path, names: tuple[str, ...], root: Root | None,
+                  framework: str = "") -> TrialDir:
     parent = path.parent
     match = TRIAL_DIR_RE.match(path.name)
     base = str(path)
+    params = next((n for n in names if n in PARAMS_FILES), None)
     return TrialDir(
         experiment=experiment_name(parent), experiment_dir=parent, path=path, name=path.name,
-        trial_id=match["trial_id"] if match else None,
-        trainable=match["trainable"] if match else "", live=parent.name == LIVE_PARENT,
+        trial_id=match["trial_id"] if match and not framework else None,
+        trainable=match["trainable"] if match and not framework else "",
+        live=parent.name == LIVE_PARENT,
         result_files=tuple(os.path.join(base, n) for n in names if n == RESULT_FILE),
         event_files=tuple(os.path.join(base, n) for n in names if n.startswith(EVENTS_PREFIX)),
-        params_file=os.path.join(base, PARAMS_FILE) if PARAMS_FILE in names else None,
+        params_file=os.path.join(base, params) if params else None,
         error_file=os.path.join(base, ERROR_FILE) if ERROR_FILE in names else None, root=root,
+        run_files=tuple(os.path.join(base, n) for n in names if n.endswith(SUFFIX)),
+        run_format=framework,
     )
+
+
+def _file_run_dir(path: Path, root: Root | None, framework: str) -> TrialDir:
+    """A run of one JSONL file (verl's {project}/{experiment}.jsonl): its directory is
+    its experiment's, its name the file's stem."""
+    parent = path.parent
+    return TrialDir(
+        experiment=experiment_name(parent), experiment_dir=parent, path=path,
+        name=path.name.removesuffix(SUFFIX), trial_id=None, trainable="",
+        live=parent.name == LIVE_PARENT, root=root, run_files=(str(path),),
+        run_format=framework)
 
 
 def _linked_dir(path: Path, root: Root | None) -> TrialDir:
@@ -513,8 +627,11 @@ def _dir(entry: _Trial) -> TrialDir:
     if entry.trial_dir is not None:
         return entry.trial_dir
     path = Path(entry.path)
-    return (_linked_dir(path, entry.root) if entry.refused
-            else _trial_dir_of(path, entry.names, entry.root))
+    if entry.refused:
+        return _linked_dir(path, entry.root)
+    if entry.file_run:
+        return _file_run_dir(path, entry.root, entry.framework)
+    return _trial_dir_of(path, entry.names, entry.root, entry.framework)
 
 
 class TrialDirs(Sequence[TrialDir]):
@@ -558,6 +675,34 @@ def _stats(path: str, names: tuple[str, ...]) -> tuple[int, ...]:
             continue
         stats += (stat.st_size, stat.st_mtime_ns)
     return tuple(stats)
+
+
+def _file_stat(path: str) -> tuple[int, int]:
+    """(size, mtime_ns) of one file; (-1, -1) when it cannot be statted."""
+    try:
+        stat = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return -1, -1
+    return stat.st_size, stat.st_mtime_ns
+
+
+def newest_mtime(trial_dir: TrialDir) -> float:
+    """When its files or its directory last changed (epoch seconds); 0.0: not known."""
+    newest = 0.0
+    for name in (*trial_dir.result_files, *trial_dir.event_files, *trial_dir.run_files,
+                 str(trial_dir.path)):
+        try:
+            newest = max(newest, os.stat(name, follow_symlinks=False).st_mtime)
+        except OSError:
+            continue
+    return newest
+
+
+def stale(trial_dir: TrialDir, now: float, quiet_after_s: float) -> bool:
+    """A trial dir with no Tune state (a TensorBoard or JSONL run) whose files went
+    unchanged for STALE_QUIET quiet periods: its program is gone, so it may settle
+    (the slow rescan still visits it). `now`: epoch seconds."""
+    return now - newest_mtime(trial_dir) > quiet_after_s * STALE_QUIET
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

@@ -226,9 +226,19 @@ class ProcessFact:
     threads: int | None
 
 
+# What wrote a trial's (or run's) files: Tune; verl's or EasyR1's file logger (JSONL);
+# OpenRLHF (TensorBoard with its train/timing/* tags) or some other TensorBoard writer.
+TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF = "tune", "tensorboard", "verl", "easyr1", "openrlhf"
+FRAMEWORKS = (TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF)
+# The kinds of file a trial's results are tailed from (LogCursor.kind).
+RESULT_JSON, TB_EVENTS, RUN_JSONL = "result_json", "tb_events", "run_jsonl"
+
+
 @dataclass(frozen=True)
 class TrialDir:
-    """A trial directory under a log root, as collectors.logscan found it."""
+    """A trial directory under a log root, as collectors.logscan found it; or a run a
+    JSONL logger writes (verl's is one file among others in its project's directory:
+    `path` is then that file)."""
 
     experiment: str
     experiment_dir: Path  # where experiment_state-*.json lives
@@ -243,11 +253,27 @@ class TrialDir:
     error_file: str | None = None
     root: Root | None = None  # the log root it was found under; its files stay inside
     refused: str | None = None  # why nothing of it is read (a link to a directory)
+    run_files: tuple[str, ...] = ()  # a verl or EasyR1 file logger's JSONL
+    run_format: str = ""  # VERL or EASYR1: how its run_files' lines are shaped
 
     @property
     def key(self) -> tuple[str, str]:
         """(experiment, trial) as the database names it: both copies share it."""
         return self.experiment[:255], (self.trial_id or self.name)[:255]
+
+    @property
+    def framework(self) -> str:
+        """What wrote it, as far as its files' names and first lines say (a TensorBoard
+        run is OpenRLHF's once its tags say so: collectors.runformats.refine)."""
+        if self.run_files:
+            return self.run_format
+        return TENSORBOARD if self.event_files else TUNE
+
+    def logs(self) -> list[tuple[str, str]]:
+        """(kind, path) of each file its results are tailed from."""
+        return [*((RESULT_JSON, p) for p in self.result_files),
+                *((TB_EVENTS, p) for p in self.event_files),
+                *((RUN_JSONL, p) for p in self.run_files)]
 
 
 @dataclass(frozen=True)
@@ -277,7 +303,8 @@ class TrialUpdate:
 
     experiment: str
     experiment_dir: str  # as its reader names it: "node:/path" for an agent's
-    trial_id: str  # Tune's trial id, or the run directory's name for TensorBoard runs
+    trial_id: str  # Tune's trial id; a run's directory's name (TensorBoard, EasyR1) or its
+    # file's stem (verl)
     trainable: str
     directory: str
     tensorboard: bool  # steps from event files: a step's tags may come in pieces
@@ -293,6 +320,7 @@ class TrialUpdate:
     # fact, carried by its trials' updates. Either may be None (not known there).
     search_metric: str | None = None
     search_mode: str | None = None
+    framework: str = ""  # FRAMEWORKS; "": not said
 
     @classmethod
     def about(cls, trial_dir: TrialDir) -> TrialUpdate:
@@ -301,4 +329,4 @@ class TrialUpdate:
         return cls(experiment=experiment, experiment_dir=str(trial_dir.experiment_dir),
                    trial_id=trial_id, trainable=trial_dir.trainable[:255],
                    directory=str(trial_dir.path), tensorboard=bool(trial_dir.event_files),
-                   live=trial_dir.live)
+                   live=trial_dir.live, framework=trial_dir.framework)

@@ -19,9 +19,10 @@ import math
 import os
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from math import isfinite
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from collectors.records import ResultLine
 from collectors.records import TrialDir as TrialDir
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root, open_file, problem_text, read_file
 from collectors.rootfiles import storable as storable
+from collectors.runformats import step_seconds
 from collectors.tunesearch import (
     TUNER_FILE,
     SearchObjective,
@@ -100,6 +102,20 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
                      root: Root | None = None) -> TailResult:
     """The complete lines added since `cursor`: about `max_bytes` of them (more when one
     line is longer, up to `max_line`; a line longer than that is skipped)."""
+    return tail_lines(path, cursor, partial(parse_result_line, trial_id_hint=trial_id_hint),
+                      max_bytes, max_line, root)
+
+
+def tail_lines(path: Path, cursor: FileCursor | None,
+               parse: Callable[[bytes], dict[str, Any] | str],
+               max_bytes: int = MAX_LINE_BYTES, max_line: int | None = None,
+               root: Root | None = None, restarts: bool = False) -> TailResult:
+    """A JSON-lines file's complete lines added since `cursor`, each read by `parse`
+    (its fields, or why it cannot be used). `restarts`: the file is a run's log that its
+    program truncates when it starts again (verl's and EasyR1's loggers): a file that
+    shrank or starts differently is then a new attempt, as is a step lower than the one
+    before it; else (Tune's result.json, which Tune's sync rewrites whole) it is read
+    again from the start, and an iteration that does not go up or a new pid is a retry."""
     max_line = max(max_line or max_bytes, max_bytes)
     cursor = cursor or FileCursor(str(path))
     handle = _open(path, root, _caps(root).log_bytes, cursor)
@@ -107,7 +123,7 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
         return handle
     with handle:
         size = os.fstat(handle.fileno()).st_size
-        cursor, reset = _check_head(handle, cursor, size)
+        cursor, reset = _check_head(handle, cursor, size, restarts)
         handle.seek(cursor.offset)
         results: list[ResultLine] = []
         problems: list[ParseProblem] = []
@@ -118,12 +134,12 @@ def tail_result_json(path: Path, cursor: FileCursor | None, trial_id_hint: str |
                 f"a line longer than {max_line} bytes was skipped" if skip_to >= 0 else
                 f"a line longer than {max_line} bytes has no end yet: skipped once it has")))
             offset = max(offset, skip_to)
-        attempts = _Attempts(cursor.attempt, cursor.last_iteration, cursor.last_pid)
+        attempts = _Attempts(cursor.attempt, cursor.last_iteration, cursor.last_pid, restarts)
         for start, raw in lines:
             offset = start + len(raw) + 1
             if not raw.strip():
                 continue
-            parsed = parse_result_line(raw, trial_id_hint)
+            parsed = parse(raw)
             if isinstance(parsed, str):
                 problems.append(ParseProblem(str(path), start, parsed))
                 continue
@@ -152,15 +168,16 @@ def _caps(root: Root | None) -> Caps:
     return root.caps if root else DEFAULT_CAPS
 
 
-def _check_head(handle: Any, cursor: FileCursor, size: int) -> tuple[FileCursor, bool]:
+def _check_head(handle: Any, cursor: FileCursor, size: int,
+                restarts: bool = False) -> tuple[FileCursor, bool]:
     """A file replaced by a copy with the same beginning (Tune's sync) is read on;
-    one that shrank or starts differently is read again from the start. `size`: the
-    open file's."""
+    one that shrank or starts differently is read again from the start: as a new attempt
+    where that means its program `restarts`. `size`: the open file's."""
     if cursor.offset == 0:
         return cursor, False
     if size >= cursor.offset and _head_hash(handle, cursor.offset) == cursor.head_hash:
         return cursor, False
-    return FileCursor(cursor.path), True
+    return FileCursor(cursor.path, attempt=cursor.attempt + 1 if restarts else 1), True
 
 
 def _head_hash(handle: Any, upto: int) -> str:
@@ -204,7 +221,7 @@ def _skip_long_line(handle: Any, position: int) -> int:
 
 def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] | str:
     """One result.json line -> its fields, or a short reason why it cannot be used."""
-    obj = _loads(raw)
+    obj = loads_line(raw)
     if isinstance(obj, str):
         return obj
     if not isinstance(obj, dict):
@@ -226,7 +243,7 @@ def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] |
     }
 
 
-def _loads(raw: bytes) -> Any:
+def loads_line(raw: bytes) -> Any:
     """The line's JSON value; a str is the reason it has none. orjson reads most lines;
     what it refuses (NaN and Infinity, which Tune writes; integers past 64 bits; lone
     surrogates; anything malformed) goes through the stdlib's parser, which accepts the
@@ -254,11 +271,14 @@ def _loads(raw: bytes) -> Any:
 _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def flatten_metrics(obj: dict[str, Any], prefix: str = "",
-                    depth: int = 1) -> dict[str, float | None]:
+def flatten_metrics(obj: dict[str, Any], prefix: str = "", depth: int = 1,
+                    skip: Collection[str] = BOOKKEEPING) -> dict[str, float | None]:
+    """Numbers by name, nested objects' names joined with "/" (EasyR1's nested lines and
+    verl's flat keys name a metric alike: timing_s/gen); `skip`: top-level keys that are
+    no metrics."""
     out: dict[str, float | None] = {}
     for key, value in obj.items():
-        if not prefix and key in BOOKKEEPING:
+        if not prefix and key in skip:
             continue
         name = prefix + key if prefix else key
         if "\x00" in name or len(name) > MAX_KEY:
@@ -284,11 +304,13 @@ class _Attempts:
     attempt: int
     iteration: int | None
     pid: int | None
+    steps_only: bool = False  # a run's log: only a step lower than the last is a restart
 
     def next(self, parsed: dict[str, Any]) -> int:
         """The attempt this line belongs to."""
         iteration, pid = parsed["iteration"], parsed["pid"]
-        restarted = self.iteration is not None and iteration <= self.iteration
+        restarted = self.iteration is not None and (
+            iteration < self.iteration if self.steps_only else iteration <= self.iteration)
         new_pid = self.pid is not None and pid not in (None, self.pid)
         if restarted or new_pid:
             self.attempt += 1
@@ -373,7 +395,8 @@ def tail_tb_events(path: Path, cursor: FileCursor | None, trial_id: str,
         cursor = replace(cursor, offset=offset, head_hash=_head_hash(handle, offset))
     results = [
         ResultLine(trial_id=trial_id, attempt=1, iteration=step, at=item["at"],
-                   time_this_iter_s=None, pid=None, node_ip=None, hostname=None,
+                   time_this_iter_s=step_seconds(item["metrics"]), pid=None, node_ip=None,
+                   hostname=None,
                    metrics=item["metrics"], byte_offset=item["offset"])
         for step, item in sorted(steps.items())
     ]

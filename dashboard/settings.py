@@ -367,7 +367,9 @@ RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", defaults.RAY_TMP_DIR))
 # --- trial detectors (docs/detectors.md) ---------------------------------------------------
 # Comma-separated globs: the metrics that are phase timings (step_time_regression names
 # the slow phase).
-TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s"])
+# verl and EasyR1 write timing_s/*, OpenRLHF train/timing/* (docs/trial-logs.md).
+TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s",
+                                                "train/timing/*"])
 # trial_stalled: no result for longer than max(STALL_MIN_S, STALL_FACTOR x the trial's
 # median step interval) while its process is alive. In seconds.
 STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)
@@ -444,14 +446,13 @@ CELERY_BEAT_SCHEDULE["settle-actions"] = {
     "options": {"expires": 20}}
 
 # --- where a stalled trial hangs: its Python stack (docs/detectors.md) ----------------------
-# py-spy for processes on raywatch's own host (a node agent: on its node).
-# default: the one beside Python, else on `PATH`
-PY_SPY = env_str("RAYWATCH_PY_SPY")
-# Seconds py-spy may take for a stalled trial's stack on raywatch's host (agents: 10 s).
+# Seconds a stalled trial's stack may take: Ray's /worker/traceback, or py-spy on the
+# node's agent (its own 10 s) and its answer.
 STACK_TIMEOUT_S = env_number("RAYWATCH_STACK_TIMEOUT_S", 10.0, minimum=1)
 # A stack asked for and not answered within this long is shown as failed, and may be asked again.
 STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
 CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY_QUEUE}
+CELERY_TASK_ROUTES["dashboard.agents.tasks.take_call_stack"] = {"queue": NOTIFY_QUEUE}
 
 # --- node agents over HTTP (docs/agents.md, docs/agent-protocol.md) ------------------------
 # An agent not heard from this long is not sent commands (an action uses another way) and

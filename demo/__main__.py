@@ -83,6 +83,7 @@ def run(data: Path, ray: LocalRay, running: dict[str, subprocess.Popen[bytes]]) 
         say(str(exc))
         return 1
     env = demo_env(data, cluster)
+    (data / "checkpoints").mkdir(exist_ok=True)  # a log root from the start (demo_env)
     steps = (("migrate", "--noinput", "-v", "0"), ("collectstatic", "--noinput", "-v", "0"),
              ("ensure_admin",))  # as `make run` does
     if not all(manage(env, *step) for step in steps):
@@ -160,8 +161,10 @@ def demo_env(data: Path, cluster: LocalCluster) -> dict[str, str]:
         "RAYWATCH_GPU_SOURCE": "simulated",
         "RAYWATCH_SIM_GPUS": str(GPUS),
         "RAYWATCH_SIM_GCS": cluster.gcs_address,
-        # The search's storage and its driver's live copy, fresher (docs/ray-facts.md).
-        "RAYWATCH_LOG_DIRS": f"{data / 'ray_results'}:{Path(cluster.session_dir) / 'artifacts'}",
+        # The search's storage and its driver's live copy, fresher (docs/ray-facts.md),
+        # and where the GRPO run's logger writes (a run of EasyR1's, docs/trial-logs.md).
+        "RAYWATCH_LOG_DIRS": f"{data / 'ray_results'}:{Path(cluster.session_dir) / 'artifacts'}"
+                             f":{data / 'checkpoints'}",
     }
 
 

@@ -1,6 +1,6 @@
-"""The agent's trial-log collector: the Tune (and TensorBoard) directories on this node,
-read as raywatch's own collector reads them (collectors.logscan, collectors.tunelogs),
-sent as `trial_log` records through the spool.
+"""The agent's trial-log collector: the Tune trials on this node, and its TensorBoard, verl
+and EasyR1 runs, read as raywatch's own collector reads them (collectors.logscan,
+collectors.runlogs), sent as `trial_log` records through the spool.
 
 - Roots: ~/ray_results, every Ray session's live staging area under the Ray temp dir
   (collectors.logscan.default_log_dirs), and RAYWATCH_LOG_DIRS.
@@ -35,19 +35,17 @@ from collectors.agent import wire
 from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
-from collectors.logscan import RESCAN_PER_POLL, LogScanner
-from collectors.records import TrialDir, TrialUpdate
+from collectors.logscan import RESCAN_PER_POLL, STALE_QUIET, LogScanner, stale
+from collectors.records import TB_EVENTS, TrialDir, TrialUpdate
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
+from collectors.runlogs import tail_log
 from collectors.tunelogs import (
     MAX_LINE_BYTES,
     ParseProblem,
-    TailResult,
     TuneStates,
     TuneTrialState,
     read_error,
     read_params,
-    tail_result_json,
-    tail_tb_events,
 )
 from collectors.tunesearch import SearchObjective
 
@@ -58,7 +56,6 @@ MAX_RECORD_BYTES = wire.MAX_BODY_BYTES * 3 // 4  # split a record's results past
 MAX_PARAMS_BYTES = 256 << 10
 POLL_BYTES = 8 << 20  # read a poll at most: a long history takes several polls
 SPOOL_SHARE = 4  # read nothing more while the spool is over a quarter full
-STALE_QUIET = 10  # quiet this many times quiet_after_s, finished or not: settled
 SETTLE_BATCH = 400  # trial dirs asked about at once (their TrialDirs built for it)
 FINISHED = ("TERMINATED", "ERROR")
 NO_TENSORBOARD = ("TensorBoard event files here, but the tensorboard package is not "
@@ -143,16 +140,15 @@ class TrialLogCollector:
         if trial_dir.refused:  # a link to a directory: nothing of it is read
             self._say_once(trial_dir, base, out, "link", trial_dir.refused)
             return
-        for name in trial_dir.result_files:
-            self._tail(trial_dir, base, Path(name), out)
         if trial_dir.event_files and not self.tensorboard:
             self._say_once(trial_dir, base, out, "tensorboard", NO_TENSORBOARD)
-        elif trial_dir.event_files:
-            for name in trial_dir.event_files:
-                self._tail(trial_dir, base, Path(name), out)
+        for kind, name in trial_dir.logs():
+            if kind != TB_EVENTS or self.tensorboard:
+                self._tail(trial_dir, base, kind, Path(name), out)
         self._side_facts(trial_dir, base, out)
 
-    def _tail(self, trial_dir: TrialDir, base: TrialUpdate, path: Path, out: _Pending) -> None:
+    def _tail(self, trial_dir: TrialDir, base: TrialUpdate, kind: str, path: Path,
+              out: _Pending) -> None:
         """Read on from the file's cursor, a chunk at a time, to its end or the budget."""
         while True:
             try:
@@ -168,7 +164,9 @@ class TrialLogCollector:
                 return
             cursor = state.cursor if state else None
             before = 0 if cursor is None else cursor.offset
-            result = _tail_file(path, cursor, base, trial_dir.root)
+            result = tail_log(kind, path, cursor, base.trial_id, root=trial_dir.root,
+                              run_format=trial_dir.run_format, max_bytes=CHUNK_BYTES,
+                              max_line=MAX_LINE_BYTES)
             after = result.cursor.offset
             out.read_bytes += max(0, after - (0 if result.reset else before))
             # At the end, or only a partial last line left: the file's stat says so.
@@ -218,6 +216,8 @@ class TrialLogCollector:
                     sent={key: replace(sent, **{what: "problem"})})
 
     def _status(self, trial_dir: TrialDir) -> str | None:
+        if trial_dir.run_files:
+            return None  # a verl or EasyR1 run: no Tune state
         directory = trial_dir.experiment_dir
         if directory not in self.poll_states:  # once per experiment a poll, not per trial
             self.poll_states[directory] = self.states.get(directory, trial_dir.root)
@@ -225,6 +225,8 @@ class TrialLogCollector:
         return tune.status if tune else None
 
     def _search(self, trial_dir: TrialDir) -> SearchObjective | None:
+        if trial_dir.run_files:
+            return None
         directory = trial_dir.experiment_dir
         if directory not in self.poll_searches:  # once per experiment a poll
             self.poll_searches[directory] = self.states.objective(directory, trial_dir.root)
@@ -273,7 +275,7 @@ class TrialLogCollector:
     def _forget(self, trial_dir: TrialDir) -> None:
         """A settled trial dir's cursors leave memory (the store keeps them)."""
         self.sent.pop(str(trial_dir.path), None)
-        for name in (*trial_dir.result_files, *trial_dir.event_files):
+        for _, name in trial_dir.logs():
             self.files.pop(str(Path(name)), None)
 
     def _finished(self, trial_dir: TrialDir) -> bool:
@@ -289,7 +291,8 @@ class TrialLogCollector:
         if status:
             changed = self.states.changed_at(trial_dir.experiment_dir)
             return changed is not None and self.wall() - changed > stale_s
-        return bool(trial_dir.error_file) or self.wall() - _newest_mtime(trial_dir) > stale_s
+        return bool(trial_dir.error_file) or stale(trial_dir, self.wall(),
+                                                   self.scanner.quiet_after_s)
 
 
 class _Pending:
@@ -340,13 +343,6 @@ class _Pending:
         self.full = self.collector.spool_full()
 
 
-def _tail_file(path: Path, cursor: Any, base: TrialUpdate, root: Root | None) -> TailResult:
-    if path.name == "result.json":
-        return tail_result_json(path, cursor, base.trial_id, CHUNK_BYTES, MAX_LINE_BYTES,
-                                root=root)
-    return tail_tb_events(path, cursor, base.trial_id, CHUNK_BYTES, root=root)
-
-
 def _encode(update: TrialUpdate, problems: list[dict[str, Any]], at: datetime) -> list[str]:
     """One record as JSON, or several when its results are too many for one request."""
     record = json.dumps(encode_trial_log(update, at, problems), separators=(",", ":"))
@@ -379,13 +375,3 @@ def _error_file(path: Path, root: Root | None
     text, problem = read_error(path, root=root)
     return ((stat.st_size, stat.st_mtime_ns), text,
             datetime.fromtimestamp(stat.st_mtime, UTC), problem)
-
-
-def _newest_mtime(trial_dir: TrialDir) -> float:
-    newest = 0.0
-    for name in (*trial_dir.result_files, *trial_dir.event_files, str(trial_dir.path)):
-        try:
-            newest = max(newest, os.stat(name, follow_symlinks=False).st_mtime)
-        except OSError:
-            continue
-    return newest

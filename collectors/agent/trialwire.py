@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from collectors.agent.wire import TRIAL_LOG, WireError, decode_time, timestamp
-from collectors.records import ResultLine, TrialUpdate
+from collectors.records import FRAMEWORKS, ResultLine, TrialUpdate
 from collectors.tunelogs import MAX_KEY, MAX_METRICS, json_safe
 from collectors.tunesearch import MAX_NAME as MAX_SEARCH_METRIC
 from collectors.tunesearch import MODES
@@ -32,6 +32,7 @@ def encode_trial_log(update: TrialUpdate, at: datetime,
         "kind": TRIAL_LOG, "at": timestamp(at),
         "experiment": update.experiment, "experiment_dir": update.experiment_dir,
         "format": TENSORBOARD if update.tensorboard else TUNE,
+        "framework": update.framework or None,
         "trial_id": update.trial_id, "trainable": update.trainable,
         "directory": update.directory, "live": update.live,
         "results": [encode_result(r) for r in update.results],
@@ -65,6 +66,10 @@ def decode_trial_log(record: dict[str, Any], node: str) -> TrialUpdate:
     kind = record.get("format")
     if kind not in (TUNE, TENSORBOARD):
         raise WireError(f"{where}.format: {TUNE!r} or {TENSORBOARD!r}")
+    # An agent from before frameworks were named says only the format.
+    framework = record.get("framework") or kind
+    if framework not in FRAMEWORKS:
+        raise WireError(f"{where}.framework: one of {', '.join(FRAMEWORKS)}")
     results = _field(record, "results", list, where, required=True)
     problems = _field(record, "problems", list, where) or []
     count = _int(record.get("problem_count", 0), f"{where}.problem_count", 0)
@@ -93,7 +98,7 @@ def decode_trial_log(record: dict[str, Any], node: str) -> TrialUpdate:
         error_at=(decode_time(error["at"], f"{where}.error.at")
                   if error and error.get("at") is not None else None),
         tune_status=status or None,
-        search_metric=metric, search_mode=mode,
+        search_metric=metric, search_mode=mode, framework=framework,
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -26,9 +27,10 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from collectors.logscan import LogScanner
+from collectors.logscan import LogScanner, stale
 from collectors.records import TrialDir, TrialUpdate
 from collectors.rootfiles import Caps, Root
+from collectors.runlogs import tail_log
 from collectors.tunelogs import (
     FileCursor,
     ParseProblem,
@@ -38,8 +40,6 @@ from collectors.tunelogs import (
     TuneTrialState,
     read_error,
     read_params,
-    tail_result_json,
-    tail_tb_events,
 )
 from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials import planner
@@ -90,7 +90,7 @@ class TrialLogIngest:
             batch = dirs[start:start + BATCH]
             self.store.load(d.key for d in batch)
             self.store.ensure(TrialUpdate.about(d) for d in batch)
-            paths = [p for d in batch for p in (*d.result_files, *d.event_files)]
+            paths = [p for d in batch for _, p in d.logs()]
             self.cursors.update((c.path, c) for c in LogCursor.objects.filter(path__in=paths))
             read = Read()
             for trial_dir in batch:
@@ -109,10 +109,8 @@ class TrialLogIngest:
             read.updates.append(replace(base, problem_count=1, last_problem=said(
                 ParseProblem(trial_dir.name, 0, trial_dir.refused))))
             return
-        done = [self._tail(trial, base, Path(path), kind, read, trial_dir.root)
-                for kind, paths in ((LogCursor.RESULT_JSON, trial_dir.result_files),
-                                    (LogCursor.TB_EVENTS, trial_dir.event_files))
-                for path in paths]
+        done = [self._tail(trial, base, Path(path), kind, read, trial_dir)
+                for kind, path in trial_dir.logs()]
         if not all(done):
             self.unfinished.append(trial_dir.path)
         read.updates.append(self._side_facts(trial, base, trial_dir))
@@ -144,7 +142,7 @@ class TrialLogIngest:
 
     # --- tailing ------------------------------------------------------------------------------
     def _tail(self, trial: Trial, base: TrialUpdate, path: Path, kind: str,
-              read: Read, root: Root | None) -> bool:
+              read: Read, trial_dir: TrialDir) -> bool:
         """Read on from the file's cursor; False when more is left than one read takes
         (read on at the next poll: a long history, a line too long to read at once)."""
         try:
@@ -155,10 +153,8 @@ class TrialLogIngest:
         if row and row.size == stat.st_size and row.mtime_ns == stat.st_mtime_ns:
             return True
         cursor = _to_cursor(row) if row else None
-        if kind == LogCursor.RESULT_JSON:
-            result = tail_result_json(path, cursor, trial.trial_id, root=root)
-        else:
-            result = tail_tb_events(path, cursor, trial.trial_id, root=root)
+        result = tail_log(kind, path, cursor, trial.trial_id, run_format=trial_dir.run_format,
+                          root=trial_dir.root)
         self.stats.files_read += 1
         start = cursor.offset if cursor and not result.reset else 0
         self.stats.bytes_read += max(0, result.cursor.offset - start)
@@ -206,6 +202,8 @@ class TrialLogIngest:
         """Tune's status of the trial and the search's objective, as its experiment's
         state says (the store keeps what changed)."""
         facts: dict[str, str | None] = {}
+        if trial_dir.run_files:
+            return facts  # a verl or EasyR1 run: no Tune state
         directory, root = trial_dir.experiment_dir, trial_dir.root
         tune = self._tune_state(directory, root).get(trial_dir.key[1])
         if tune and tune.status:
@@ -296,9 +294,12 @@ def log_scanner(roots: Sequence[Path]) -> LogScanner:
 
 
 def settle(scanner: LogScanner) -> None:
-    """Trial dirs quiet for a while stop being watched once their trial is finished
-    (the slow rescan still visits them); the others are asked about again later."""
+    """Trial dirs quiet for a while stop being watched once their trial is finished, or,
+    with no Tune state to say so (TensorBoard and JSONL runs), once their files went
+    unchanged for long (logscan.stale); the slow rescan still visits them. The others
+    are asked about again later."""
     candidates = scanner.candidates()  # a batch at a time: a first pass's are all due at once
+    wall = time.time()
     for start in range(0, len(candidates), BATCH):
         batch = candidates[start:start + BATCH]
         finished = set(Trial.objects.filter(
@@ -306,8 +307,9 @@ def settle(scanner: LogScanner) -> None:
             experiment__name__in={d.key[0] for d in batch},
             trial_id__in={d.key[1] for d in batch}, status__in=Trial.FINISHED,
         ).values_list("experiment__name", "trial_id"))
-        scanner.settle([d.path for d in batch if d.key in finished],
-                       [d.path for d in batch if d.key not in finished])
+        done = {d.path for d in batch if d.key in finished or (
+            d.trial_id is None and stale(d, wall, scanner.quiet_after_s))}
+        scanner.settle(done, [d.path for d in batch if d.path not in done])
 
 
 # Tune rewrites experiment_state-*.json whole every snapshot; read it again only when

@@ -2,13 +2,17 @@ from __future__ import annotations
 
 from django.db import models
 
+from collectors import records
 from dashboard.cluster.models import cluster_field
 
 
 class Experiment(models.Model):
-    """A Tune experiment (RunConfig.name) or a TensorBoard-logging training run's parent."""
+    """A Tune experiment (RunConfig.name), or the directory that holds training runs:
+    TensorBoard runs, or the JSONL runs of verl's and EasyR1's file loggers (a project)."""
 
-    TUNE, TENSORBOARD = "tune", "tensorboard"
+    # How its trials' steps are read: Tune's result.json, TensorBoard's event files (a
+    # step's tags may come in pieces), a file logger's JSONL.
+    TUNE, TENSORBOARD, JSONL = "tune", "tensorboard", "jsonl"
 
     cluster = cluster_field()  # where it ran: two clusters may each run one of this name
     name = models.CharField(max_length=255)
@@ -39,6 +43,8 @@ class Trial(models.Model):
     trainable = models.CharField(max_length=255, blank=True, default="")
     directory = models.TextField(blank=True, default="")
     status = models.CharField(max_length=16, default=UNKNOWN)
+    # What wrote its files (records.FRAMEWORKS): tune, verl, easyr1, openrlhf, tensorboard.
+    framework = models.CharField(max_length=16, blank=True, default="")
     tune_status = models.CharField(max_length=16, blank=True, default="")  # what Tune's file says
     status_reason = models.CharField(max_length=500, blank=True, default="")
     config = models.JSONField(default=dict)
@@ -114,7 +120,7 @@ class StepResult(models.Model):
 class LogCursor(models.Model):
     """How far raywatch has read one log file; a restart resumes here."""
 
-    RESULT_JSON, TB_EVENTS = "result_json", "tb_events"
+    RESULT_JSON, TB_EVENTS, RUN_JSONL = records.RESULT_JSON, records.TB_EVENTS, records.RUN_JSONL
 
     path = models.CharField(max_length=1024, unique=True)
     kind = models.CharField(max_length=16)

@@ -52,8 +52,10 @@ class TrialSerializer(serializers.ModelSerializer):
             "tune_status", "iteration", "attempt", "last_result_at", "pid", "node_ip",
             "hostname", "health", "health_all", "best_value", "metric_range", "last_metrics",
             "last_step_s", "process_alive", "parse_errors", "last_parse_error", "error_text",
-            "trainable", "config", "terminated_by",
+            "trainable", "config", "terminated_by", "framework",
         ]
+        extra_kwargs = {"framework": {"help_text": "what wrote its files: tune, verl, easyr1, "
+                                                   "openrlhf or tensorboard"}}
 
     def get_cluster(self, trial: Trial) -> str:
         names: dict[int, str] = self.context.get("clusters") or {}
@@ -87,11 +89,14 @@ class ExperimentSerializer(serializers.ModelSerializer):
     firing = serializers.IntegerField()
     updated_at = serializers.DateTimeField(
         source="last_activity", help_text="when one of its trials (or it) last changed")
+    frameworks = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="what wrote its trials' files (tune, verl, easyr1, openrlhf, tensorboard)")
 
     class Meta:
         model = Experiment
-        fields = ["id", "cluster", "name", "kind", "metric", "mode", "trials", "by_status",
-                  "firing", "updated_at"]
+        fields = ["id", "cluster", "name", "kind", "frameworks", "metric", "mode", "trials",
+                  "by_status", "firing", "updated_at"]
 
 
 def trial_rows(trials: list[Trial], objectives: dict[int, Objective] | None = None

@@ -20,7 +20,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from collectors.records import ResultLine, TrialUpdate
+from collectors.records import TUNE, ResultLine, TrialUpdate
+from collectors.runformats import refine
 from collectors.tunelogs import MAX_METRICS
 from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.bulkwrite import ResultRow, insert_new, insert_results, update_rows
@@ -33,7 +34,7 @@ INGESTED_FIELDS = (
     "attempt", "iteration", "last_result_at", "last_ingested_at", "pid", "node_ip",
     "hostname", "last_metrics", "metric_range", "last_step_s", "config", "error_text",
     "error_attempt", "error_at", "tune_status", "parse_errors", "last_parse_error",
-    "updated_at",
+    "framework", "updated_at",
 )
 
 
@@ -95,7 +96,8 @@ class TrialStore:
             if key not in self.trials and key not in missing:
                 missing[key] = Trial(experiment=experiment, trial_id=key[1],
                                      directory=update.directory,
-                                     trainable=update.trainable[:255])
+                                     trainable=update.trainable[:255],
+                                     framework=update.framework)
         if missing:
             insert_new(Trial, list(missing.values()))
             self._load_trials({pk for pk, _ in missing}, {t for _, t in missing})
@@ -110,7 +112,8 @@ class TrialStore:
         name = update.experiment[:255]
         experiment = self.experiments.get(name)
         if experiment is None:
-            kind = Experiment.TENSORBOARD if update.tensorboard else Experiment.TUNE
+            kind = (Experiment.TENSORBOARD if update.tensorboard else
+                    Experiment.TUNE if update.framework in ("", TUNE) else Experiment.JSONL)
             experiment, _ = Experiment.objects.get_or_create(
                 cluster_id=self.cluster_pk, name=name,
                 defaults={"kind": kind, "paths": [update.experiment_dir]})
@@ -179,6 +182,9 @@ class TrialStore:
 
     def _facts(self, trial: Trial, update: TrialUpdate) -> bool:
         changed = False
+        framework = refine(trial.framework, update.framework, update.results)
+        if framework != trial.framework:
+            trial.framework, changed = framework, True
         if update.params is not None and not trial.config:
             trial.config, changed = update.params, True
         if update.error_text and update.error_text != trial.error_text:
@@ -229,6 +235,7 @@ def merge_steps(trial: Trial, lines: Sequence[ResultLine], now: datetime) -> int
         key = (line.attempt, line.iteration)
         if key in rows:
             rows[key].metrics.update(line.metrics)
+            rows[key].time_this_iter_s = line.time_this_iter_s or rows[key].time_this_iter_s
             continue
         rows[key] = StepResult(
             trial=trial, attempt=line.attempt, iteration=line.iteration, at=line.at,
@@ -243,9 +250,10 @@ def merge_steps(trial: Trial, lines: Sequence[ResultLine], now: datetime) -> int
         old = existing.get(key)
         if old is not None:
             old.metrics = {**old.metrics, **new.metrics}
+            old.time_this_iter_s = new.time_this_iter_s or old.time_this_iter_s
             updates.append(old)
             del rows[key]
-    StepResult.objects.bulk_update(updates, ["metrics"])
+    StepResult.objects.bulk_update(updates, ["metrics", "time_this_iter_s"])
     StepResult.objects.bulk_create(list(rows.values()), ignore_conflicts=True)
     return len(rows)
 

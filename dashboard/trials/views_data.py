@@ -37,15 +37,18 @@ def experiments_payload(cluster: str | None = None) -> list[dict[str, Any]]:
         last_activity=Greatest("updated_at", Coalesce(Max("trials__updated_at"), "updated_at")),
     ).order_by("-last_activity", "name"))
     statuses: dict[int, Counter[str]] = {}
-    for exp_id, status, count in Trial.objects.values_list("experiment_id", "status").annotate(
-            count=Count("id")).order_by():
+    frameworks: dict[int, set[str]] = {}
+    for exp_id, status, framework, count in Trial.objects.values_list(
+            "experiment_id", "status", "framework").annotate(count=Count("id")).order_by():
         statuses.setdefault(exp_id, Counter())[status] += count
+        frameworks.setdefault(exp_id, set()).add(framework)
     firing = Counter(
         Incident.objects.filter(state=Incident.FIRING, trial__isnull=False)
         .values_list("trial__experiment_id", flat=True)
     )
     for exp in experiments:
         exp.by_status = dict(statuses.get(exp.pk, {}))  # type: ignore[attr-defined]
+        exp.frameworks = sorted(frameworks.get(exp.pk, set()) - {""})  # type: ignore[attr-defined]
         exp.firing = firing.get(exp.pk, 0)  # type: ignore[attr-defined]
     return jsonable(ExperimentSerializer(experiments, many=True).data)
 

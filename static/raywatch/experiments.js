@@ -17,7 +17,9 @@
       name.append(link);
       const statuses = Object.entries(e.by_status).map(([s, n]) => s + " " + n).join(", ");
       const objective = e.metric ? e.metric + (e.mode ? " " + kit.arrow(e.mode) : "") : "–";
-      tr.append(name, el("td", {}, e.kind), el("td", {}, objective), el("td", {}, e.trials),
+      // What wrote its runs' files (verl, easyr1, openrlhf, tune, tensorboard).
+      const framework = el("td", { class: "framework" }, e.frameworks.length ? e.frameworks.join(", ") : e.kind);
+      tr.append(name, framework, el("td", {}, objective), el("td", {}, e.trials),
         el("td", {}, statuses), el("td", { class: e.firing ? "bad" : "" }, e.firing),
         el("td", { class: "updated", "data-at": e.updated_at, title: kit.utc(e.updated_at) }, kit.when(e.updated_at)));
       body.append(tr);

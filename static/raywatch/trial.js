@@ -15,6 +15,11 @@
   let trial = initial.trial;
 
   const isTiming = (k) => timingPatterns.some((re) => re.test(k));
+  // Timings that are not a share of the step: its whole time (verl's and EasyR1's
+  // timing_s/step, OpenRLHF's train/timing/step_total) and statistics over workers
+  // (verl's timing_s/generation_timing/max): charted, not stacked.
+  const isPhase = (k) => isTiming(k) && !/(^|\/)(step|step_total)$/.test(k) && !/\/(min|max|mean|topk_ratio)$/.test(k);
+  const LAST_STEPS = 5;
   const key = (r) => r.attempt + ":" + r.iteration;
   const sorted = () => [...results.values()].sort((a, b) => a.attempt - b.attempt || a.iteration - b.iteration);
 
@@ -22,6 +27,7 @@
   function set(name, text) { document.querySelector('[data-fact="' + name + '"]').textContent = text; }
   function renderFacts() {
     set("status", trial.status + (trial.terminated_by ? " · terminated by " + trial.terminated_by : ""));
+    set("framework", trial.framework ? "· " + trial.framework : "");
     set("health", trial.health_all && trial.health_all.length ? trial.health_all.join(", ") : "ok");
     set("iteration", trial.iteration ?? "–");
     set("attempt", trial.attempt);
@@ -164,7 +170,7 @@
   // Stacked phases; the step's time outside every phase only when it is a real share.
   function renderPhases(current, maxIter) {
     const phases = new Set();
-    for (const r of current) for (const k of Object.keys(r.metrics)) if (isTiming(k)) phases.add(k);
+    for (const r of current) for (const k of Object.keys(r.metrics)) if (isPhase(k)) phases.add(k);
     const x = current.map((r) => r.iteration);
     const traces = [...phases].sort().map((p) => ({ name: kit.plotText(p), type: "bar", x, y: current.map((r) => r.metrics[p] ?? null) }));
     const other = current.map((r) => {
@@ -179,9 +185,27 @@
     layout.margin.t = 30;
     window.Plotly.react("phases-chart", traces, layout, kit.config);
   }
+  // The last few steps' timings as numbers: a phase that just grew is read, not guessed
+  // from bar heights.
+  function renderLastPhases(current) {
+    const table = document.getElementById("last-phases");
+    const last = current.slice(-LAST_STEPS);
+    const names = new Set();
+    for (const r of last) for (const k of Object.keys(r.metrics)) if (isTiming(k)) names.add(k);
+    table.hidden = names.size === 0;
+    const head = el("tr");
+    head.append(el("th", {}, "phase (s)"), ...last.map((r) => el("th", {}, "step " + r.iteration)));
+    table.tHead.replaceChildren(head);
+    table.tBodies[0].replaceChildren(...[...names].sort().map((name) => {
+      const tr = el("tr", { "data-phase": name });
+      tr.append(el("th", {}, name), ...last.map((r) => el("td", {}, kit.fmt(r.metrics[name] ?? null))));
+      return tr;
+    }));
+  }
   function renderCharts() {
-    if (!window.Plotly) return;
     const rows = sorted();
+    renderLastPhases(rows.filter((r) => r.attempt === trial.attempt));
+    if (!window.Plotly) return;
     const maxIter = rows.reduce((m, r) => Math.max(m, r.iteration), 0);
     renderMetricCharts(rows, maxIter);
     renderPhases(rows.filter((r) => r.attempt === trial.attempt), maxIter);

@@ -1,0 +1,103 @@
+"""Recognising the JSONL files RL post-training frameworks' file loggers write, by their
+first lines (docs/trial-logs.md, "Runs of RL frameworks"):
+
+- verl (`verl/utils/tracking.py`, FileLogger): `{"step": N, "data": {flat metrics}}`, in
+  `$VERL_FILE_LOGGER_PATH` or `${VERL_FILE_LOGGER_ROOT:-.}/{project}/{experiment}.jsonl`;
+- EasyR1 (`verl/utils/logger/logger.py`, FileLogger): `{"step": N, "timing_s": {...},
+  "actor": {...}, ...}`, nested (unflatten_dict), in `<save_checkpoint_path>/
+  experiment_log.jsonl`. Its first line may be a validation before training
+  (`{"step": 0, "val": {...}}`): the name or a later line with `timing_s` decides.
+
+Any other JSONL under a log root (a dataset, another program's log) is not a run. A file
+is looked at through collectors.rootfiles, without following a link; one named as
+EasyR1's that cannot be read (a link, a FIFO) is still that run, so that its refusal is
+its problem. No Django, and nothing here imports collectors.tunelogs (which imports
+collectors.logscan, which imports this)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from collectors.records import EASYR1, OPENRLHF, TENSORBOARD, VERL, ResultLine
+from collectors.rootfiles import Root, open_file
+
+SUFFIX = ".jsonl"
+EASYR1_FILE = "experiment_log.jsonl"  # EasyR1's name; verl's is the experiment's
+NOT_A_RUN = ""  # recognise(): the file is some other program's
+HEAD_BYTES = 1 << 20  # a first line longer than this is no logger's
+HEAD_LINES = 3  # lines looked at before deciding a file is no run
+STEP_TOTALS = ("timing_s/step", "train/timing/step_total")  # a step's whole time, by name
+OPENRLHF_TIMING = "train/timing/"  # OpenRLHF's per-phase tags (ppo_trainer.py, v0.9.6+)
+
+
+def recognise_file(path: str | Path, root: Root | None) -> str | None:
+    """VERL or EASYR1 when the file's first lines are that logger's, NOT_A_RUN when they
+    are not (or it cannot be read), None while that cannot be told yet: no complete line
+    (a logger writes its first line after the first step) or only a validation line."""
+    name = Path(path).name
+    try:
+        # Only the head is read here: a file over the cap is still recognised, and its
+        # tail then refuses it as that run's problem.
+        with open_file(path, root, 1 << 62) as handle:
+            head = handle.read(HEAD_BYTES)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link, a FIFO, outside the root, unreadable
+        return EASYR1 if name == EASYR1_FILE else NOT_A_RUN
+    lines = head.split(b"\n")[:-1][:HEAD_LINES]  # complete lines only
+    if not lines and len(head) >= HEAD_BYTES:
+        return NOT_A_RUN
+    return recognise(lines, name)
+
+
+def recognise(lines: Sequence[bytes], name: str) -> str | None:
+    """What recognise_file says of a file named `name` whose first complete lines these
+    are."""
+    for raw in lines:
+        shape = _shape(raw, name)
+        if shape is not None:
+            return shape
+    return NOT_A_RUN if len(lines) >= HEAD_LINES else None
+
+
+def _shape(raw: bytes, name: str) -> str | None:
+    """One line's verdict; None: a line either logger may write (a validation line)."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return NOT_A_RUN
+    if not isinstance(obj, dict) or not _is_step(obj.get("step")):
+        return NOT_A_RUN
+    if set(obj) == {"step", "data"} and isinstance(obj["data"], dict):
+        return VERL
+    groups = [v for k, v in obj.items() if k != "step"]
+    if not groups or not all(isinstance(v, dict) for v in groups):
+        return NOT_A_RUN
+    return EASYR1 if "timing_s" in obj or name == EASYR1_FILE else None
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def refine(stored: str, said: str, results: Iterable[ResultLine]) -> str:
+    """A trial's framework once `said` (what its reader says) and these new results are
+    taken in: a TensorBoard run is OpenRLHF's once it logs OpenRLHF's timing tags, and
+    stays so when later steps do not (they are written every logging_steps)."""
+    if said == TENSORBOARD and stored != OPENRLHF and any(
+            key.startswith(OPENRLHF_TIMING) for line in results for key in line.metrics):
+        said = OPENRLHF
+    if not said or (stored == OPENRLHF and said == TENSORBOARD):
+        return stored
+    return said
+
+
+def step_seconds(metrics: dict[str, float | None]) -> float | None:
+    """A step's whole time where the framework logs it as a metric."""
+    for name in STEP_TOTALS:
+        if (value := metrics.get(name)) is not None:
+            return value
+    return None
