@@ -76,3 +76,122 @@ def capped(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return text[:max_chars] + f"\n… cut at {max_chars} of {len(text)} characters\n"
+
+
+# --- reading a dump: which thread runs the call, and what it waits on ------------------------
+@dataclass(frozen=True)
+class DumpThread:
+    name: str
+    idle: bool | None  # py-spy's "(idle)" / "(active)"; None when it says neither
+    frames: tuple[str, ...]  # innermost first, as py-spy prints them: "func (file.py:42)"
+
+
+def parse_dump(text: str) -> list[DumpThread]:
+    """py-spy dump's threads: a `Thread N (idle): "name"` line, then its frames, indented
+    (a frame's `Arguments:`/`Locals:` lines, printed with --locals, are left out)."""
+    threads: list[DumpThread] = []
+    name, idle, frames = None, None, []
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            if name is not None:
+                threads.append(DumpThread(name, idle, tuple(frames)))
+            quoted = line.split('"')
+            name = quoted[1] if len(quoted) > 2 else line.split(":")[0]
+            idle = True if "(idle)" in line else False if "(active" in line else None
+            frames = []
+        elif name is not None and line.startswith("    ") and not line.startswith("        ") \
+                and line.strip() and not line.strip().endswith(":"):
+            frames.append(line.strip())
+    if name is not None:
+        threads.append(DumpThread(name, idle, tuple(frames)))
+    return threads
+
+
+def thread_running(threads: list[DumpThread], function: str) -> DumpThread | None:
+    """The thread whose stack holds `function` (the Ray call's method: `compute_reward`),
+    else the main thread."""
+    # py-spy names a method with its class where it can ("AutoRewardManager.compute_reward").
+    named = (f"{function} (", f".{function} (")
+    for thread in threads:
+        if function and any(f.startswith(named[0]) or named[1] in f for f in thread.frames):
+            return thread
+    return next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
+
+
+# What a thread waits on, told by the frames it waits in (innermost first). Each: the
+# kind, in words, and the parts of a frame (its function or file) that mean it.
+WAITS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("a collective (NCCL, gloo or torch.distributed)",
+     ("torch/distributed/", "nccl", "gloo", "all_reduce", "all_gather", "barrier (")),
+    ("ray.get on another call", ("ray/_private/worker.py", "get_objects (", "ray/_raylet")),
+    ("a data-loader queue", ("torch/utils/data/", "multiprocessing/queues.py")),
+    ("a lock or condition", ("threading.py", "acquire (", "wait (")),
+    ("I/O", ("socket.py", "ssl.py", "selectors.py", "recv (", "read (", "select (")),
+    ("a sleep", ("sleep (", "time.sleep")),
+)
+
+
+def wait_of(thread: DumpThread) -> tuple[str, str]:
+    """(what it waits on, the frame of the process's own code that waits): the first kind
+    named by the library frames that code called into (innermost first); with none, an
+    idle thread's own frame is a sleep or a call into native code (py-spy shows no C
+    frames by default)."""
+    frames = thread.frames
+    at = next((i for i, f in enumerate(frames) if not _library(f)), None)
+    own = frames[at] if at is not None else (frames[0] if frames else "")
+    called = frames[:at] if at is not None else frames
+    for kind, marks in WAITS:
+        if any(mark in f for f in called for mark in marks):
+            return kind, own
+    if thread.idle and at == 0:
+        return "a sleep or a native call", own
+    return "", own
+
+
+def _library(frame: str) -> bool:
+    """A frame of Python's own library or of an installed package, not the run's code."""
+    where = frame.rsplit("(", 1)[-1]
+    return any(part in where for part in ("site-packages/", "dist-packages/", "/lib/python3",
+                                          "<frozen ", "ray/_private/", "ray/_raylet",
+                                          "threading.py", "queue.py", "socket.py"))
+
+
+IDLE_CPU_PERCENT = 5.0  # below this a process is not computing
+IDLE_GPU_PERCENT = 5.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    hung: bool  # the same stack in every sample, CPU and GPUs idle
+    frame: str  # where: the process's own frame that waits, or runs
+    waits_on: str  # what it waits on, in words ("" when it computes)
+    words: str  # the verdict as the incident says it
+
+
+def hang_verdict(dumps: list[str], function: str, cpu_percent: float | None,
+                 gpu_percent: float | None) -> Verdict | None:
+    """Hung or slow, from stacks taken a few seconds apart: an unchanged stack of the
+    thread that runs the call, with CPU and the GPUs it holds idle, is hung there; a
+    stack that moves, or a busy CPU or GPU, is slow and busy there. None: no dump read."""
+    threads = [thread_running(parse_dump(d), function) for d in dumps]
+    seen = [t for t in threads if t is not None and t.frames]
+    if not seen:
+        return None
+    last = seen[-1]
+    waits_on, frame = wait_of(last)
+    still = len(seen) >= 2 and all(t.frames == last.frames for t in seen)
+    busy = []
+    if cpu_percent is not None and cpu_percent >= IDLE_CPU_PERCENT:
+        busy.append(f"CPU {cpu_percent:.0f}%")
+    if gpu_percent is not None and gpu_percent >= IDLE_GPU_PERCENT:
+        busy.append(f"GPU {gpu_percent:.0f}%")
+    said = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown",
+            f"GPU {gpu_percent:.0f}%" if gpu_percent is not None else "no GPU"]
+    samples = f"{len(seen)} stacks"
+    if still and not busy and cpu_percent is not None:
+        on = f", waiting on {waits_on}" if waits_on else ""
+        return Verdict(True, frame, waits_on,
+                       f"hung in {frame}{on}: {samples} unchanged, {', '.join(said)}")
+    why = "its stack moves" if not still else " and ".join(busy) or "CPU unknown"
+    return Verdict(False, frame, waits_on if still else "",
+                   f"slow, busy in {frame} ({why}; {samples}, {', '.join(said)})")

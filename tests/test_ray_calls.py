@@ -20,14 +20,18 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from collectors.hostinfo import node_ip_address
 from collectors.localray import LocalCluster
+from collectors.procstat import this_host
 from collectors.raylists import calls_truncation, dropped_task_events
 from collectors.raystate import ClusterReply, parse_calls
+from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
 from dashboard.cluster.calls import dropped_lately
-from dashboard.cluster.models import Actor, CallTiming, Cluster, Node, RayCall
+from dashboard.cluster.models import Actor, CallStack, CallTiming, Cluster, Node, RayCall
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.incidents.models import Incident
+from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
 
 pytestmark = pytest.mark.both_backends  # On SQLite too: the call poll and its detector
@@ -49,13 +53,20 @@ def start_run(cluster: LocalCluster, checkpoint_dir: Path, steps: int, hang_at: 
 @pytest.mark.ray
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(300)
-def test_a_hung_reward_call_is_named_within_a_minute(settings, ray_settings, tmp_path  # type: ignore[no-untyped-def]
-                                                     ) -> None:
+def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+    settings.EMBEDDED = True  # the stacks are taken by this process's pool, as on make run
     scheduler = EmbeddedScheduler(celery_app, {  # raywatch's own schedule and defaults
         name: settings.CELERY_BEAT_SCHEDULE[name]
         for name in ("poll-ray-state", "detect-resources")})
     scheduler.start()
     run = start_run(ray_settings, tmp_path / "checkpoints" / "grpo", 40, HANG_AT)
+    # This host's agent, as `serve` starts it: it watches the run's Ray workers and takes
+    # their stacks.
+    _, token = tokens.issue(this_host(), None, timezone.now())
+    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, this_host(),
+                                    node_ip_address(), gpus=0), tmp_path / "agent.log")
+    agent.__enter__()
     try:
         hung = wait_for(lambda: _log_steps(tmp_path) >= HANG_AT - 1 and _reward_call(), 180, 0.5,
                         "the reward call of the step that hangs")
@@ -81,7 +92,23 @@ def test_a_hung_reward_call_is_named_within_a_minute(settings, ray_settings, tmp
             "subject", flat=True)) == [incident.subject]
         assert RayCall.objects.filter(name="Runner.run").exists()
         assert not CallTiming.objects.filter(name="Runner.run").exists()
+        # Where it hangs, from stacks the node's agent took a few seconds apart, within
+        # the same minute: the reward call's own frame, its thread idle, CPU and GPU idle.
+        hung_in = wait_for(lambda: (i := Incident.objects.get(pk=incident.pk)).details.get(
+            "hung") is not None and i, PROMISED_S, 1, "the verdict of the call's stacks",
+            explain=lambda: (list(CallStack.objects.values()),
+                             (tmp_path / "agent.log").read_text()[-1500:]))
+        stack = CallStack.objects.get(task_id=hung.task_id)
+        verdict_s = (stack.taken_at - hung.first_seen_at).total_seconds()
+        assert verdict_s <= PROMISED_S, f"the verdict came {verdict_s:.0f} s after the call began"
+        assert hung_in.details["hung"] is True, hung_in.details
+        assert "compute_reward (demo/grpo.py:" in hung_in.details["frame"], hung_in.details
+        assert hung_in.details["waits_on"] == "a sleep or a native call"
+        assert f": hung in {hung_in.details['frame']}" in hung_in.summary, hung_in.summary
+        assert "compute_reward" in hung_in.details["stack"]["text"]
+        assert stack.samples == 3 and stack.source == f"py-spy by the agent of {this_host()}"
     finally:
+        agent.__exit__(None, None, None)
         scheduler.stop()
         stop_node(run)
 

@@ -183,6 +183,37 @@ class RayCall(models.Model):
         return f"{self.name} ({self.task_id[:8]})"
 
 
+class CallStack(models.Model):
+    """Where an overdue call's process is: py-spy stacks its node's agent took a few
+    seconds apart, and the verdict they give with its CPU and GPUs (hung in a frame, or
+    slow and busy there). Asked once per call when call_overdue opens
+    (dashboard/agents/callstacks.py takes them); kept after the call ends, with its
+    incident."""
+
+    PENDING, TAKEN, FAILED = "pending", "taken", "failed"
+
+    cluster = cluster_field()
+    task_id = models.CharField(max_length=64)
+    name = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    node_ip = models.CharField(max_length=64, blank=True, default="")
+    requested_at = models.DateTimeField()
+    taken_at = models.DateTimeField(null=True)
+    state = models.CharField(max_length=16, default=PENDING)
+    source = models.CharField(max_length=200, blank=True, default="")
+    text = models.TextField(blank=True, default="")  # the last dump
+    reason = models.TextField(blank=True, default="")  # why none was taken
+    samples = models.IntegerField(default=0)
+    hung = models.BooleanField(null=True)  # None: no verdict
+    frame = models.CharField(max_length=500, blank=True, default="")
+    waits_on = models.CharField(max_length=100, blank=True, default="")
+    verdict = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "task_id"],
+                                               name="one_stack_per_call")]
+
+
 class CallTiming(models.Model):
     """How long the calls of one name took, the last few raywatch saw end: what a call
     running now is held against (its usual duration is their median)."""

@@ -21,7 +21,16 @@ from django.db.models import F
 from django.utils import timezone
 from rest_framework.utils.encoders import JSONEncoder
 
-from dashboard.cluster.models import Actor, CallTiming, Cluster, Demand, Job, Node, RayCall
+from dashboard.cluster.models import (
+    Actor,
+    CallStack,
+    CallTiming,
+    Cluster,
+    Demand,
+    Job,
+    Node,
+    RayCall,
+)
 from dashboard.cluster.serializers import ClusterSerializer, DemandSerializer
 from dashboard.cluster.sessions import current_cluster
 
@@ -251,3 +260,23 @@ def narrow_jobs(_data: Any, cluster: str) -> dict[str, Any]:
     """The Jobs push for a page scoped to one cluster: its jobs (read again: a cluster's
     own newest JOBS_SHOWN, not what is left of every cluster's)."""
     return jobs_payload(cluster)
+
+
+def call_stack_payload(row: CallStack | None) -> dict[str, Any] | None:
+    """An overdue call's stacks as the incident page shows them (static/raywatch/stack.js,
+    the shape of a trial's stack, with the verdict)."""
+    if row is None:
+        return None
+    return {"id": row.pk, "state": row.state, "source": row.source, "text": row.text,
+            "reason": row.reason, "pid": row.pid, "where": row.node_ip,
+            "requested_at": row.requested_at.isoformat(),
+            "requested_by": "the call_overdue detector",
+            "taken_at": row.taken_at.isoformat() if row.taken_at else None,
+            "samples": row.samples, "hung": row.hung, "frame": row.frame,
+            "waits_on": row.waits_on, "verdict": row.verdict}
+
+
+def call_stacks(cluster_id: int, task_ids: Iterable[str]) -> dict[str, CallStack]:
+    """The stacks asked of these calls, by task id (one query)."""
+    return {row.task_id: row for row in CallStack.objects.filter(
+        cluster_id=cluster_id, task_id__in=list(task_ids))}

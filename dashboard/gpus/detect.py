@@ -15,10 +15,11 @@ from typing import Any
 
 from django.conf import settings
 
+from dashboard.cluster.callstacks import request_stacks
 from dashboard.cluster.models import CallTiming, Cluster, Demand, Job, Node, RayCall
 from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
-from dashboard.cluster.views_data import call_places
+from dashboard.cluster.views_data import call_places, call_stack_payload, call_stacks
 from dashboard.gpus.models import Gpu, GpuNode, GpuProcess
 from dashboard.gpus.owners import JOB, TRIAL, Owner
 from dashboard.gpus.views_data import owner_maps_for
@@ -181,11 +182,34 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             if finding:
                 findings.append(replace(finding, cluster_id=node.cluster_id))
                 context[finding.subject] = {"node_ip": node.node_ip}
+    overdue: dict[int, list[tuple[CallView, Finding]]] = defaultdict(list)
     for view, cluster_id in call_views(th, now):
         if finding := rules.call_overdue(view, th, now):
-            findings.append(replace(finding, cluster_id=cluster_id))
+            overdue[cluster_id].append((view, replace(finding, cluster_id=cluster_id)))
             context[finding.subject] = {"node_ip": view.node_ip}
+    for cluster_id, found in overdue.items():
+        findings += with_call_stacks(cluster_id, found, now)
     return findings, context
+
+
+def with_call_stacks(cluster_id: int, found: list[tuple[CallView, Finding]], now: datetime
+                     ) -> list[Finding]:
+    """Each overdue call's finding with where its process is (its node's agent takes a
+    few stacks once, in the background: dashboard/cluster/callstacks.py) and, once they
+    are in, the verdict in its summary: hung in a frame, or slow and busy there."""
+    request_stacks(cluster_id, [(v.task_id, v.name, v.pid, v.node_ip) for v, _ in found], now)
+    stacks = call_stacks(cluster_id, [v.task_id for v, _ in found])
+    shown = []
+    for view, finding in found:
+        row = stacks.get(view.task_id)
+        if row is None:
+            shown.append(finding)
+            continue
+        summary = f"{finding.summary}: {row.verdict}" if row.verdict else finding.summary
+        shown.append(replace(finding, summary=summary, details={
+            **finding.details, "stack": call_stack_payload(row),
+            "hung": row.hung, "frame": row.frame, "waits_on": row.waits_on}))
+    return shown
 
 
 def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, int]]:

@@ -1,0 +1,89 @@
+"""An overdue Ray call's process, looked at by its node's agent: SAMPLES py-spy stacks
+GAP_S apart (a `stack` command each, as a stalled trial's), then the verdict they give
+with the CPU the agent last saw the process use and the GPUs it holds
+(collectors/pystack.hang_verdict): hung in a frame, waiting on something, or slow and
+busy there. Registered with dashboard.cluster.callstacks in AgentsConfig.ready()."""
+
+from __future__ import annotations
+
+import time
+
+from django.db import transaction
+from django.utils import timezone
+
+from collectors.pystack import hang_verdict
+from dashboard.agents.commands import create_stack
+from dashboard.agents.models import NodeProcess
+from dashboard.agents.remote import node_with_agent
+from dashboard.agents.trialprobes import wait_for_answer
+from dashboard.cluster.models import CallStack, Node, RayCall
+from dashboard.gpus.models import GpuProcess
+
+# Three stacks two seconds apart: a stack that stays put across them, with CPU and GPUs
+# idle, is hung; with the agent's answers this takes about ten seconds, inside the minute
+# the issue allows from the hang to its verdict.
+SAMPLES = 3
+GAP_S = 2.0
+
+
+def take(pk: int) -> None:
+    """Take the stacks of the call this row names, store them and the verdict."""
+    row = CallStack.objects.select_related("cluster").filter(pk=pk).first()
+    if row is None or row.state != CallStack.PENDING:
+        return
+    fields = sample(row)
+    with transaction.atomic():
+        CallStack.objects.filter(pk=pk, state=CallStack.PENDING).update(
+            taken_at=timezone.now(), **fields)
+
+
+def sample(row: CallStack) -> dict[str, object]:
+    call = RayCall.objects.filter(cluster=row.cluster, task_id=row.task_id).first()
+    node = Node.objects.filter(cluster=row.cluster, node_id=call.node_id).first() \
+        if call else None
+    agent = node_with_agent(row.node_ip, node.hostname if node else "", row.cluster.name)
+    if agent is None:
+        return failed(f"node {row.node_ip or 'of the call'} has no raywatch agent to take "
+                      "its stack")
+    fact = NodeProcess.objects.filter(cluster=row.cluster, node=agent, pid=row.pid).first()
+    if fact is None:
+        return failed(f"the agent of {agent} does not list pid {row.pid}: it ended, or is "
+                      "no Ray worker")
+    dumps, problem = [], ""
+    for i in range(SAMPLES):
+        if i:
+            time.sleep(GAP_S)
+        answer = wait_for_answer(create_stack(agent, row.pid, fact.create_time,
+                                              timezone.now(), row.cluster.name))
+        if isinstance(answer, str):
+            problem = answer
+        elif answer.outcome == "taken":
+            dumps.append(answer.result)
+        else:
+            problem = f"the agent of {agent} {answer.outcome or 'answered'}: {answer.result}"
+    if not dumps:
+        return failed(problem or "no stack came back")
+    cpu = NodeProcess.objects.filter(cluster=row.cluster, node=agent, pid=row.pid).values_list(
+        "cpu_percent", flat=True).first()
+    verdict = hang_verdict(dumps, row.name.rsplit(".", 1)[-1], cpu, gpu_percent(row))
+    common = {"state": CallStack.TAKEN, "source": f"py-spy by the agent of {agent}",
+              "text": dumps[-1], "samples": len(dumps), "reason": problem}
+    if verdict is None:
+        return common
+    return {**common, "hung": verdict.hung, "frame": verdict.frame[:500],
+            "waits_on": verdict.waits_on[:100], "verdict": verdict.words[:500]}
+
+
+def gpu_percent(row: CallStack) -> float | None:
+    """The busiest GPU the call's process (or one it started) holds, as last read; None:
+    it holds none."""
+    held = [p for p in GpuProcess.objects.select_related("gpu").filter(
+        gpu__node_ip=row.node_ip) if p.pid == row.pid or row.pid in (p.ancestors or ())]
+    if not held:
+        return None
+    return max((p.gpu.utilization_gpu or 0.0) for p in held)
+
+
+def failed(reason: str) -> dict[str, object]:
+    return {"state": CallStack.FAILED, "reason": reason}
+

@@ -1,0 +1,84 @@
+"""Hung or slow, from a few py-spy stacks of a call's process with its CPU and GPUs: an
+unchanged stack with both idle is hung in the run's own frame, and says what it waits on
+(a sleep, ray.get on another call, a collective, a data-loader queue, a lock, I/O); a
+stack that moves, or a busy CPU or GPU, is slow and busy there, never hung."""
+
+from __future__ import annotations
+
+from collectors.pystack import hang_verdict, parse_dump, thread_running
+
+SITE = "/opt/venv/lib/python3.11/site-packages"
+
+
+def dump(*frames: str, idle: bool = True, thread: str = "MainThread") -> str:
+    """A py-spy 0.4 dump of a Ray actor worker: the call's thread, and Ray's own."""
+    state = "idle" if idle else "active"
+    lines = ["Process 4242: ray::AutoRewardManager.compute_reward",
+             "Python v3.11.7 (/usr/bin/python3.11)", "",
+             f'Thread 4242 ({state}): "{thread}"', *(f"    {f}" for f in frames),
+             f"    actor_method_executor ({SITE}/ray/_private/function_manager.py:726)",
+             f"    main_loop ({SITE}/ray/_private/worker.py:935)",
+             'Thread 4300 (idle): "ray_import_thread"',
+             f"    wait ({SITE}/../threading.py:324)",
+             f"    _run ({SITE}/ray/_private/import_thread.py:70)"]
+    return "\n".join(lines) + "\n"
+
+
+SLEEPING = dump("AutoRewardManager.compute_reward (verl/workers/reward.py:42)")
+
+
+def test_an_unchanged_idle_stack_is_hung_in_the_runs_own_frame() -> None:
+    verdict = hang_verdict([SLEEPING] * 3, "compute_reward", cpu_percent=0.0, gpu_percent=None)
+    assert verdict is not None and verdict.hung
+    assert verdict.frame == "AutoRewardManager.compute_reward (verl/workers/reward.py:42)"
+    assert verdict.waits_on == "a sleep or a native call"
+    assert verdict.words.startswith("hung in AutoRewardManager.compute_reward (verl/workers/"
+                                    "reward.py:42), waiting on a sleep or a native call")
+
+
+def test_what_a_hung_call_waits_on_is_named() -> None:
+    waits = {
+        "ray.get on another call": (f"get ({SITE}/ray/_private/worker.py:2800)",
+                                    f"wrapper ({SITE}/ray/_private/client_mode_hook.py:103)",
+                                    "RayPPOTrainer.fit (verl/trainer/ray_trainer.py:1021)"),
+        "a collective (NCCL, gloo or torch.distributed)": (
+            f"barrier ({SITE}/torch/distributed/distributed_c10d.py:4160)",
+            "train_step (train.py:88)"),
+        "a data-loader queue": (
+            "wait (/usr/lib/python3.11/threading.py:324)",
+            "get (/usr/lib/python3.11/queue.py:180)",
+            f"_try_get_data ({SITE}/torch/utils/data/dataloader.py:1131)",
+            "train (train.py:40)"),
+        "a lock or condition": ("wait (/usr/lib/python3.11/threading.py:324)",
+                                "Judge.ask (judge.py:17)"),
+        "I/O": ("recv_into (/usr/lib/python3.11/socket.py:706)", "Judge.ask (judge.py:19)"),
+    }
+    for kind, frames in waits.items():
+        verdict = hang_verdict([dump(*frames)] * 2, "compute_reward", 0.0, 0.0)
+        assert verdict is not None and verdict.hung, kind
+        assert verdict.waits_on == kind, (kind, verdict)
+        assert verdict.frame == frames[-1], (kind, verdict)
+
+
+def test_a_moving_stack_or_a_busy_cpu_or_gpu_is_slow_not_hung() -> None:
+    moving = [dump(f"score (verl/workers/reward.py:{line})", idle=False) for line in (50, 51, 50)]
+    verdict = hang_verdict(moving, "compute_reward", 0.0, None)
+    assert verdict is not None and not verdict.hung
+    assert verdict.words.startswith("slow, busy in score (verl/workers/reward.py:50) "
+                                    "(its stack moves")
+    busy_cpu = hang_verdict([SLEEPING] * 3, "compute_reward", 97.0, None)
+    assert busy_cpu is not None and not busy_cpu.hung and "CPU 97%" in busy_cpu.words
+    busy_gpu = hang_verdict([SLEEPING] * 3, "compute_reward", 0.0, 88.0)
+    assert busy_gpu is not None and not busy_gpu.hung and "GPU 88%" in busy_gpu.words
+    # One stack cannot show that nothing moves; an unknown CPU cannot show it is idle.
+    assert not hang_verdict([SLEEPING], "compute_reward", 0.0, None).hung  # type: ignore[union-attr]
+    assert not hang_verdict([SLEEPING] * 3, "compute_reward", None, None).hung  # type: ignore[union-attr]
+    assert hang_verdict([], "compute_reward", 0.0, None) is None
+
+
+def test_the_calls_thread_is_found_by_its_method() -> None:
+    text = dump("main_loop (x.py:1)") + 'Thread 4400 (idle): "Thread-7"\n' \
+        "    AutoRewardManager.compute_reward (reward.py:9)\n"
+    thread = thread_running(parse_dump(text), "compute_reward")
+    assert thread is not None and thread.name == "Thread-7"
+    assert thread_running(parse_dump(text), "no_such_method").name == "MainThread"  # type: ignore[union-attr]
