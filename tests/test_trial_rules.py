@@ -140,6 +140,12 @@ def test_phase_timings_match_the_configured_patterns() -> None:
     found = phase_timings(metrics, ["timing_s/*", "timing/*", "time/*", "*_time_s"])
     assert found == {"timing_s/gen": 1.5, "timing/reward": 2.0, "time/update": 0.5,
                      "gen_time_s": 3.0}
+    # A step's whole time and statistics over workers are no phase of it: a slow step is
+    # never blamed on "phase timing_s/step".
+    rl = {"timing_s/gen": 4.0, "timing_s/step": 9.0, "train/timing/step_total": 9.0,
+          "train/timing/generation": 5.0, "timing_s/generation_timing/max": 4.1}
+    assert phase_timings(rl, ["timing_s/*", "train/timing/*"]) == {
+        "timing_s/gen": 4.0, "train/timing/generation": 5.0}
 
 
 def test_status_trusts_error_file_and_live_actor_over_tune_state() -> None:

@@ -105,6 +105,13 @@ class TrialSnapshot:
         return f"trial:{self.experiment}/{self.trial_id}"
 
 
+# Timing keys that are no phase of a step: its whole time (verl's and EasyR1's
+# timing_s/step, OpenRLHF's train/timing/step_total) and statistics over workers (verl's
+# timing_s/generation_timing/max). The trial page charts them unstacked (it is sent this).
+NOT_A_PHASE = r"(^|/)(step|step_total)$|/(min|max|mean|topk_ratio)$"
+_not_a_phase = re.compile(NOT_A_PHASE).search
+
+
 def phase_timings(metrics: dict[str, Any], patterns: Sequence[str]) -> dict[str, float]:
     """The metrics whose keys match the timing patterns (e.g. timing_s/*), as phases."""
     matches = _timing_regex(tuple(patterns)).match
@@ -112,7 +119,7 @@ def phase_timings(metrics: dict[str, Any], patterns: Sequence[str]) -> dict[str,
         key: float(value)
         for key, value in metrics.items()
         if isinstance(value, int | float) and not isinstance(value, bool)
-        and value == value and matches(key)
+        and value == value and matches(key) and not _not_a_phase(key)
     }
 
 

@@ -8,6 +8,7 @@ from django.utils import timezone
 from dashboard.cluster.scope import page_cluster
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
+from dashboard.incidents.trial_rules import NOT_A_PHASE
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.objective import objective_of
 from dashboard.trials.roots import log_roots
@@ -56,6 +57,7 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
         "trial": trial,
         "page_data": {"trial": trial_payload(trial), "results": results_payload(trial),
                       "timing_keys": settings.TIMING_KEYS,
+                      "not_a_phase": NOT_A_PHASE,
                       "stack": stack_payload(latest_stack(trial)),
                       "incidents": incidents_payload([trial.pk])[trial.pk],
                       "objective": objective_of(trial.experiment, trial.metric_range).as_dict(),

@@ -15,10 +15,10 @@
   let trial = initial.trial;
 
   const isTiming = (k) => timingPatterns.some((re) => re.test(k));
-  // Timings that are not a share of the step: its whole time (verl's and EasyR1's
-  // timing_s/step, OpenRLHF's train/timing/step_total) and statistics over workers
-  // (verl's timing_s/generation_timing/max): charted, not stacked.
-  const isPhase = (k) => isTiming(k) && !/(^|\/)(step|step_total)$/.test(k) && !/\/(min|max|mean|topk_ratio)$/.test(k);
+  // Timings that are not a share of the step (its whole time, statistics over workers):
+  // charted, not stacked; the server says which, as the step-time detector reads them.
+  const notAPhase = new RegExp(initial.not_a_phase);  // trial_rules.NOT_A_PHASE
+  const isPhase = (k) => isTiming(k) && !notAPhase.test(k);
   const LAST_STEPS = 5;
   const key = (r) => r.attempt + ":" + r.iteration;
   const sorted = () => [...results.values()].sort((a, b) => a.attempt - b.attempt || a.iteration - b.iteration);
