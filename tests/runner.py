@@ -188,7 +188,9 @@ def run_suite(argv: list[str]) -> int:
         print(f"\n[make test] ===== beside the main run ({' '.join(BESIDE_RUN)}) =====",
               flush=True)
         print((scratch / "beside.log").read_text(errors="replace"), flush=True)
-        print(totals([scratch / "main.xml", scratch / "beside.xml"]), flush=True)
+        reports = [scratch / "main.xml", scratch / "beside.xml"]
+        print(slowest(reports), flush=True)
+        print(totals(reports), flush=True)
         return verdict(codes)
 
 
@@ -242,6 +244,23 @@ def pytest_run(args: list[str], db_url: str, redis_url: str, stdout: Any = None
            "RAYWATCH_DB_CONN_MAX_AGE": "0"}
     return subprocess.Popen([sys.executable, "-m", "pytest", *args], env=env, stdout=stdout,
                             stderr=subprocess.STDOUT if stdout is not None else None)
+
+
+def slowest(reports: list[Path], shown: int = 15) -> str:
+    """The files that took longest, from both runs' JUnit reports: where the suite's
+    minutes go (what to mark `beside`, or to make cheaper)."""
+    took: dict[str, float] = {}
+    for report in reports:
+        try:
+            cases = list(ElementTree.parse(report).getroot().iter("testcase"))
+        except (OSError, ElementTree.ParseError):
+            continue
+        for case in cases:
+            # "tests.test_x" or "tests.test_x.TestClass": the file is the first two parts.
+            name = ".".join(case.get("classname", "").split(".")[:2])
+            took[name] = took.get(name, 0.0) + float(case.get("time") or 0)
+    top = sorted(took.items(), key=lambda kv: -kv[1])[:shown]
+    return "[make test] slowest files (s): " + ", ".join(f"{n} {t:.0f}" for n, t in top)
 
 
 def totals(reports: list[Path]) -> str:
