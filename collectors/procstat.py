@@ -1,5 +1,5 @@
-"""Processes on this host: is a silent trial busy or idle, who started a GPU process,
-and the facts a node's agent reports about its Ray workers.
+"""Processes on this host, read by the node's agent there: who started a GPU process, and
+the facts it reports about its Ray workers (busy or idle, state, memory).
 
 Only processes on the host this runs on can be read here; other nodes report
 their own through their node agent.
@@ -25,36 +25,6 @@ log = logging.getLogger("raywatch.procstat")
 
 def this_host() -> str:
     return socket.gethostname()
-
-
-def process_cpu_percent(pid: int, sample_s: float = 0.2) -> float | None:
-    """CPU percent of `pid` and its children over `sample_s`; None if it cannot be read."""
-    try:
-        process = psutil.Process(pid)
-        family = [process, *process.children(recursive=True)]
-        for member in family:
-            member.cpu_percent(None)  # the first call only starts the measurement
-    except (psutil.Error, OSError):
-        return None
-    time.sleep(sample_s)
-    return round(sum(_cpu(member) for member in family), 1)
-
-
-def process_state(pid: int) -> tuple[str | None, int | None] | None:
-    """(ps's state letter, RSS bytes) of `pid` on this host; None when it is gone."""
-    try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            return STATE_LETTERS.get(process.status()), process.memory_info().rss
-    except (psutil.Error, OSError):
-        return None
-
-
-def _cpu(process: psutil.Process) -> float:
-    try:
-        return float(process.cpu_percent(None))
-    except psutil.Error:
-        return 0.0
 
 
 def ancestors(pid: int, depth: int = 8) -> tuple[int, ...]:
@@ -139,15 +109,6 @@ def with_ancestors(poll: GpuPoll) -> GpuPoll:
     )
     _ANCESTRY.forget_except(p.pid for g in gpus for p in g.processes or ())
     return replace(poll, gpus=gpus)
-
-
-# psutil's status names as `ps` shows them.
-STATE_LETTERS = {
-    psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
-    psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t",
-    psutil.STATUS_IDLE: "I", psutil.STATUS_DEAD: "X", psutil.STATUS_PARKED: "P",
-    psutil.STATUS_WAKING: "W",
-}
 
 
 def is_ray_worker(cmdline: list[str]) -> bool:

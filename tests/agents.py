@@ -25,7 +25,7 @@ from collectors.agent.client import Reply, call
 from collectors.hostinfo import host_name, node_ip_address
 from collectors.http import SourceError
 from collectors.nvml import NvmlSource, load_nvml_module
-from collectors.procstat import ProcessWatcher, with_ancestors
+from collectors.procstat import ProcessWatcher, this_host, with_ancestors
 from dashboard.agents import tokens
 from dashboard.agents.ingest import Sent, ingest_sent
 from dashboard.agents.models import NodeToken
@@ -101,6 +101,33 @@ def agent_holding(url: str, tmp_path: Path, node: str, node_ip: str, pid: int,
         wait_for(lambda: GpuProcess.objects.filter(pid=pid).exists()
                  and NodeProcess.objects.filter(node=node, pid=pid).exists(),
                  60, 0.3, f"the agent of {node} to report pid {pid}",
+                 explain=lambda: log.read_text()[-2000:])
+        yield log
+
+
+@contextmanager
+def agent_of_this_host(url: str, tmp_path: Path, pid: int | None = None,
+                       node_ip: str = "127.0.0.1") -> Iterator[Path]:
+    """A real agent of raywatch's own host, as `serve` starts one beside itself: its
+    token's node is this host's name (Ray's name of the node, as hung_trial writes it), at
+    `node_ip`. Entered once raywatch has heard from it and, with `pid`, stored its report
+    of that process (a Ray worker: what it watches). The only way raywatch signals or
+    looks at a process on its own host. Yields the agent's log."""
+    from dashboard.agents.models import NodeProcess
+    from tests.conftest import wait_for
+
+    node = this_host()
+    _, token = tokens.issue(node, None, timezone.now(), node_ip)
+    env = agent_env(url, token, tmp_path, node, node_ip, gpus=1)
+    log = tmp_path / f"{node}-agent.log"
+
+    def listed() -> bool:
+        heard = NodeToken.objects.filter(node=node, last_seen_at__isnull=False).exists()
+        return heard and (pid is None or NodeProcess.objects.filter(node=node, pid=pid)
+                          .exclude(state="Z").exists())
+
+    with running_agent(env, log):
+        wait_for(listed, 60, 0.3, f"this host's agent to report{f' pid {pid}' if pid else ''}",
                  explain=lambda: log.read_text()[-2000:])
         yield log
 

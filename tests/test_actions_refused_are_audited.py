@@ -65,7 +65,7 @@ def test_a_viewer_is_refused_and_audited(viewer, hung_process) -> None:  # type:
 def test_an_unreachable_node_is_refused_and_audited(settings, operator) -> None:  # type: ignore[no-untyped-def]
     settings.RAY_ADDRESS = settings.RAY_GCS_ADDRESS = None
     settings.LOCAL_RAY_FILE = None
-    trial = hung_trial(4242, node_ip="10.0.0.9")  # not this host: only Ray's GCS could end it
+    trial = hung_trial(4242, node_ip="10.0.0.9")  # no agent there: only Ray's GCS could end it
     reply = terminate(operator, trial.pk)
     assert reply.status_code == 503
     [entry] = audited()

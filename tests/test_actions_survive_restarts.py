@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from dashboard.actions import executor
 from dashboard.actions.models import AuditEntry
+from tests.agents import agent_of_this_host
 from tests.alerting import start_worker
-from tests.conftest import token_client, wait_for
+from tests.conftest import LiveServer, token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads what we commit
@@ -53,42 +54,49 @@ def state_of(api, action_id: int) -> dict:  # type: ignore[no-untyped-def]
 
 
 def test_a_worker_killed_mid_terminate_leaves_an_audited_outcome_and_a_free_target(  # type: ignore[no-untyped-def]
-        settings, tmp_path, monkeypatch, operator, deaf_worker_process) -> None:
+        settings, live_server_asgi: LiveServer, tmp_path, monkeypatch, operator,
+        deaf_worker_process) -> None:
     settings.EMBEDDED = False
     monkeypatch.setenv("RAYWATCH_TERMINATE_GRACE_S", "60")  # the first worker waits here
-    trial = hung_trial(deaf_worker_process.pid)
+    # The workers sign this host's agent's commands with the key this process sealed.
+    monkeypatch.setenv("RAYWATCH_AGENT_COMMAND_SECRET", settings.AGENT_COMMAND_SECRET)
+    # The second request is made 5 min ahead: this host's agent still counts as heard from.
+    settings.AGENT_STALE_S = 3600.0
+    trial = hung_trial(deaf_worker_process.pid)  # on this host: its agent signals it
     api = token_client(operator)
-    first = start_worker(settings.NOTIFY_QUEUE, tmp_path / "w1")
-    try:
-        reply = terminate(api, trial)
-        assert reply.status_code == 202, reply.content
-        lost = reply.json()["action_id"]
-        wait_for(lambda: state_of(api, lost)["state"] == "signalled", 60, 0.2,
-                 "the SIGTERM to be sent")
-    finally:
-        stop(first, signal.SIGKILL)  # the worker dies in the grace period
-    assert deaf_worker_process.poll() is None
-    # While it could still be running, the action holds its target: one at a time.
-    assert terminate(api, trial).json() == {"action_id": lost, "state": "signalled",
-                                            "created": False}
+    with agent_of_this_host(live_server_asgi.url, tmp_path, deaf_worker_process.pid):
+        first = start_worker(settings.NOTIFY_QUEUE, tmp_path / "w1")
+        try:
+            reply = terminate(api, trial)
+            assert reply.status_code == 202, reply.content
+            lost = reply.json()["action_id"]
+            wait_for(lambda: state_of(api, lost)["state"] == "signalled", 60, 0.2,
+                     "the SIGTERM to be sent")
+        finally:
+            stop(first, signal.SIGKILL)  # the worker dies in the grace period
+        assert deaf_worker_process.poll() is None
+        # While it could still be running, the action holds its target: one at a time.
+        assert terminate(api, trial).json() == {"action_id": lost, "state": "signalled",
+                                                "created": False}
 
-    monkeypatch.setenv("RAYWATCH_TERMINATE_GRACE_S", "1")
-    second = start_worker(settings.NOTIFY_QUEUE, tmp_path / "w2")
-    try:
-        # Past the longest an executor can take: the lost action ends, and a new one runs.
-        with time_machine.travel(timezone.now() + timedelta(minutes=5), tick=True):
-            again = terminate(api, trial)
-        assert again.status_code == 202 and again.json()["created"] is True, again.content
-        wait_for(lambda: deaf_worker_process.poll() is not None, 60, 0.2,
-                 "the new action to force the process")
-        assert deaf_worker_process.returncode == -signal.SIGKILL
-    finally:
-        stop(second, signal.SIGTERM)
+        monkeypatch.setenv("RAYWATCH_TERMINATE_GRACE_S", "1")
+        second = start_worker(settings.NOTIFY_QUEUE, tmp_path / "w2")
+        try:
+            # Past the longest an executor can take: the lost action ends, and a new one runs.
+            with time_machine.travel(timezone.now() + timedelta(minutes=5), tick=True):
+                again = terminate(api, trial)
+            assert again.status_code == 202 and again.json()["created"] is True, again.content
+            wait_for(lambda: deaf_worker_process.poll() is not None, 60, 0.2,
+                     "the new action to force the process")
+            assert deaf_worker_process.returncode == -signal.SIGKILL
+        finally:
+            stop(second, signal.SIGTERM)
     action = state_of(api, lost)
     assert action["state"] == "failed"
     assert "the executor stopped mid-action" in action["outcome"]
     assert "A signal was sent: whether the target ended is not known" in action["outcome"]
-    assert [s["step"] for s in action["steps"]] == ["requested", "signalled", "failed"]
+    assert [s["step"] for s in action["steps"]] == [
+        "requested", "agent_command", "agent_result", "signalled", "failed"]
 
 
 def test_an_action_no_worker_took_fails_and_a_late_worker_does_not_run_it(  # type: ignore[no-untyped-def]

@@ -1,7 +1,7 @@
 """On Postgres + Redis + Celery, an action runs in a worker that was sent the task by
-name (nothing imports actions/tasks.py), and a process on another node is signalled
-through that node's agent (`python -m collectors.agent`, which the worker asks through
-raywatch): the actions reach the processes they end."""
+name (nothing imports actions/tasks.py), and a process is signalled through its node's
+agent (`python -m collectors.agent`, which the worker asks through raywatch), on
+raywatch's own host as on another node: the actions reach the processes they end."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from collectors.procstat import this_host
 from dashboard.trials.models import Trial
-from tests.agents import agent_holding
+from tests.agents import agent_holding, agent_of_this_host
 from tests.alerting import start_worker
 from tests.conftest import LiveServer, mark_ray_current, token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
@@ -43,17 +44,23 @@ def finished(api, action_id: int) -> dict | None:  # type: ignore[no-untyped-def
     return action if action["state"] not in ("requested", "signalled") else None
 
 
-def test_a_trial_is_terminated_by_a_worker(worker, operator, hung_process) -> None:  # type: ignore[no-untyped-def]
-    trial = hung_trial(hung_process.pid)
+def test_a_trial_is_terminated_by_a_worker(  # type: ignore[no-untyped-def]
+        worker, live_server_asgi: LiveServer, tmp_path: Path, operator, hung_process) -> None:
+    trial = hung_trial(hung_process.pid)  # on this host: its agent signals it
     api = token_client(operator)
-    reply = api.post(f"/api/trials/{trial.pk}/terminate",
-                     {"reason": "silent for 5 min"}, format="json")
-    assert reply.status_code == 202, reply.json()
-    wait_for(lambda: hung_process.poll() is not None, 60, 0.2, "the worker to end the process")
-    Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)
-    action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2, "the outcome")
+    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_process.pid) as log:
+        reply = api.post(f"/api/trials/{trial.pk}/terminate",
+                         {"reason": "silent for 5 min"}, format="json")
+        assert reply.status_code == 202, reply.json()
+        wait_for(lambda: hung_process.poll() is not None, 60, 0.2,
+                 "the worker to end the process", explain=lambda: log.read_text()[-2000:])
+        Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)
+        action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2,
+                          "the outcome")
     assert action["state"] == "succeeded"
     assert hung_process.returncode == -signal.SIGTERM
+    steps = {s["step"]: s["detail"] for s in action["steps"]}
+    assert f"by the agent of {this_host()}" in steps["signalled"]
 
 
 def test_a_process_on_another_node_is_signalled_through_its_agent(  # type: ignore[no-untyped-def]

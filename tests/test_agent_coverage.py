@@ -75,12 +75,13 @@ def test_matched_by_address_only_when_one_agent_node_has_it() -> None:
     assert (live["state"], live["agent"]["node"]) == ("connected", "y")
 
 
-def test_raywatch_own_host_keeps_what_its_collectors_read_there() -> None:
+def test_raywatch_own_host_keeps_only_its_trial_logs_without_its_agent() -> None:
+    # raywatch's central log reader still reads its own host's trial logs; its processes,
+    # stacks and signals are that host's agent's, as on every node: lost without it.
     [head] = cover([HEAD], [], Local(host="head-1"))["nodes"]
     assert head["state"] == "none" and head["raywatch_host"] is True
-    assert [i["what"] for i in head["lost"]] == ["gpus"]
-    assert [i["what"] for i in head["covered_here"]] == ["trial_logs", "process_state", "stacks",
-                                                         "signals"]
+    assert [i["what"] for i in head["lost"]] == ["gpus", "process_state", "stacks", "signals"]
+    assert [i["what"] for i in head["covered_here"]] == ["trial_logs"]
     assert {i["by"] for i in head["covered_here"]} == {"raywatch itself (its own host)"}
     # Another node keeps nothing through raywatch's host: all of it needs its own agent.
     [worker] = cover([WORKER], [], Local(host="head-1"))["nodes"]

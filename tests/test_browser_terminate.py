@@ -1,58 +1,68 @@
 """In Chromium: from a stalled-trial alert, an operator terminates the hung trial
-through the confirm dialog and watches the outcome arrive live; the audit page
+through the confirm dialog and watches the outcome arrive live (SIGTERM sent by the
+agent of the trial's node: raywatch's own host's, as `serve` starts it); the audit page
 shows it."""
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
 from playwright.sync_api import expect
 
+from collectors.procstat import this_host
 from dashboard.incidents.models import Incident
+from tests.agents import agent_of_this_host
 from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_operator_terminates_a_hung_trial_from_its_alert(  # type: ignore[no-untyped-def]
-    page, live_server_asgi: LiveServer, operator, watched, ray_settings, settings
+    page, live_server_asgi: LiveServer, operator, watched, ray_settings, settings,
+    tmp_path: Path
 ) -> None:
     settings.EMBEDDED = True  # the action runs in the server's background pool
     settings.TERMINATE_GRACE_S = 3.0
     settings.RAY_GCS_ADDRESS = ray_settings.gcs_address
     name = f"kill-{uuid.uuid4().hex[:6]}"
+    node_ip = ray_settings.gcs_address.rpartition(":")[0]  # the Ray node of this host
     search = start_search(ray_settings, watched, name, "terminate")
     try:
-        incident = wait_for(lambda: Incident.objects.filter(
-            kind="trial_stalled", state=Incident.FIRING, experiment=name,
-            trial__config__behaviour="hang").select_related("trial").first(),
-            120, 0.5, "the hung trial's stall alert")
-        trial = incident.trial
-        login(page, live_server_asgi, operator, f"/incidents/{incident.pk}/")
-        page.click("#terminate-trial")
-        dialog = page.locator("#action-dialog")
-        expect(dialog).to_be_visible()
-        # The dialog says exactly what will die.
-        # The process as Ray ties it to the trial: its actor, from Ray's own listing.
-        expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
-            f"pid {trial.pid}: Ray worker of actor trainable ")
-        expect(dialog.locator('[data-fact="Trial"]')).to_contain_text(trial.trial_id)
-        page.fill("#action-reason", "stalled in step 5, GPUs idle")
-        page.click("#action-confirm")
-        expect(dialog).to_be_hidden()
-        state = page.locator("#action-state")
-        expect(state).to_have_text("succeeded", timeout=30_000)
-        expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text("SIGTERM")
-        expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(
-            timeout=40_000)  # Tune's verdict arrives after the process is gone
-        assert not psutil.pid_exists(trial.pid)
-        page.goto(f"{live_server_asgi.url}/audit/")
-        row = page.locator("#audit tbody tr").first
-        expect(row).to_contain_text("oscar-operator")
-        expect(row).to_contain_text("stalled in step 5, GPUs idle")
-        expect(row).to_contain_text("succeeded")
+        with agent_of_this_host(live_server_asgi.url, tmp_path, node_ip=node_ip):
+            incident = wait_for(lambda: Incident.objects.filter(
+                kind="trial_stalled", state=Incident.FIRING, experiment=name,
+                trial__config__behaviour="hang").select_related("trial").first(),
+                120, 0.5, "the hung trial's stall alert")
+            trial = incident.trial
+            login(page, live_server_asgi, operator, f"/incidents/{incident.pk}/")
+            page.click("#terminate-trial")
+            dialog = page.locator("#action-dialog")
+            expect(dialog).to_be_visible()
+            # The dialog says exactly what will die.
+            # The process as Ray ties it to the trial: its actor, from Ray's own listing.
+            expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
+                f"pid {trial.pid}: Ray worker of actor trainable ")
+            expect(dialog.locator('[data-fact="Trial"]')).to_contain_text(trial.trial_id)
+            page.fill("#action-reason", "stalled in step 5, GPUs idle")
+            page.click("#action-confirm")
+            expect(dialog).to_be_hidden()
+            state = page.locator("#action-state")
+            expect(state).to_have_text("succeeded", timeout=30_000)
+            expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
+                f"SIGTERM sent to pid {trial.pid}")
+            expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
+                f"by the agent of {this_host()}")
+            expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(
+                timeout=40_000)  # Tune's verdict arrives after the process is gone
+            assert not psutil.pid_exists(trial.pid)
+            page.goto(f"{live_server_asgi.url}/audit/")
+            row = page.locator("#audit tbody tr").first
+            expect(row).to_contain_text("oscar-operator")
+            expect(row).to_contain_text("stalled in step 5, GPUs idle")
+            expect(row).to_contain_text("succeeded")
     finally:
         stop_node(search)
 

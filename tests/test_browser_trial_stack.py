@@ -1,23 +1,28 @@
 """In Chromium: an operator takes a hung trial's Python stack from its page and it shows
-when it arrives (monospace, scrolling on its own), with the source that took it and what
-better sources said first; the incident page shows the stall's activity and stack, and
-follows it live from "taking" to why it could not be taken."""
+when it arrives (monospace, scrolling on its own), with the source that took it: the
+agent of the trial's node, raywatch's own host's here (raywatch never takes one itself);
+with no agent and Ray unreachable, the page says why none could be taken. The incident
+page shows the stall's activity and stack, and follows it live from "taking" to why it
+could not be taken."""
 
 from __future__ import annotations
 
 import subprocess
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from collectors.localray import free_port
+from collectors.procstat import this_host
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
 from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import Trial, TrialStack
 from dashboard.trials.stacks import stack_payload
+from tests.agents import agent_of_this_host
 from tests.conftest import LiveServer, login, off_the_loop
 from tests.test_agent_command_guard import hung_python  # noqa: F401 (a fixture)
 from tests.test_terminate_on_this_host import hung_trial
@@ -34,21 +39,28 @@ def no_ray(settings):  # type: ignore[no-untyped-def]
 
 
 def test_an_operator_takes_a_stack_from_the_trial_page(  # type: ignore[no-untyped-def]
-        page, live_server_asgi: LiveServer, operator, no_ray,
+        page, live_server_asgi: LiveServer, operator, no_ray, tmp_path: Path,
         hung_python: subprocess.Popen) -> None:  # noqa: F811
-    trial = hung_trial(hung_python.pid)  # on this host, where raywatch can take it itself
+    trial = hung_trial(hung_python.pid)  # on raywatch's own host
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     login(page, live_server_asgi, operator, f"/trials/{trial.pk}/")
     box = page.locator("#trial-stack")
     expect(box).to_contain_text("No stack taken yet")
+    # No agent on this host yet, and Ray cannot be reached: raywatch does not take the
+    # stack itself, and says what each source said.
     page.click("#take-stack")
-    dump = box.locator("pre.stack")
-    expect(dump).to_contain_text("wait_for_the_data_loader (<string>:6)", timeout=30_000)
-    expect(box).to_contain_text("py-spy on raywatch's host")
+    expect(box.locator("[data-stack-reason]")).to_contain_text(
+        "node 127.0.0.1 has no raywatch agent; Ray's dashboard: cannot reach", timeout=30_000)
+    assert box.locator("pre.stack").count() == 0
+
+    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_python.pid):
+        page.click("#take-stack")
+        dump = box.locator("pre.stack")
+        expect(dump).to_contain_text("wait_for_the_data_loader (<string>:6)", timeout=30_000)
+    expect(box).to_contain_text(f"py-spy by the agent of {this_host()}")
     expect(box).to_contain_text(f"asked by {operator.username}")
-    expect(box).to_contain_text("Tried first: node 127.0.0.1 has no raywatch agent; "
-                                "Ray's dashboard: cannot reach")
+    expect(box).not_to_contain_text("Tried first")  # the best source took it
     style = dump.evaluate("e => [getComputedStyle(e).fontFamily, getComputedStyle(e).overflow]")
     assert "monospace" in style[0] and style[1] == "auto", style
     assert errors == []

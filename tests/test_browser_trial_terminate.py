@@ -1,14 +1,20 @@
 """In Chromium, on the TRIAL page: the Terminate button opens the confirm dialog and
-ends the process; when the API refuses (the process went, or changed since the
-dialog opened) the dialog says why, in the API's words."""
+ends the process (through the agent of its node: raywatch's own host's, as `serve`
+starts it); when the API refuses (the process went, or changed since the dialog opened)
+the dialog says why, in the API's words."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
+from collectors.procstat import this_host
 from dashboard.actions.models import AuditEntry
+from dashboard.agents.models import NodeProcess
 from dashboard.trials.models import Trial
+from tests.agents import agent_of_this_host
 from tests.conftest import LiveServer, login, off_the_loop, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
@@ -31,40 +37,50 @@ def open_dialog(page, server: LiveServer, user, trial: Trial):  # type: ignore[n
 
 
 def test_terminate_from_the_trial_page(  # type: ignore[no-untyped-def]
-        page, live_server_asgi: LiveServer, operator, embedded, hung_process) -> None:
+        page, live_server_asgi: LiveServer, operator, embedded, tmp_path: Path,
+        hung_process) -> None:
     trial = hung_trial(hung_process.pid)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    dialog = open_dialog(page, live_server_asgi, operator, trial)
-    # The process as Ray knows it, and where: never as a result line names it.
-    expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
-        f"pid {hung_process.pid}: Ray worker of actor train ")
-    expect(dialog.locator('[data-fact="Cluster"]')).to_have_text(trial.experiment.cluster.name)
-    expect(dialog.locator('[data-fact="Node"]')).to_contain_text("(raywatch's own host)")
-    expect(dialog.locator('[data-fact="Trial"]')).to_contain_text("t_00000 of search")
-    page.fill("#action-reason", "silent for 5 min")
-    page.click("#action-confirm")
-    expect(dialog).to_be_hidden()
-    wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")
-    off_the_loop(lambda: Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR))
-    expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
+    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_process.pid):
+        dialog = open_dialog(page, live_server_asgi, operator, trial)
+        # The process as Ray knows it, and where: never as a result line names it.
+        expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
+            f"pid {hung_process.pid}: Ray worker of actor train ")
+        expect(dialog.locator('[data-fact="Cluster"]')).to_have_text(
+            trial.experiment.cluster.name)
+        expect(dialog.locator('[data-fact="Node"]')).to_have_text(
+            f"{this_host()} 127.0.0.1 (its agent signals)")
+        expect(dialog.locator('[data-fact="Trial"]')).to_contain_text("t_00000 of search")
+        page.fill("#action-reason", "silent for 5 min")
+        page.click("#action-confirm")
+        expect(dialog).to_be_hidden()
+        wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")
+        off_the_loop(lambda: Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR))
+        expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
+    expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
+        f"SIGTERM sent to pid {hung_process.pid}")
     expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(timeout=40_000)
     assert errors == []
 
 
 def test_the_dialog_says_why_the_preview_failed(  # type: ignore[no-untyped-def]
-        page, live_server_asgi: LiveServer, operator, embedded, hung_process) -> None:
+        page, live_server_asgi: LiveServer, operator, embedded, tmp_path: Path,
+        hung_process) -> None:
     trial = hung_trial(hung_process.pid)
-    login(page, live_server_asgi, operator, f"/trials/{trial.pk}/")
-    hung_process.kill()  # it ended between drawing the page and the click
-    hung_process.wait()
-    page.click("#terminate-trial")
-    dialog = page.locator("#action-dialog")
-    expect(dialog).to_be_visible()
-    expect(dialog.locator("#action-error")).to_have_text(
-        f"trial t_00000's process {hung_process.pid} is already gone, or is no Ray worker on "
-        "this host")
-    expect(dialog.locator("#action-confirm")).to_be_disabled()
+    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_process.pid):
+        login(page, live_server_asgi, operator, f"/trials/{trial.pk}/")
+        hung_process.kill()  # it ended between drawing the page and the click
+        hung_process.wait()
+        wait_for(lambda: not NodeProcess.objects.filter(pid=hung_process.pid).exists(), 30, 0.2,
+                 "this host's agent to see the process gone")
+        page.click("#terminate-trial")
+        dialog = page.locator("#action-dialog")
+        expect(dialog).to_be_visible()
+        expect(dialog.locator("#action-error")).to_have_text(
+            f"the agent of {this_host()} does not list pid {hung_process.pid}: it ended, or is "
+            "not a process the agent watches")
+        expect(dialog.locator("#action-confirm")).to_be_disabled()
 
 
 def test_the_dialog_says_why_the_action_was_refused(  # type: ignore[no-untyped-def]

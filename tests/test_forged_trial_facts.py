@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
+from collectors.procstat import this_host
 from dashboard.actions.models import AuditEntry
 from dashboard.cluster.models import Actor, Cluster
 from dashboard.trials.models import TrialStack
-from tests.conftest import token_client, wait_for
+from tests.agents import agent_of_this_host
+from tests.conftest import LiveServer, token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
 # On SQLite too: a result line never picks what is signalled
@@ -62,12 +65,15 @@ def test_a_ray_actor_of_another_trainable_is_not_the_trial(  # type: ignore[no-u
 
 
 def test_a_pid_reused_by_another_program_on_this_host_is_left_alone(  # type: ignore[no-untyped-def]
-        settings, operator, bystander) -> None:
+        settings, live_server_asgi: LiveServer, tmp_path: Path, operator, bystander) -> None:
     settings.EMBEDDED = True
     trial = hung_trial(bystander.pid)  # Ray still lists the actor; the pid is a plain sleep
-    reply = terminate(operator, trial, pid=bystander.pid)
+    # This host's agent, the one that would signal it, watches Ray workers: not a sleep.
+    with agent_of_this_host(live_server_asgi.url, tmp_path):
+        reply = terminate(operator, trial, pid=bystander.pid)
     assert reply.status_code == 409
-    assert "is no Ray worker on this host" in reply.json()["detail"]
+    assert (f"the agent of {this_host()} does not list pid {bystander.pid}: it ended, or is "
+            "not a process the agent watches") in reply.json()["detail"]
     assert bystander.poll() is None
 
 

@@ -1,24 +1,30 @@
-"""Terminate a trial whose process runs on this host (as on `make run`'s local
+"""Terminate a trial whose process runs on raywatch's own host (as on `make run`'s local
 cluster): the confirm dialog's preview names the GPUs its process tree holds, the
-process is gone after SIGTERM, and the audit keeps every step. Ray's view of the trial's
-actor is written as raywatch's Ray poll stores it (a live node at this host's address, a
-live actor with the trial's pid), so this runs on both backends without a cluster (see
-test_on_embedded_default.py)."""
+process is gone after SIGTERM sent by this host's agent (a real `python -m
+collectors.agent`, as `serve` starts one beside itself: raywatch never signals a process
+itself), and the audit keeps every step. Without that agent, and with no GCS to kill the
+actor through, the terminate is refused and nothing is signalled. Ray's view of the
+trial's actor is written as raywatch's Ray poll stores it (a live node at this host's
+address, a live actor with the trial's pid), so this runs on both backends without a
+cluster (see test_on_embedded_default.py)."""
 
 from __future__ import annotations
 
 import signal
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from collectors.procstat import this_host
+from dashboard.actions.models import AuditEntry
 from dashboard.cluster.models import Actor, Node
 from dashboard.gpus.models import Gpu, GpuProcess
 from dashboard.trials.models import Experiment, Trial
-from tests.conftest import token_client, wait_for
+from tests.agents import agent_of_this_host
+from tests.conftest import LiveServer, token_client, wait_for
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
 NODE_IP = "127.0.0.1"  # an address of this host: Ray placed the trial here
@@ -52,7 +58,7 @@ def gpu_process(uuid: str, node_ip: str, pid: int, ancestors: list[int]) -> None
 
 
 def test_an_operator_terminates_a_hung_trial_on_this_host(  # type: ignore[no-untyped-def]
-        settings, operator, hung_process) -> None:
+        settings, live_server_asgi: LiveServer, tmp_path: Path, operator, hung_process) -> None:
     settings.EMBEDDED = True  # the action runs in this process's background pool
     settings.TERMINATE_GRACE_S = 5.0
     pid = hung_process.pid
@@ -63,21 +69,49 @@ def test_an_operator_terminates_a_hung_trial_on_this_host(  # type: ignore[no-un
     gpu_process("GPU-3", "10.0.0.6", pid, [1])  # the same pid on another node
     api = token_client(operator)
 
-    preview = api.get(f"/api/trials/{trial.pk}/terminate")
-    assert preview.status_code == 200, preview.content
-    held = [(g["uuid"], g["pid"]) for g in preview.json()["target"]["gpus"]]
-    assert sorted(held) == [("GPU-0", pid), ("GPU-1", pid + 7)]
+    with agent_of_this_host(live_server_asgi.url, tmp_path, pid, NODE_IP) as log:
+        preview = api.get(f"/api/trials/{trial.pk}/terminate")
+        assert preview.status_code == 200, preview.content
+        held = [(g["uuid"], g["pid"]) for g in preview.json()["target"]["gpus"]]
+        assert sorted(held) == [("GPU-0", pid), ("GPU-1", pid + 7)]
+        assert preview.json()["target"]["agent_node"] == this_host()
 
-    reply = api.post(f"/api/trials/{trial.pk}/terminate",
-                     {"reason": "silent for 5 min", "expected": {"pid": pid}}, format="json")
-    assert reply.status_code == 202, reply.content
-    wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")
-    assert hung_process.returncode == -signal.SIGTERM
-    Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)  # what Tune then reports
-    action = finished(api, reply.json()["action_id"])
-    assert [s["step"] for s in action["steps"]] == ["requested", "signalled", "gone",
-                                                    "succeeded", "errored"]
+        reply = api.post(f"/api/trials/{trial.pk}/terminate",
+                         {"reason": "silent for 5 min", "expected": {"pid": pid}}, format="json")
+        assert reply.status_code == 202, reply.content
+        wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end",
+                 explain=lambda: log.read_text()[-2000:])
+        assert hung_process.returncode == -signal.SIGTERM
+        Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)  # what Tune then reports
+        action = finished(api, reply.json()["action_id"])
+    assert [s["step"] for s in action["steps"]] == [
+        "requested", "agent_command", "agent_result", "signalled", "gone", "succeeded",
+        "errored"]
+    steps = {s["step"]: s["detail"] for s in action["steps"]}
+    assert f"SIGTERM sent to pid {pid}" in steps["signalled"]
+    assert f"by the agent of {this_host()}" in steps["signalled"]
     assert action["state"] == "succeeded" and action["reason"] == "silent for 5 min"
+
+
+def test_without_its_agent_raywatch_signals_nothing_on_its_own_host(  # type: ignore[no-untyped-def]
+        settings, operator, hung_process) -> None:
+    """raywatch shares no pid namespace with the cluster: with no agent of its own host
+    and no GCS to kill the actor through, the operator is told why, and the process lives."""
+    settings.EMBEDDED = True
+    settings.RAY_ADDRESS = settings.RAY_GCS_ADDRESS = settings.LOCAL_RAY_FILE = None
+    trial = hung_trial(hung_process.pid)
+    api = token_client(operator)
+    preview = api.get(f"/api/trials/{trial.pk}/terminate")
+    assert preview.status_code == 200 and preview.json()["target"]["agent_node"] is None
+    reply = api.post(f"/api/trials/{trial.pk}/terminate", {"reason": "silent for 5 min"},
+                     format="json")
+    assert reply.status_code == 503, reply.content
+    detail = reply.json()["detail"]
+    assert f"no raywatch agent of {this_host()} has answered lately" in detail
+    assert "knows no GCS address" in detail
+    [entry] = AuditEntry.objects.all()
+    assert entry.state == AuditEntry.REFUSED and entry.outcome == detail
+    assert hung_process.poll() is None  # never signalled
 
 
 def finished(api: Any, action_id: int) -> dict[str, Any]:

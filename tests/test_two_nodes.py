@@ -172,8 +172,7 @@ def search_on_b(ray_cluster: LocalCluster, node_b: NodeB) -> Iterator[tuple[str,
 @pytest.fixture(params=["embedded", "production"])
 def raywatch(request, ray_cluster: LocalCluster, tmp_path: Path) -> Iterator[Raywatch]:  # type: ignore[no-untyped-def]
     env = {**embedded_env(tmp_path / "data"), **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,
-           "RAYWATCH_CENTRAL_LOGS": "0", "RAYWATCH_GPU_SOURCE": "off",
-           "RAYWATCH_PY_SPY": "/nonexistent/py-spy"}  # a stack can come from the agent only
+           "RAYWATCH_CENTRAL_LOGS": "0", "RAYWATCH_GPU_SOURCE": "off"}
     with scratch_database(os.environ["DATABASE_URL"]) as database_url:
         if request.param == "production":
             env.update(DATABASE_URL=database_url, REDIS_URL=os.environ["REDIS_URL"],

@@ -127,6 +127,8 @@ class AgentConfig:
                                         JSON_FILE_MAX_MB, 1),
             # Seconds each request to raywatch may take.
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", TIMEOUT_S, 1),
+            # py-spy for a stalled trial's stack on this node (raywatch's own host: its
+            # agent's, which `serve` starts with raywatch's environment).
             # default: the one beside Python, else on `PATH`
             py_spy=env.get("RAYWATCH_PY_SPY") or None,
             # Seconds between snapshots of its node's Ray worker and GPU processes (CPU %,

@@ -1,18 +1,18 @@
 """Carry an action out, step by step, recording each step as it happens.
 
-Terminate a trial: SIGTERM to its process (directly when it runs on this host,
-else through its node's agent, else the GCS's graceful actor kill), wait
-RAYWATCH_TERMINATE_GRACE_S, then
-force (SIGKILL here or through the agent, or the GCS's forced kill of the actor's
-worker), confirm the process or actor is gone, and note what Tune made of it (errored
-or retried). Stop a job: the Jobs API, then wait for Ray to report it stopped. Kill a
-GPU process: SIGTERM, grace, SIGKILL, through the agent of its node (which reported it).
+Every signal travels one way: through the agent of the process's node (raywatch's own
+host runs one too: `serve` starts it), which signals only a process it reported itself.
+Terminate a trial: SIGTERM through its node's agent, or, on a node without one, the GCS's
+graceful kill of its actor; wait RAYWATCH_TERMINATE_GRACE_S, then force (SIGKILL through
+the agent, or the GCS's forced kill of the actor's worker), confirm the process or actor
+is gone, and note what Tune made of it (errored or retried). Stop a job: the Jobs API,
+then wait for Ray to report it stopped. Kill a GPU process: SIGTERM, grace, SIGKILL,
+through the agent of its node (which reported it).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -27,7 +27,6 @@ from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.remote import RemoteProcess
 from dashboard.actions.settle import queue_limit, settle
-from dashboard.actions.targets import create_time
 from dashboard.cluster.endpoint import endpoint_of, gcs_of
 from dashboard.cluster.models import Actor, Cluster, Job
 from dashboard.cluster.state import current_clusters
@@ -74,31 +73,12 @@ def wait_until(gone: Callable[[], bool], seconds: float) -> float | None:
         time.sleep(POLL_S)
 
 
-def local_gone(pid: int, started: float | None) -> Callable[[], bool]:
-    def gone() -> bool:
-        now_started = create_time(pid)
-        if now_started is None or now_started != started:
-            return True
-        try:  # a zombie waiting for its parent is dead for us
-            import psutil
-
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except Exception:
-            return True
-    return gone
-
-
 def through_agent(entry: AuditEntry, t: dict[str, Any]) -> RemoteProcess | None:
     """The process's node runs an HTTP agent (docs/agent-protocol.md): it signals there,
-    the process that started when the operator confirmed (the target's create_time)."""
-    node = None if t["local"] else t.get("agent_node")
+    the process that started when the operator confirmed (the target's create_time).
+    An audit target stored before there was one route may say "local": it is not read."""
+    node = t.get("agent_node")
     return RemoteProcess(entry, node, t["pid"], t.get("create_time")) if node else None
-
-
-def kill_local(pid: int, started: float | None, sig: int) -> None:
-    if local_gone(pid, started)():
-        return  # never signal a pid that now belongs to another process
-    os.kill(pid, sig)
 
 
 # --- terminate a trial ---------------------------------------------------------------------
@@ -106,11 +86,7 @@ def terminate_trial(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['hostname'] or t['node_ip']}"
     remote = through_agent(entry, t)
-    if t["local"]:
-        gone = local_gone(t["pid"], t["create_time"])
-        kill_local(t["pid"], t["create_time"], signal.SIGTERM)
-        advance(entry, AuditEntry.SIGNALLED, timezone.now(), f"SIGTERM sent to {where}")
-    elif remote:
+    if remote:
         # The agent's word alone does not end a trial: a token that took the node's
         # address could answer "gone" for a process it never saw. Ray confirms it.
         gone, how = confirmed_by_ray(remote.gone, t), remote.send(signal.SIGTERM)
@@ -118,8 +94,8 @@ def terminate_trial(entry: AuditEntry) -> None:
     else:
         address, token = gcs_of(t.get("cluster")), endpoint_of(t.get("cluster")).token
         if not (address and t["actor_id"]):
-            raise SourceError("the trial runs on another host and no GCS address or actor "
-                              "is known: set RAY_GCS_ADDRESS (or the cluster's --gcs)")
+            raise SourceError("no agent of the trial's node answers and no GCS address or "
+                              "actor is known: set RAY_GCS_ADDRESS (or the cluster's --gcs)")
         gone = actor_dead(address, token, t["actor_id"])
         raykill.kill_actor(address, token, t["actor_id"], force=False)
         advance(entry, AuditEntry.SIGNALLED, timezone.now(),
@@ -174,17 +150,11 @@ def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any]) -> Calla
 
 
 def force_trial(t: dict[str, Any]) -> None:
+    """The GCS's forced kill of the actor's worker (a node without an agent)."""
     address = gcs_of(t.get("cluster"))
     if t["actor_id"] and address:
-        try:
-            raykill.kill_actor(address, endpoint_of(t.get("cluster")).token, t["actor_id"],
-                               force=True)
-            return
-        except SourceError:
-            if not t["local"]:
-                raise
-    if t["local"]:
-        kill_local(t["pid"], t["create_time"], signal.SIGKILL)
+        raykill.kill_actor(address, endpoint_of(t.get("cluster")).token, t["actor_id"],
+                           force=True)
 
 
 def actor_dead(address: str, token: str | None, actor_id: str) -> Callable[[], bool]:

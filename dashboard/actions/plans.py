@@ -36,13 +36,15 @@ def trial_plan(pk: int, now: datetime) -> Plan:
 
 
 def trial_unreachable(target: dict[str, Any]) -> str | None:
-    if target["local"] or target["agent_node"]:
-        return None  # signalled from this host, or by the node's agent
+    if target["agent_node"]:
+        return None  # signalled by the node's agent
     address = gcs_of(target.get("cluster"))
     if not address:
-        return ("the trial runs on another host and raywatch knows no GCS address to kill "
-                f"its actor through (set RAY_GCS_ADDRESS, or give cluster "
-                f"{target.get('cluster')}'s with `manage.py cluster add --gcs`)")
+        where = target.get("hostname") or target.get("node_ip") or "the trial's node"
+        return (f"no raywatch agent of {where} has answered lately and raywatch knows no "
+                "GCS address to kill its actor through (start the node's agent, set "
+                f"RAY_GCS_ADDRESS, or give cluster {target.get('cluster')}'s with "
+                "`manage.py cluster add --gcs`)")
     try:
         raykill.actor_state(address, endpoint_of(target.get("cluster")).token,
                             target["actor_id"])

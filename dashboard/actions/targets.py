@@ -7,9 +7,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import psutil
-
-from collectors.procstat import is_ray_worker
 from dashboard.agents.remote import node_with_agent, reported_start
 from dashboard.cluster.models import Job
 from dashboard.core.errors import ApiError
@@ -20,16 +17,6 @@ from dashboard.trials.process import trial_process
 
 class TargetError(ApiError):
     """A target that cannot be acted on as it is now (gone, finished, not found)."""
-
-
-def create_time(pid: int | None) -> float | None:
-    """The process's start time on this host: a pid reused by another process differs."""
-    if not pid:
-        return None
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
 
 
 def gpus_held(node_ip: str, pid: int | None) -> list[dict[str, Any]]:
@@ -45,7 +32,9 @@ def gpus_held(node_ip: str, pid: int | None) -> list[dict[str, Any]]:
 
 def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:
     """The trial and the process Ray ties it to (dashboard.trials.process): a result line's
-    pid, host or address never decides what is signalled, or where."""
+    pid, host or address never decides what is signalled, or where. Signalled through
+    its node's agent (`agent_node`), raywatch's own host's as any other's; with none, Ray's
+    GCS kills its actor."""
     bound = trial_process(trial)
     silent = (now - trial.last_result_at).total_seconds() if trial.last_result_at else None
     target: dict[str, Any] = {
@@ -58,34 +47,22 @@ def trial_target(trial: Trial, now: datetime) -> dict[str, Any]:
     }
     if isinstance(bound, str):
         return {**target, "unbound": bound, "node_ip": trial.node_ip,
-                "hostname": trial.hostname, "local": False, "agent_node": None,
+                "hostname": trial.hostname, "agent_node": None,
                 "create_time": None, "actor_id": None, "gpus": []}
-    agent = None if bound.local else node_with_agent(bound.node_ip, bound.hostname,
-                                                    target["cluster"])
+    agent = node_with_agent(bound.node_ip, bound.hostname, target["cluster"])
     return {**target, "unbound": None, "node_ip": bound.node_ip, "hostname": bound.hostname,
-            "node_id": bound.node_id, "local": bound.local, "agent_node": agent,
-            "create_time": process_started(bound.pid, bound.local, agent, target["cluster"]),
+            "node_id": bound.node_id, "agent_node": agent,
+            "create_time": process_started(bound.pid, agent, target["cluster"]),
             "actor_id": bound.actor_id, "actor": bound.actor, "job_id": bound.job_id,
             "actor_since": bound.since.isoformat() if bound.since else None,
             "gpus": gpus_held(bound.node_ip, bound.pid)}
 
 
-def process_started(pid: int, local: bool, agent: str | None, cluster: str = ""
-                    ) -> float | None:
-    """The start time of the process the operator is about to confirm: read here for a
-    Ray worker on this host, else as the node's agent last reported it. The signal is
-    pinned to it, so a pid reused before the signal goes is left alone."""
-    if local:
-        return create_time(pid) if local_ray_worker(pid) else None
+def process_started(pid: int, agent: str | None, cluster: str = "") -> float | None:
+    """The start time of the process the operator is about to confirm, as the node's agent
+    last reported it. The signal is pinned to it, so a pid reused before the signal goes
+    is left alone."""
     return reported_start(agent, pid, cluster) if agent else None
-
-
-def local_ray_worker(pid: int) -> bool:
-    """Whether the pid on this host is a Ray worker process (what an agent watches)."""
-    try:
-        return is_ray_worker(psutil.Process(pid).cmdline())
-    except (psutil.Error, OSError):
-        return False
 
 
 def check_trial(trial: Trial, target: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -99,9 +76,6 @@ def check_trial(trial: Trial, target: dict[str, Any], expected: dict[str, Any]) 
     if target["unbound"]:
         raise TargetError(f"{target['unbound']}. Stop its Ray job instead, or wait for "
                           "Ray's next poll.", 409)
-    if target["local"] and target["create_time"] is None:
-        raise TargetError(f"{what}'s process {trial.pid} is already gone, or is no Ray "
-                          "worker on this host", 409)
     if target["agent_node"] and target["create_time"] is None:
         raise TargetError(f"the agent of {target['agent_node']} does not list pid "
                           f"{trial.pid}: it ended, or is not a process the agent watches", 409)
@@ -146,5 +120,5 @@ def process_target(proc: GpuProcess, owner: Any) -> dict[str, Any]:
     return {"gpu": proc.gpu.uuid, "gpu_index": proc.gpu.index, "node": proc.gpu.node,
             "node_ip": proc.gpu.node_ip, "pid": proc.pid, "used_memory": proc.used_memory_bytes,
             "owner": owner.kind, "owner_label": owner.label, "owner_reason": owner.reason,
-            "first_seen_at": proc.first_seen_at.isoformat(), "local": False,
-            "agent_node": remote, "create_time": process_started(proc.pid, False, remote)}
+            "first_seen_at": proc.first_seen_at.isoformat(),
+            "agent_node": remote, "create_time": process_started(proc.pid, remote)}

@@ -75,7 +75,8 @@ class AgentFacts:
 
 @dataclass(frozen=True)
 class Local:
-    """raywatch's own host: its collectors read its trial logs and processes there."""
+    """raywatch's own host: its central log reader reads trial logs there (its processes,
+    stacks and signals are its agent's, as on every node)."""
 
     host: str
     # The cluster RAY_ADDRESS points at: raywatch's own readers count for its nodes only.
@@ -139,10 +140,10 @@ def _covered_here(node: RayNode, local: Local) -> dict[str, str]:
     """What raywatch reads on this node without an HTTP agent, and how."""
     covered: dict[str, str] = {}
     if local.host and node.hostname == local.host and local.serves(node):
-        # The trial-log reader (RAYWATCH_LOG_DIRS, else ~/ray_results and the Ray temp
-        # dir), the host probes (state, py-spy) and local signals act on raywatch's host.
-        covered.update(dict.fromkeys(("trial_logs", "process_state", "stacks", "signals"),
-                                     RAYWATCH_HOST))
+        # The central trial-log reader (RAYWATCH_LOG_DIRS, else ~/ray_results and the Ray
+        # temp dir) reads raywatch's host. Its processes, stacks and signals are its
+        # agent's alone (`serve` starts it): without it they are lost there too.
+        covered["trial_logs"] = RAYWATCH_HOST
     return covered
 
 

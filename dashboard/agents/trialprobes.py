@@ -1,7 +1,8 @@
 """A stalled trial seen by its node's HTTP agent: busy or idle from the node's latest
 process snapshot, and its Python stack through a `stack` command (py-spy on the node).
-Registered with dashboard.trials.probes in AgentsConfig.ready(), ahead of Ray and of
-raywatch's own host: the trials app never imports this one."""
+Registered with dashboard.trials.probes in AgentsConfig.ready(), ahead of Ray's reporter
+(raywatch's own host is a node like any other: its agent answers for it): the trials app
+never imports this one."""
 
 from __future__ import annotations
 

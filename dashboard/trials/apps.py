@@ -6,15 +6,14 @@ class TrialsConfig(AppConfig):
     label = "trials"
 
     def ready(self) -> None:
-        from dashboard.trials import hostprobes, rayprobes
+        from dashboard.trials import rayprobes
         from dashboard.trials.probes import register_activity, register_stack
 
         # After the node's agent (order 10, registered by dashboard.agents): Ray's
-        # reporter, then this host as the last resort.
+        # reporter. raywatch never reads a trial's process itself, not even on its own
+        # host: that host's agent does.
         register_activity(20, "Ray's reporter", rayprobes.ray_activity)
         register_stack(20, "Ray's /worker/traceback", rayprobes.ray_stack)
-        register_activity(30, "raywatch's host", hostprobes.host_activity)
-        register_stack(30, "py-spy on raywatch's host", hostprobes.host_stack)
 
         from dashboard.trials.detect import register_silence
         from dashboard.trials.lag import reader_lag

@@ -1,7 +1,8 @@
 """Where a stalled trial's process can be looked at: is it busy or idle, and where does
 it hang (its Python stack). Sources register here, best first: the node's raywatch
 agent (dashboard.agents registers it in its AppConfig.ready(): this app does not import
-that one), Ray's per-node reporter, and this host itself.
+that one; raywatch's own host runs one too), then Ray's per-node reporter. The central
+processes never read a trial's process themselves: they share no pid namespace with it.
 
 A probe answers for one trial: a reading, or in words why its source cannot tell
 ("node 10.0.0.7 has no raywatch agent"), or None when the trial is none of its

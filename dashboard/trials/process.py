@@ -7,16 +7,14 @@ among Ray's own facts. The process is a live actor that Ray (the GCS, polled int
 Actor and Node tables) lists in the trial's cluster, with that pid, on a live node of that
 cluster, running the trial's trainable (Tune's actors carry the trainable's name as their
 `repr_name`: docs/ray-facts.md); and no other running trial names the same process. Its
-node, address and host are Ray's, and "on raywatch's own host" means Ray placed it at an
-address of this machine, never that a line said this host's name.
+node, address and host are Ray's: the node's agent (or Ray) is asked about it there, on
+raywatch's own host as on any other; raywatch never looks the pid up itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-
-import psutil
 
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
@@ -34,7 +32,6 @@ class TrialProcess:
     node_id: str
     node_ip: str
     hostname: str  # Ray's name of the node's host
-    local: bool  # on raywatch's own host (by Ray's address of the node)
 
 
 def trial_process(trial: Trial) -> TrialProcess | str:
@@ -65,7 +62,7 @@ def trial_process(trial: Trial) -> TrialProcess | str:
     return TrialProcess(
         pid=trial.pid, actor_id=actor.actor_id, actor=actor.label, job_id=actor.job_id,
         since=actor.start_time, node_id=node.node_id, node_ip=node.node_ip,
-        hostname=node.hostname, local=node.node_ip in host_addresses())
+        hostname=node.hostname)
 
 
 def runs(actor: Actor, trainable: str) -> bool:
@@ -81,9 +78,3 @@ def claimed_by_another(trial: Trial, node: Node) -> str | None:
              .exclude(pk=trial.pk).exclude(status__in=Trial.FINISHED)
              .select_related("experiment").first())
     return str(rival) if rival else None
-
-
-def host_addresses() -> set[str]:
-    """This machine's own addresses (a Ray node here runs at one of them)."""
-    return {a.address.split("%")[0] for addresses in psutil.net_if_addrs().values()
-            for a in addresses}

@@ -38,8 +38,9 @@
       : "not listed by Ray";
     return [["Cluster", t.cluster], ["Trial", t.trial_id + " of " + t.experiment],
       ["Status", t.status], ["Process", "pid " + t.pid + ": " + actor],
+      // One route per node: its agent (raywatch's own host's too), else Ray's GCS.
       ["Node", (t.hostname || "") + " " + t.node_ip + (t.agent_node ? " (its agent signals)" :
-        t.local ? " (raywatch's own host)" : "")], ["GPUs held", gpus],
+        " (no agent: through Ray's GCS)")], ["GPUs held", gpus],
       ["Silent for", duration(t.silent_s) + (t.iteration ? " (after step " + t.iteration + ")" : "")],
       ["Attempt", t.attempt]];
   }
