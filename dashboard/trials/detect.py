@@ -44,6 +44,7 @@ from dashboard.incidents.trial_rules import (
 from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
+from dashboard.trials.runs import bind_runs
 from dashboard.trials.stacks import request_stack, stack_payload, stacks_of_stalls
 
 
@@ -77,7 +78,10 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     restarted = session_ends()
     trials = trials_to_evaluate(since, now, live)
     trials += of_ended_session_firing(restarted, {t.pk for t in trials})
-    changed = [t for t in trials if reconcile(t, live, now)]
+    bound = bind_runs(trials)  # RL runs: their trainer actor's process, or job's end
+    update_rows(Trial, [t for t in trials if t.pk in bound],
+                ["pid", "node_ip", "hostname", "tune_status"])
+    changed = [t for t in trials if reconcile(t, live, now) or t.pk in bound]
     for trial in changed:
         trial.updated_at = started
     update_rows(Trial, changed, ["status", "status_reason", "process_alive", "gpus",

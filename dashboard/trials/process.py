@@ -18,6 +18,7 @@ from datetime import datetime
 
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
+from dashboard.trials.runs import TRAINERS, is_run, trainer_class
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def trial_process(trial: Trial) -> TrialProcess | str:
     cluster_id = trial.experiment.cluster_id
     actors = [a for a in Actor.objects.filter(cluster_id=cluster_id, pid=trial.pid,
                                               state="ALIVE")
-              if runs(a, trial.trainable)]
+              if runs(a, trial)]
     nodes = {n.node_id: n for n in Node.objects.filter(
         cluster_id=cluster_id, state=Node.ALIVE, node_id__in=[a.node_id for a in actors])}
     found = [(a, nodes[a.node_id]) for a in actors if a.node_id in nodes]
@@ -65,11 +66,14 @@ def trial_process(trial: Trial) -> TrialProcess | str:
         hostname=node.hostname)
 
 
-def runs(actor: Actor, trainable: str) -> bool:
-    """Whether the actor runs this trainable (Tune names a trial's dir after it)."""
-    if not trainable:
+def runs(actor: Actor, trial: Trial) -> bool:
+    """Whether the actor runs this trial: Tune's trainable (Tune names a trial's dir after
+    it), or an RL run's trainer actor (dashboard/trials/runs.py)."""
+    if is_run(trial):
+        return trainer_class(actor) in TRAINERS[trial.framework]
+    if not trial.trainable:
         return False
-    return trainable in (actor.repr_name, actor.class_name.rsplit(".", 1)[-1])
+    return trial.trainable in (actor.repr_name, trainer_class(actor))
 
 
 def claimed_by_another(trial: Trial, node: Node) -> str | None:

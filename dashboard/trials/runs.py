@@ -1,0 +1,96 @@
+"""An RL run's process: the trainer actor that drives its steps and writes its log.
+
+verl, EasyR1 and OpenRLHF each run their training loop in one Ray actor (verl's
+`TaskRunner`, EasyR1's `Runner`, OpenRLHF's `PPOTrainer`: docs/ray-facts.md), on the
+node whose disk the run's log is on. Their log lines name no process, so a run is tied
+to the one live trainer actor of its framework on the node its log was read on (an
+agent's node, or raywatch's own host for its own reader): that actor's pid and node
+become the run's, and from there liveness, status, stacks and Stop work as for a Tune
+trial. Two live trainers of one framework on one node are not told apart: the run stays
+unbound, and says why. Once its trainer is gone, the run's status is its Ray job's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.conf import settings
+
+from collectors.hostinfo import node_ip_address
+from collectors.records import EASYR1, OPENRLHF, VERL
+from dashboard.cluster.models import Actor, Job, Node
+from dashboard.trials.models import Trial
+
+# The trainer actor's class per framework (the Ray names TaskRunner.run, Runner.run,
+# PPOTrainer.fit are their training loops).
+TRAINERS: dict[str, tuple[str, ...]] = {
+    VERL: ("TaskRunner",), EASYR1: ("Runner",), OPENRLHF: ("PPOTrainer", "PPOTrainerAsync")}
+# A trainer's ended job says how the run ended (Trial statuses).
+JOB_ENDS = {"SUCCEEDED": "TERMINATED", "STOPPED": "TERMINATED", "FAILED": "ERROR"}
+
+
+def is_run(trial: Trial) -> bool:
+    return trial.framework in TRAINERS
+
+
+def trainer_class(actor: Actor) -> str:
+    return actor.class_name.rsplit(".", 1)[-1]
+
+
+def bind_runs(trials: list[Trial]) -> set[int]:
+    """Tie each RL run among `trials` to its trainer actor (pid, node address, host) and,
+    once that actor is gone, take its job's end as the run's; the pks of the runs whose
+    row changed."""
+    runs = [t for t in trials if is_run(t)]
+    if not runs:
+        return set()
+    clusters = {t.experiment.cluster_id for t in runs}
+    nodes = {(n.cluster_id, n.node_id): n for n in Node.objects.filter(cluster_id__in=clusters)}
+    names = {name for group in TRAINERS.values() for name in group}
+    trainers: dict[tuple[int, str], list[Actor]] = defaultdict(list)
+    for actor in Actor.objects.filter(cluster_id__in=clusters, pid__isnull=False,
+                                      class_name__in=names):
+        node = nodes.get((actor.cluster_id, actor.node_id))
+        if node is not None and trainer_class(actor) in names:
+            trainers[(actor.cluster_id, node.node_ip)].append(actor)
+    changed = set()
+    for run in runs:
+        before = (run.pid, run.node_ip, run.hostname, run.tune_status)
+        bind(run, trainers, nodes)
+        if (run.pid, run.node_ip, run.hostname, run.tune_status) != before:
+            changed.add(run.pk)
+    return changed
+
+
+def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
+         nodes: dict[tuple[int, str], Node]) -> None:
+    where = run.node_ip or run_address(run)
+    mine = [a for a in trainers.get((run.experiment.cluster_id, where), [])
+            if trainer_class(a) in TRAINERS[run.framework]]
+    alive = [a for a in mine if a.state == "ALIVE"]
+    if len(alive) == 1:
+        actor = alive[0]
+        node = nodes[(actor.cluster_id, actor.node_id)]
+        run.pid, run.node_ip, run.hostname = actor.pid, node.node_ip, node.hostname
+        run.tune_status = ""
+        return
+    if alive or run.pid is None:
+        return  # several live trainers there (not told apart), or none ever seen
+    gone = next((a for a in mine if a.pid == run.pid), None)
+    if gone is not None and gone.state == "DEAD":
+        status = Job.objects.filter(cluster_id=gone.cluster_id, job_id=gone.job_id
+                                    ).values_list("status", flat=True).first()
+        run.tune_status = JOB_ENDS.get(status or "", "")
+
+
+def run_address(run: Trial) -> str:
+    """Where the run's log was read: the agent's node for "node:/dir" paths (matched to
+    Ray's node by its host name, as agents are), else raywatch's own host."""
+    paths: list[Any] = run.experiment.paths or []
+    named = next((p.split(":", 1)[0] for p in paths
+                  if isinstance(p, str) and ":" in p and not p.startswith("/")), None)
+    if named is None:
+        return settings.NODE_IP or node_ip_address()
+    return Node.objects.filter(cluster_id=run.experiment.cluster_id, hostname=named
+                               ).values_list("node_ip", flat=True).first() or ""

@@ -1,0 +1,81 @@
+"""An RL run read from its own log has a process and a status from Ray: an EasyR1-shaped
+run on a real Ray cluster (demo/grpo.py: a `Runner` actor driving the steps, logging to
+experiment_log.jsonl) is tied to its Runner actor on the node its log was read on, is
+RUNNING while that actor lives, with the actor's pid and node; once the run ends, its
+status is no longer RUNNING and its process is gone. And the pure rule: two live
+trainers of one framework on one node are not told apart."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from dashboard.celery import app as celery_app
+from dashboard.cluster.models import Actor, Cluster, Node, settings_cluster_pk
+from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.runs import bind
+from tests.conftest import stop_node, wait_for
+from tests.test_ray_calls import start_run
+
+pytestmark = pytest.mark.both_backends
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path  # type: ignore[no-untyped-def]
+                                                ) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(checkpoints)]
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "poll-trial-logs")})
+    scheduler.start()
+    run = start_run(ray_settings, checkpoints / "grpo", 6, 0)  # healthy, six steps
+    try:
+        trial = wait_for(lambda: Trial.objects.filter(
+            framework="easyr1", status=Trial.RUNNING).first(), 120, 0.5,
+            "the run to be RUNNING, tied to its Runner actor",
+            explain=lambda: list(Trial.objects.values("trial_id", "framework", "status",
+                                                      "status_reason", "pid", "node_ip")))
+        runner = Actor.objects.get(class_name="Runner", state="ALIVE")
+        node = Node.objects.get(node_id=runner.node_id)
+        assert (trial.pid, trial.node_ip, trial.hostname) == (runner.pid, node.node_ip,
+                                                               node.hostname)
+        assert trial.process_alive is True and trial.status_reason == "its actor is alive"
+        # The run's steps ended: its Runner and driver are gone, so is RUNNING.
+        run.wait(120)
+        ended = wait_for(lambda: (t := Trial.objects.get(pk=trial.pk)).status
+                         != Trial.RUNNING and t, 60, 0.5, "the ended run to leave RUNNING")
+        assert ended.process_alive is False, ended.status_reason
+        assert ended.iteration == 6
+    finally:
+        scheduler.stop()
+        stop_node(run)
+
+
+@pytest.mark.django_db
+def test_two_live_trainers_on_one_node_are_not_told_apart() -> None:
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
+                                           paths=["/data/verl_demo"])
+    run = Trial(experiment=experiment, trial_id="exp1", framework="verl", attempt=1)
+    node = Node(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
+                state=Node.ALIVE, last_seen_at=now)
+    actors = [Actor(cluster=cluster, actor_id=f"a{i}", class_name="TaskRunner", pid=100 + i,
+                    node_id="n1", state="ALIVE", first_seen_at=now, updated_at=now)
+              for i in range(2)]
+    run.node_ip = "10.0.0.5"
+    bind(run, {(cluster.pk, "10.0.0.5"): actors}, {(cluster.pk, "n1"): node})
+    assert run.pid is None  # two TaskRunners there: which writes this run's log is unknown
+    bind(run, {(cluster.pk, "10.0.0.5"): actors[:1]}, {(cluster.pk, "n1"): node})
+    assert (run.pid, run.hostname) == (100, "gpu-5")
+    # An EasyR1 Runner is no verl run's trainer.
+    other = Trial(experiment=experiment, trial_id="exp2", framework="verl", attempt=1,
+                  node_ip="10.0.0.5")
+    runner = Actor(cluster=cluster, actor_id="r", class_name="Runner", pid=300, node_id="n1",
+                   state="ALIVE", first_seen_at=now, updated_at=now)
+    bind(other, {(cluster.pk, "10.0.0.5"): [runner]}, {(cluster.pk, "n1"): node})
+    assert other.pid is None
