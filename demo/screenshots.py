@@ -59,6 +59,12 @@ def slow_trial(page: Any) -> dict[str, Any] | None:
     return None
 
 
+def rl_run(page: Any) -> dict[str, Any] | None:
+    """The demo's EasyR1-shaped GRPO run (demo/grpo.py), read from its experiment_log.jsonl."""
+    return next((t for t in api(page, "/api/trials/?page_size=200")
+                 if t.get("framework") == "easyr1"), None)
+
+
 def pages(page: Any) -> list[tuple[str, str, str]]:
     """(file name, path, selector that shows the page has its data) for each picture."""
     shots = [("home", "/", "#trials-table tr[data-trial]"),
@@ -67,6 +73,12 @@ def pages(page: Any) -> list[tuple[str, str, str]]:
         shots += [("experiment", f"/experiments/{trial['experiment_id']}/",
                    "tr[data-trial-id]"),
                   ("trial", f"/trials/{trial['id']}/", ".js-plotly-plot")]
+    if run := rl_run(page):  # the GRPO run, from its own EasyR1 log
+        shots.append(("run", f"/trials/{run['id']}/", "#last-phases tr[data-phase]"))
+    if hung := next((i for i in api(page, "/api/alerts/?state=firing&page_size=200")
+                     if i["kind"] == "call_overdue"), None):
+        # The hung reward call: its stacks and the verdict they give.
+        shots.append(("call", f"/incidents/{hung['id']}/", "[data-stack-verdict]"))
     shots.append(("gpus", "/gpus/", ".gpu-tile"))
     shots.append(("jobs", "/jobs/", "#calls tr[data-call]"))
     shots.append(("cluster", "/cluster/", "#sessions-table tr[data-session]"))
