@@ -15,6 +15,7 @@ pages are checked by the suite.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -123,7 +124,7 @@ def answering(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=2):
             return True
-    except OSError:
+    except (OSError, http.client.HTTPException):  # not up yet, or not HTTP (yet) there
         return False
 
 

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from collectors.localray import LocalCluster, free_port
-from demo.screenshots import KINDS, WIDTH, capture
+from demo.screenshots import EXPERIMENT, KINDS, WIDTH, capture
+from demo.screenshots import answering as page_answers
 from demo.workload import MAX_STEPS
 from tests.conftest import wait_for
 from tests.served import NOT_INHERITED, ROOT
@@ -81,11 +81,7 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
 
 def answering(demo: Demo) -> bool:
     assert demo.process.poll() is None, f"the demo ended:\n{demo.output()[-4000:]}"
-    try:
-        with urllib.request.urlopen(f"{demo.url}/healthz", timeout=2):
-            return True
-    except OSError:
-        return False
+    return page_answers(demo.url)
 
 
 def api(page, path: str) -> Any:  # type: ignore[no-untyped-def]
@@ -132,10 +128,13 @@ def login(page, demo: Demo) -> None:  # type: ignore[no-untyped-def]
 
 
 def shown_kinds(page) -> dict[str, dict]:  # type: ignore[no-untyped-def]
-    """Each kind with a firing incident whose row the Alerts page shows: kind -> incident."""
+    """Each kind with a firing incident whose row the Alerts page shows: kind -> incident.
+    A trial's incident is the search's (the GRPO run, a trial too, stalls beside it)."""
     shown: dict[str, dict] = {}
     for incident in api(page, "/api/alerts/?state=firing&page_size=200"):
         row = page.locator(f'#alerts tr[data-incident="{incident["id"]}"]')
+        if incident["trial_id"] and incident["experiment"] != EXPERIMENT:
+            continue
         if incident["kind"] in KINDS and row.count() and row.is_visible():
             shown.setdefault(incident["kind"], incident)
     return shown
@@ -248,8 +247,8 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         shoot(page, "home")
         # `make screenshots` takes docs/pages.md's pictures of these pages, the same way.
         pictures = capture(page, tmp_path / "readme", settle_ms=500)
-        assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "gpus",
-                                              "jobs", "cluster"]
+        assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "run",
+                                              "call", "gpus", "jobs", "cluster"]
         assert {png_size(p)[0] for p in pictures} == {WIDTH}
         # The slow judge leaves its GPU idle through each long step: said, honestly.
         wait_for(lambda: trials["slow"]["trial_id"] in {i["trial_id"] for i in api(

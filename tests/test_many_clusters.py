@@ -272,8 +272,12 @@ def in_the_browser(page, rw: Raywatch, name_a: str, name_b: str,  # type: ignore
     page.goto(f"{rw.url}/cluster/")
     expect(page.locator("#clusters-overview")).to_be_visible()
     # Each node's agent coverage is its own cluster's: beta's agent is not alpha's node's.
+    # Alpha's head is raywatch's own host, whose agent is the one serve started.
     alpha_head = page.locator(f'#nodes tbody tr[data-node-id="{alpha_node_id}"] td.agent')
-    expect(alpha_head).not_to_have_attribute("data-coverage", "connected", timeout=10_000)
+    expect(alpha_head).to_contain_text("raywatch's own host", timeout=10_000)
+    expect(alpha_head).not_to_contain_text("beta-head")
+    beta_head = page.locator(f'#nodes tbody tr[data-node-id="{beta_cluster.node_id}"] td.agent')
+    expect(beta_head).not_to_contain_text("raywatch's own host")
 
 
 def shoot(page, name: str) -> None:  # type: ignore[no-untyped-def]

@@ -12,9 +12,11 @@ import psutil
 import pytest
 from rest_framework.test import APIClient
 
+from collectors.hostinfo import node_ip_address
 from dashboard.actions.models import AuditEntry
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
+from tests.agents import agent_of_this_host
 from tests.conftest import start_search, stop_node, token_client, wait_for
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
@@ -58,11 +60,14 @@ def finished(api: APIClient, action_id: int, last_step: str | None = None) -> di
 
 
 def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-untyped-def]
-        watched, act, ray_cluster, operator, viewer) -> None:
+        watched, act, ray_cluster, operator, viewer, live_server_asgi, tmp_path) -> None:
     name = f"terminate-{uuid.uuid4().hex[:6]}"  # the Ray session's staging dirs hold others
     search = start_search(ray_cluster, watched, name, "terminate")
+    # This host's agent, as `serve` starts it: it sends the signals (raywatch never does).
+    agent = agent_of_this_host(live_server_asgi.url, tmp_path, node_ip=node_ip_address())
+    agent.__enter__()
     try:
-        hung = stuck(name, "hang")
+        hung = watched_by_agent(stuck(name, "hang"))
         # A viewer cannot act: refused (and audited) before anything is signalled.
         assert terminate(token_client(viewer), hung).status_code == 403
         # A page drawn before the process restarted: refused, never acted on blindly.
@@ -82,8 +87,9 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
         assert sum(r.json()["created"] for r in replies) == 1
         action = finished(api, replies[0].json()["action_id"], "errored")
         assert action["state"] == "succeeded", action
-        assert [s["step"] for s in action["steps"]] == ["requested", "signalled", "gone",
-                                                        "succeeded", "errored"]  # no force
+        assert [s["step"] for s in action["steps"]] == [
+            "requested", "agent_command", "agent_result", "signalled", "gone", "succeeded",
+            "errored"]  # no force
         assert not psutil.pid_exists(hung.pid)
         assert action["target"]["pid"] == hung.pid and action["username"] == "oscar-operator"
         assert action["reason"] == "hung in step 5"
@@ -97,11 +103,12 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
         assert not Incident.objects.filter(trial=ended, kind="trial_errored").exists()
 
         # A trial that ignores SIGTERM is forced after the grace period.
-        stubborn = stuck(name, "stubborn")
+        stubborn = watched_by_agent(stuck(name, "stubborn"))
         forced = finished(api, terminate(api, stubborn).json()["action_id"], "errored")
         assert forced["state"] == "succeeded", forced
-        assert [s["step"] for s in forced["steps"]] == ["requested", "signalled", "forced",
-                                                        "gone", "succeeded", "errored"]
+        assert [s["step"] for s in forced["steps"]] == [
+            "requested", "agent_command", "agent_result", "signalled", "forced",
+            "agent_command", "agent_result", "gone", "succeeded", "errored"]
         assert not psutil.pid_exists(stubborn.pid)
 
         # The rest of the search went on to the end.
@@ -114,8 +121,18 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
             (stubborn.trial_id, "succeeded"), (hung.trial_id, "succeeded"),
             (hung.trial_id, "refused"), (hung.trial_id, "refused")]  # stale, then the viewer
     finally:
+        agent.__exit__(None, None, None)
         if search.poll() is None:
             stop_node(search)
+
+
+def watched_by_agent(trial: Trial) -> Trial:
+    """The trial, once this host's agent has reported its process (a Ray worker)."""
+    from dashboard.agents.models import NodeProcess
+
+    wait_for(lambda: NodeProcess.objects.filter(pid=trial.pid).exclude(state="Z").exists(),
+             60, 0.3, f"this host's agent to report pid {trial.pid}")
+    return trial
 
 
 def test_a_trial_tune_retries_shows_as_retried(  # type: ignore[no-untyped-def]

@@ -44,7 +44,7 @@ from dashboard.incidents.trial_rules import (
 from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
-from dashboard.trials.runs import bind_runs
+from dashboard.trials.runs import bind_runs, waits_on_overdue_call
 from dashboard.trials.stacks import request_stack, stack_payload, stacks_of_stalls
 
 
@@ -110,16 +110,22 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
                            **agents.get(trial.pk, {}))
+        waits_on_call = False
         if trial_stalled(snapshot, th, now):
-            stalled.append(trial)
-            snapshot = with_activity(snapshot, activity_of(trial, now)
-                                     if len(stalled) <= PROBES_PER_POLL else TOO_MANY_STALLS)
+            waits_on_call = waits_on_overdue_call(trial)
+            if not waits_on_call:
+                stalled.append(trial)
+                snapshot = with_activity(snapshot, activity_of(trial, now) if len(stalled)
+                                         <= PROBES_PER_POLL else TOO_MANY_STALLS)
         found = evaluate_trial(snapshot, th, now)
+        if waits_on_call:  # call_overdue names the hang; looked at again each poll
+            found = [f for f in found if f.kind != "trial_stalled"]
         kept = held_while_unreachable(found, snapshot) \
             if awaits_ray(trial, unreachable, answered) else found
         findings.extend(kept)
         # Only a held error is looked at again each poll, not every trial of the cluster.
-        checks[trial.pk] = now if len(kept) < len(found) else next_check(snapshot, kept, th, now)
+        checks[trial.pk] = now if len(kept) < len(found) or waits_on_call else next_check(
+            snapshot, kept, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)

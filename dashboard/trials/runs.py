@@ -20,6 +20,7 @@ from django.conf import settings
 from collectors.hostinfo import node_ip_address
 from collectors.records import EASYR1, OPENRLHF, VERL
 from dashboard.cluster.models import Actor, Job, Node
+from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
 
 # The trainer actor's class per framework (the Ray names TaskRunner.run, Runner.run,
@@ -94,3 +95,19 @@ def run_address(run: Trial) -> str:
         return settings.NODE_IP or node_ip_address()
     return Node.objects.filter(cluster_id=run.experiment.cluster_id, hostname=named
                                ).values_list("node_ip", flat=True).first() or ""
+
+
+def waits_on_overdue_call(run: Trial) -> bool:
+    """An RL run whose trainer's Ray job has a call raywatch already calls overdue: the
+    run is silent because of that call (its trainer waits on it), and call_overdue names
+    it. One hang, one incident: the run's trial_stalled is not raised beside it."""
+    if not is_run(run) or not run.pid:
+        return False
+    nodes = Node.objects.filter(cluster_id=run.experiment.cluster_id, node_ip=run.node_ip
+                                ).values_list("node_id", flat=True)
+    job = Actor.objects.filter(cluster_id=run.experiment.cluster_id, pid=run.pid,
+                               state="ALIVE", node_id__in=list(nodes)
+                               ).values_list("job_id", flat=True).first()
+    return bool(job) and Incident.objects.filter(
+        kind="call_overdue", state=Incident.FIRING, cluster_id=run.experiment.cluster_id,
+        details__job_id=job).exists()
