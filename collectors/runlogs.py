@@ -22,12 +22,11 @@ from collectors.records import EASYR1, RESULT_JSON, TB_EVENTS, VERL
 from collectors.rootfiles import Root
 from collectors.runformats import step_seconds
 from collectors.tunelogs import (
-    MAX_INT,
     MAX_LINE_BYTES,
     FileCursor,
     TailResult,
     flatten_metrics,
-    loads_line,
+    object_with_count,
     tail_lines,
     tail_result_json,
     tail_tb_events,
@@ -71,16 +70,10 @@ def tail_run_jsonl(path: Path, cursor: FileCursor | None, trial_id: str, run_for
 def parse_run_line(raw: bytes, trial_id: str, run_format: str) -> dict[str, Any] | str:
     """One line of a verl (`{"step": N, "data": {...}}`) or EasyR1 (`{"step": N,
     "timing_s": {...}, ...}`) file logger -> a step's fields, or why it cannot be used."""
-    obj = loads_line(raw)
-    if isinstance(obj, str):
-        return obj
-    if not isinstance(obj, dict):
-        return "line is not a JSON object"
-    step = obj.get("step")
-    if not isinstance(step, int) or isinstance(step, bool):
-        return "line has no integer step"
-    if not -MAX_INT <= step <= MAX_INT:
-        return "line's step is out of range"
+    read = object_with_count(raw, "step")
+    if isinstance(read, str):
+        return read
+    obj, step = read
     if run_format == VERL:
         data = obj.get("data")
         if not isinstance(data, dict):

@@ -221,16 +221,10 @@ def _skip_long_line(handle: Any, position: int) -> int:
 
 def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] | str:
     """One result.json line -> its fields, or a short reason why it cannot be used."""
-    obj = loads_line(raw)
-    if isinstance(obj, str):
-        return obj
-    if not isinstance(obj, dict):
-        return "line is not a JSON object"
-    iteration = obj.get("training_iteration")
-    if not isinstance(iteration, int) or isinstance(iteration, bool):
-        return "line has no integer training_iteration"
-    if not -MAX_INT <= iteration <= MAX_INT:
-        return "line's training_iteration is out of range"
+    read = object_with_count(raw, "training_iteration")
+    if isinstance(read, str):
+        return read
+    obj, iteration = read
     trial_id = obj.get("trial_id") if isinstance(obj.get("trial_id"), str) else trial_id_hint
     if not trial_id:
         return "line has no trial_id"
@@ -241,6 +235,22 @@ def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] |
         "node_ip": _text(obj.get("node_ip")), "hostname": _text(obj.get("hostname")),
         "metrics": flatten_metrics(obj),
     }
+
+
+def object_with_count(raw: bytes, key: str) -> tuple[dict[str, Any], int] | str:
+    """A line that is a JSON object with an integer `key` in range (Tune's
+    training_iteration, an RL logger's step): the object and that count, or why not."""
+    obj = loads_line(raw)
+    if isinstance(obj, str):
+        return obj
+    if not isinstance(obj, dict):
+        return "line is not a JSON object"
+    count = obj.get(key)
+    if not isinstance(count, int) or isinstance(count, bool):
+        return f"line has no integer {key}"
+    if not -MAX_INT <= count <= MAX_INT:
+        return f"line's {key} is out of range"
+    return obj, count
 
 
 def loads_line(raw: bytes) -> Any:
