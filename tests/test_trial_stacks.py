@@ -23,13 +23,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from collectors.hostinfo import host_name
 from collectors.localray import free_port
-from collectors.procstat import this_host
 from dashboard.agents import tokens
 from dashboard.agents.models import NodeProcess
 from dashboard.cluster.models import Actor
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.incidents.models import Incident
+from dashboard.incidents.trial_rules import BUSY_PERCENT
 from dashboard.trials.models import Experiment, Trial, TrialStack
 from dashboard.trials.stacks import request_stack, stack_payload
 from tests.agents import agent_env, running_agent
@@ -73,8 +74,8 @@ def test_a_hung_trials_incident_shows_where_it_hangs_and_whether_it_is_busy(  # 
         viewer: User, tmp_path: Path) -> None:
     name = f"stacks-{uuid.uuid4().hex[:6]}"
     node_ip = ray_settings.gcs_address.rpartition(":")[0]
-    token = tokens.issue(this_host(), None, timezone.now(), node_ip)[1]
-    env = agent_env(live_server_asgi.url, token, tmp_path, this_host(), node_ip, gpus=1)
+    token = tokens.issue(host_name(), None, timezone.now(), node_ip)[1]
+    env = agent_env(live_server_asgi.url, token, tmp_path, host_name(), node_ip, gpus=1)
     search = start_search(ray_settings, watched, name, "stacks")
     try:
         with running_agent(env, tmp_path / "agent.log"):
@@ -84,7 +85,7 @@ def test_a_hung_trials_incident_shows_where_it_hangs_and_whether_it_is_busy(  # 
                                   "the stall's stack")
             stack = details["stack"]
             hung.refresh_from_db()  # first seen before its first result named its pid
-            assert stack["source"] == f"py-spy by the agent of {this_host()}", stack
+            assert stack["source"] == f"py-spy by the agent of {host_name()}", stack
             assert "trainable (" in stack["text"] and "search.py:" in stack["text"], stack["text"]
             assert stack["requested_by"] == "the stall detector"
             # Busy or idle, from the agent's process snapshot: it sleeps.
@@ -98,8 +99,9 @@ def test_a_hung_trials_incident_shows_where_it_hangs_and_whether_it_is_busy(  # 
                                   and d["busy"], "the spinning trial busy per the agent")
             # Its state stays S: ps's letter is the main thread's, and Tune runs a function
             # trainable in another thread. CPU % is what tells.
-            assert details["cpu_percent"] >= 10 and details["activity"].startswith("busy: CPU")
-            assert NodeProcess.objects.filter(node=this_host(), pid=hung.pid).exists()
+            assert details["cpu_percent"] >= BUSY_PERCENT
+            assert details["activity"].startswith("busy: CPU")
+            assert NodeProcess.objects.filter(node=host_name(), pid=hung.pid).exists()
 
         # The agent stopped: Ray's reporter tells busy from idle ...
         stall_where(spin, lambda d: d["activity_source"].startswith("Ray's reporter")
