@@ -118,12 +118,13 @@ def thread_running(threads: list[DumpThread], function: str) -> DumpThread | Non
     return next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
 
 
+RAY_GET = "ray.get on another call"  # followed to the call it waits for (gpus/detect.py)
 # What a thread waits on, told by the frames it waits in (innermost first). Each: the
 # kind, in words, and the parts of a frame (its function or file) that mean it.
 WAITS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("a collective (NCCL, gloo or torch.distributed)",
      ("torch/distributed/", "nccl", "gloo", "all_reduce", "all_gather", "barrier (")),
-    ("ray.get on another call", ("ray/_private/worker.py", "get_objects (", "ray/_raylet")),
+    (RAY_GET, ("ray/_private/worker.py", "get_objects (", "ray/_raylet")),
     ("a data-loader queue", ("torch/utils/data/", "multiprocessing/queues.py")),
     ("a lock or condition", ("threading.py", "acquire (", "wait (")),
     ("I/O", ("socket.py", "ssl.py", "selectors.py", "recv (", "read (", "select (")),

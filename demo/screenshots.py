@@ -75,7 +75,7 @@ def pages(page: Any) -> list[tuple[str, str, str]]:
                    "tr[data-trial-id]"),
                   ("trial", f"/trials/{trial['id']}/", ".js-plotly-plot")]
     if run := rl_run(page):  # the GRPO run, from its own EasyR1 log
-        shots.append(("run", f"/trials/{run['id']}/", "#last-phases tr[data-phase]"))
+        shots.append(("run", f"/trials/{run['id']}/", "#calls tr[data-call]"))
     if hung := next((i for i in api(page, "/api/alerts/?state=firing&page_size=200")
                      if i["kind"] == "call_overdue"), None):
         # The hung reward call: its stacks and the verdict they give.

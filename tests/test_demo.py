@@ -129,11 +129,13 @@ def login(page, demo: Demo) -> None:  # type: ignore[no-untyped-def]
 
 def shown_kinds(page) -> dict[str, dict]:  # type: ignore[no-untyped-def]
     """Each kind with a firing incident whose row the Alerts page shows: kind -> incident.
-    A trial's incident is the search's (the GRPO run, a trial too, stalls beside it)."""
+    A trial's incident is the search's, but for the GRPO run's overdue call (the run is a
+    trial too, and its hung call its incident)."""
     shown: dict[str, dict] = {}
     for incident in api(page, "/api/alerts/?state=firing&page_size=200"):
         row = page.locator(f'#alerts tr[data-incident="{incident["id"]}"]')
-        if incident["trial_id"] and incident["experiment"] != EXPERIMENT:
+        if incident["trial_id"] and incident["experiment"] != EXPERIMENT \
+                and incident["kind"] != "call_overdue":
             continue
         if incident["kind"] in KINDS and row.count() and row.is_visible():
             shown.setdefault(incident["kind"], incident)
@@ -229,6 +231,16 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         assert shown["trial_errored"]["trial_id"] == trials["error"]["trial_id"]
         assert "Evaluator" in shown["demand_infeasible"]["summary"]
         assert shown["call_overdue"]["details"]["call"] == "AutoRewardManager.compute_reward"
+        # The hung call is the GRPO run's: the run's page says so, and lists the call
+        # running now past its limit.
+        run_pk = wait_for(lambda: api(page, f"/api/alerts/{shown['call_overdue']['id']}/"
+                                      )["trial_pk"], 30, 2, "the hung call to be the run's")
+        page.goto(f"/trials/{run_pk}/")
+        expect(page.locator('[data-fact="health"]')).to_have_text("call overdue")
+        reward = page.locator("#calls tr[data-call]",
+                              has_text="AutoRewardManager.compute_reward")
+        expect(reward.locator("td.running")).to_have_class("running bad", timeout=10_000)
+        expect(page.locator("#incidents")).to_contain_text("call_overdue")
         orphan = shown["gpu_orphan_memory"]["details"]
         leftover = [p for p in psutil.Process(demo.process.pid).children(recursive=True)
                     if "demo.leftover" in " ".join(p.cmdline())]

@@ -5,8 +5,9 @@ once per step) whose
 reward call sleeps for ever from step 4 opens call_overdue within 60 s of the hang. It
 names `AutoRewardManager.compute_reward`, its actor, node and pid, where the step's logs
 would blame `adv`; the trainer's own never-ending `Runner.run` and the calls that keep
-finishing raise nothing. And Ray's list of running calls, pure: what a reply holds, when
-it was cut, and what Ray dropped."""
+finishing raise nothing. The node's agent reads the run's log (raywatch's host reads
+none): the incident is the run's, whose page lists the call running now. And Ray's list
+of running calls, pure: what a reply holds, when it was cut, and what Ray dropped."""
 
 from __future__ import annotations
 
@@ -20,17 +21,29 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from collectors.hostinfo import node_ip_address
+from collectors.hostinfo import host_name, node_ip_address
 from collectors.localray import LocalCluster
-from collectors.procstat import this_host
+from collectors.pystack import RAY_GET
 from collectors.raylists import calls_truncation, dropped_task_events
 from collectors.raystate import ClusterReply, parse_calls
 from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
 from dashboard.cluster.calls import dropped_lately
-from dashboard.cluster.models import Actor, CallStack, CallTiming, Cluster, Node, RayCall
+from dashboard.cluster.models import (
+    Actor,
+    CallStack,
+    CallTiming,
+    Cluster,
+    Node,
+    RayCall,
+    settings_cluster_pk,
+)
 from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.gpus.detect import thresholds, with_call_stacks
 from dashboard.incidents.models import Incident
+from dashboard.incidents.resource_rules import CallView, call_overdue
+from dashboard.trials.models import Trial
+from dashboard.trials.views_data import run_calls_payload, trial_payload
 from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
 
@@ -56,16 +69,20 @@ def start_run(cluster: LocalCluster, checkpoint_dir: Path, steps: int, hang_at: 
 def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped-def]
         settings, ray_settings, tmp_path, live_server_asgi) -> None:
     settings.EMBEDDED = True  # the stacks are taken by this process's pool, as on make run
+    settings.CENTRAL_LOGS = False  # raywatch's host reads no log: the node's agent does
     scheduler = EmbeddedScheduler(celery_app, {  # raywatch's own schedule and defaults
         name: settings.CELERY_BEAT_SCHEDULE[name]
-        for name in ("poll-ray-state", "detect-resources")})
+        for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
     scheduler.start()
-    run = start_run(ray_settings, tmp_path / "checkpoints" / "grpo", 40, HANG_AT)
-    # This host's agent, as `serve` starts it: it watches the run's Ray workers and takes
-    # their stacks.
-    _, token = tokens.issue(this_host(), None, timezone.now())
-    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, this_host(),
-                                    node_ip_address(), gpus=0), tmp_path / "agent.log")
+    checkpoints = tmp_path / "checkpoints"
+    run = start_run(ray_settings, checkpoints / "grpo", 40, HANG_AT)
+    # This host's agent, as `serve` starts it: it watches the run's Ray workers, takes
+    # their stacks and reads the run's log (EasyR1's experiment_log.jsonl).
+    _, token = tokens.issue(host_name(), None, timezone.now())
+    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
+                                    node_ip_address(), gpus=0,
+                                    RAYWATCH_LOG_DIRS=str(checkpoints)),
+                          tmp_path / "agent.log")
     agent.__enter__()
     try:
         hung = wait_for(lambda: _log_steps(tmp_path) >= HANG_AT - 1 and _reward_call(), 180, 0.5,
@@ -106,7 +123,23 @@ def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped
         assert hung_in.details["waits_on"] == "a sleep or a native call"
         assert f": hung in {hung_in.details['frame']}" in hung_in.summary, hung_in.summary
         assert "compute_reward" in hung_in.details["stack"]["text"]
-        assert stack.samples == 3 and stack.source == f"py-spy by the agent of {this_host()}"
+        assert stack.samples == 3 and stack.source == f"py-spy by the agent of {host_name()}"
+        # The hang is the run's: the GRPO run (read from its log by the agent, tied to its
+        # Runner actor) holds the incident, its health says so, and its page lists the
+        # call running now, past its limit. One hang, one incident: no trial_stalled.
+        grpo = Trial.objects.get(framework="easyr1")
+        assert grpo.pid == Actor.objects.get(class_name="Runner", state="ALIVE").pid
+        wait_for(lambda: Incident.objects.get(pk=incident.pk).trial_id == grpo.pk, 30, 1,
+                 "the incident to be the run's",
+                 explain=lambda: Incident.objects.values("trial_id", "experiment").get(
+                     pk=incident.pk))
+        assert trial_payload(grpo)["health_all"] == ["call overdue"]
+        [now] = [c for c in run_calls_payload(grpo) if c["name"] == REWARD]
+        assert now["task_id"] == hung.task_id and now["pid"] == reward.pid
+        assert now["overdue_after_s"] is not None
+        assert timezone.now() - timedelta(seconds=now["overdue_after_s"]) >= hung.first_seen_at
+        assert {c["name"] for c in run_calls_payload(grpo)} >= {"Runner.run", REWARD}
+        assert not Incident.objects.filter(kind="trial_stalled").exists()
     finally:
         agent.__exit__(None, None, None)
         scheduler.stop()
@@ -167,3 +200,43 @@ def test_a_list_is_cut_only_when_full_and_dropped_events_are_said_while_they_gro
     assert said.startswith("Ray dropped 300 task events lately (800 since its cluster started")
     assert dropped_lately(cluster, more, now + timedelta(seconds=300)) == [said]
     assert dropped_lately(cluster, more, now + timedelta(seconds=700)) == []
+
+
+@pytest.mark.django_db
+def test_a_call_hung_in_ray_get_names_the_call_it_waits_for(settings) -> None:  # type: ignore[no-untyped-def]
+    """A call hung in `ray.get` is followed to what it waits for: of its job's calls
+    running now, the one begun after it that has run longest (not one of another job, nor
+    one begun before it), with that call's process, age and, once in, its own verdict."""
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
+                        state=Node.ALIVE, last_seen_at=now)
+    began = now - timedelta(seconds=300)
+    for task_id, name, job, pid, after_s in (
+            ("runner", "Runner.run", "01", 100, -1000),  # began before: it waits on this one
+            ("gen", "WorkerDict.actor_rollout_generate_sequences", "01", 200, 0),
+            ("x", "Other.f", "02", 500, 0.5),  # another job's
+            ("engine", "vLLMEngine.generate", "01", 300, 1),
+            ("later", "WorkerDict.ping", "01", 400, 100)):
+        RayCall.objects.create(cluster=cluster, task_id=task_id, name=name, job_id=job,
+                               pid=pid, node_id="n1", kind="ACTOR_TASK",
+                               first_seen_at=began + timedelta(seconds=after_s))
+    for task_id, pid, waits_on, verdict in (
+            ("gen", 200, RAY_GET, "hung in generate_sequences (w.py:9), waiting on "
+             f"{RAY_GET}: 3 stacks unchanged, CPU 0%, no GPU"),
+            ("engine", 300, "a lock or condition", "hung in generate (engine.py:42), "
+             "waiting on a lock or condition: 3 stacks unchanged, CPU 0%, no GPU")):
+        CallStack.objects.create(cluster=cluster, task_id=task_id, name="", pid=pid,
+                                 node_ip="10.0.0.5", requested_at=now, taken_at=now,
+                                 state=CallStack.TAKEN, samples=3, hung=True,
+                                 waits_on=waits_on, verdict=verdict)
+    view = CallView(task_id="gen", name="WorkerDict.actor_rollout_generate_sequences",
+                    kind="ACTOR_TASK", running_since=began, usual_s=3.0, job_id="01",
+                    node_ip="10.0.0.5", pid=200)
+    finding = call_overdue(view, thresholds(), now)
+    [shown] = with_call_stacks(cluster.pk, [(view, finding)], now)
+    assert shown.summary.endswith(
+        "; it waits on vLLMEngine.generate (pid 300 on 10.0.0.5, running 4 min), which is "
+        "hung in generate (engine.py:42), waiting on a lock or condition: 3 stacks "
+        "unchanged, CPU 0%, no GPU"), shown.summary
+    assert (shown.details["root"]["task_id"], shown.details["root"]["pid"]) == ("engine", 300)

@@ -13,9 +13,10 @@ from django.utils import timezone
 from dashboard.celery import app as celery_app
 from dashboard.cluster.models import Actor, Cluster, Node, settings_cluster_pk
 from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.gpus.owners import owners_on_hosts
 from dashboard.trials.models import Experiment, Trial
-from dashboard.trials.runs import bind
-from tests.conftest import stop_node, wait_for
+from dashboard.trials.runs import bind, runs_by_job
+from tests.conftest import mark_ray_current, stop_node, wait_for
 from tests.test_ray_calls import start_run
 
 pytestmark = pytest.mark.both_backends
@@ -79,3 +80,32 @@ def test_two_live_trainers_on_one_node_are_not_told_apart() -> None:
                    state="ALIVE", first_seen_at=now, updated_at=now)
     bind(other, {(cluster.pk, "10.0.0.5"): [runner]}, {(cluster.pk, "n1"): node})
     assert other.pid is None
+
+
+@pytest.mark.django_db
+def test_a_runs_gpus_are_the_runs() -> None:
+    """A GPU held by an actor of the job a run's trainer drives (verl's WorkerDict) is the
+    run's: its tile names the run and links its page, and the run's GPUs are watched as a
+    trial's (idle during a step). An actor of another job stays an actor."""
+    now = timezone.now()
+    mark_ray_current()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
+                                           paths=["/data/verl_demo"])
+    run = Trial.objects.create(experiment=experiment, trial_id="exp1", framework="verl",
+                               attempt=1, pid=100, node_ip="10.0.0.5", status=Trial.RUNNING)
+    Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
+                        state=Node.ALIVE, last_seen_at=now)
+    for actor_id, cls, pid, job in (("t", "TaskRunner", 100, "01000000"),
+                                    ("w", "WorkerDict", 200, "01000000"),
+                                    ("x", "WorkerDict", 300, "02000000")):
+        Actor.objects.create(cluster=cluster, actor_id=actor_id, class_name=cls, pid=pid,
+                             node_id="n1", job_id=job, state="ALIVE", first_seen_at=now,
+                             updated_at=now)
+    owners = owners_on_hosts({"10.0.0.5": {200: [], 300: []}}, now)["10.0.0.5"]
+    assert (owners[200].kind, owners[200].trial_id) == ("trial", "exp1")
+    assert owners[200].label == "actor WorkerDict of run exp1 (verl_demo)"
+    assert owners[200].url == f"/trials/{run.pk}/"
+    assert (owners[300].kind, owners[300].trial_id) == ("actor", None)
+    assert runs_by_job({(cluster.pk, "01000000"), (cluster.pk, "02000000")}) == {
+        (cluster.pk, "01000000"): run}

@@ -20,8 +20,8 @@ from django.db import transaction
 from collectors.raylists import dropped_task_events
 from collectors.records import CallRecord
 from dashboard.cluster.models import CallTiming, Cluster, RayCall
-from dashboard.cluster.views_data import jobs_payload
-from dashboard.core.push import JOBS_GROUP, publish
+from dashboard.cluster.views_data import calls_payload, jobs_payload
+from dashboard.core.push import JOBS_GROUP, job_group, publish
 
 # cluster pk -> (Ray's count of dropped task events, the count before it last grew, when)
 _dropped: dict[int, tuple[int, int, datetime | None]] = {}
@@ -45,8 +45,10 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
         existing = {(task, attempt): pk for pk, task, attempt in
                     rows.values_list("pk", "task_id", "attempt")}
         gone = [pk for key, pk in existing.items() if key not in incoming]
+        ended: list[RayCall] = []
         if gone:
-            ended = list(RayCall.objects.filter(pk__in=gone).only("name", "first_seen_at"))
+            ended = list(RayCall.objects.filter(pk__in=gone).only("name", "first_seen_at",
+                                                                   "job_id"))
             if complete and not new_session:
                 learn(cluster, ended, now, previous_poll or now)
             RayCall.objects.filter(pk__in=gone).delete()
@@ -58,6 +60,11 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
         RayCall.objects.bulk_create(new, batch_size=1000)
         if new or gone:  # the Jobs page lists the calls (their clocks tick there)
             publish(JOBS_GROUP, "jobs", jobs_payload)
+        # and the page of the run each job's trainer drives lists its job's calls
+        for job_id in {c.job_id for c in (*new, *ended)}:
+            if job_id:
+                key = (cluster.pk, job_id)
+                publish(job_group(*key), "calls", lambda key=key: calls_payload(job=key))
 
 
 def halfway(previous: datetime | None, now: datetime) -> datetime:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from dashboard.cluster.models import CallStack
+from dashboard.cluster.models import CallStack, RayCall
 from dashboard.core.background import send_soon
 
 log = logging.getLogger(__name__)
@@ -53,3 +53,25 @@ def request_stacks(cluster_id: int, calls: list[tuple[str, str, int | None, str]
                     node_ip or "an unknown node")
         asked += 1
     return asked
+
+
+
+def awaited_calls(cluster_id: int, task_ids: list[str]) -> dict[str, RayCall]:
+    """The call each of these calls waits for in `ray.get`, by task id: of its job's
+    calls running now, the one that began after it (a call waits on calls it started,
+    or that started after it) and has run longest. A guess Ray's lists cannot confirm
+    (they do not say who waits on which object), said as such where it is shown."""
+    calls = list(RayCall.objects.filter(cluster_id=cluster_id, task_id__in=task_ids))
+    if not calls:
+        return {}
+    jobs = {c.job_id for c in calls if c.job_id}
+    running = list(RayCall.objects.filter(cluster_id=cluster_id, job_id__in=jobs)
+                   .order_by("first_seen_at", "id"))
+    found = {}
+    for call in calls:
+        after = next((r for r in running if r.job_id == call.job_id and r.pk != call.pk
+                      and r.first_seen_at >= call.first_seen_at
+                      and (r.pid, r.node_id) != (call.pid, call.node_id)), None)
+        if after is not None:
+            found[call.task_id] = after
+    return found

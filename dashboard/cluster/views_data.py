@@ -222,14 +222,17 @@ def call_places(calls: list[RayCall]) -> tuple[dict[str, str], dict[str, str]]:
     return nodes, actors
 
 
-def calls_payload(cluster: str | None = None) -> list[dict[str, Any]]:
-    """The Ray calls running now (of the cluster named `cluster`, else every cluster's):
-    the CALLS_SHOWN that have run longest, the furthest past their usual duration first.
-    What each step of a run is doing while its metrics wait for the step's end. `since`
-    is when raywatch first saw it run."""
+def calls_payload(cluster: str | None = None, *, job: tuple[int, str] | None = None
+                  ) -> list[dict[str, Any]]:
+    """The Ray calls running now (of the cluster named `cluster`, or of `job`: (cluster
+    pk, job id), else every cluster's): the CALLS_SHOWN that have run longest, the
+    furthest past their usual duration first. What each step of a run is doing while its
+    metrics wait for the step's end. `since` is when raywatch first saw it run."""
     calls = RayCall.objects.select_related("cluster").order_by("first_seen_at", "id")
     if cluster:
         calls = calls.filter(cluster__name=cluster)
+    if job is not None:
+        calls = calls.filter(cluster_id=job[0], job_id=job[1])
     calls = list(calls[:CALLS_SHOWN])
     timings = {(t.cluster_id, t.name): CallTiming.usual(t.durations)
                for t in CallTiming.objects.filter(name__in={c.name for c in calls})}

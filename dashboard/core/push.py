@@ -41,6 +41,11 @@ def trial_group(pk: int) -> str:
     return f"trial-{pk}"
 
 
+def job_group(cluster_pk: int, job_id: str) -> str:
+    """A Ray job's running calls: the page of the RL run whose trainer is in the job."""
+    return f"job-{cluster_pk}-{job_id[:64]}"
+
+
 def user_group(pk: int) -> str:
     """Every socket of one user: told to check again that it may stay open."""
     return f"user-{pk}"

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.conf import settings
 
-from dashboard.cluster.callstacks import request_stacks
+from collectors.pystack import RAY_GET
+from dashboard.cluster.callstacks import awaited_calls, request_stacks
 from dashboard.cluster.models import CallTiming, Cluster, Demand, Job, Node, RayCall
 from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
@@ -38,6 +39,8 @@ from dashboard.incidents.resource_rules import (
 )
 from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import Trial
+from dashboard.trials.push import push_trials
+from dashboard.trials.runs import runs_by_job
 from dashboard.trials.views_data import running_trials_by_process
 
 
@@ -76,7 +79,12 @@ def evaluate_resources(now: datetime) -> dict[str, int]:
     result = sync_findings(rules.GPU_KINDS, findings, now, context)
     if ray_is_current(now):
         ray_findings, ray_context = _ray_findings(gpus, views, procs, owner_of, th, now)
-        ray_result = sync_findings(rules.RAY_KINDS, ray_findings, now, ray_context)
+        touched: set[str] = set()
+        ray_result = sync_findings(rules.RAY_KINDS, ray_findings, now, ray_context,
+                                   touched=touched)
+        push_trials(Incident.objects.filter(  # a run's overdue call: its page shows it
+            kind__in=rules.RAY_KINDS, subject__in=touched, trial__isnull=False
+        ).values_list("trial_id", flat=True).distinct())
         result = {k: result[k] + ray_result[k] for k in result}
     return result
 
@@ -187,6 +195,13 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
         if finding := rules.call_overdue(view, th, now):
             overdue[cluster_id].append((view, replace(finding, cluster_id=cluster_id)))
             context[finding.subject] = {"node_ip": view.node_ip}
+    # An RL run's overdue call is its run's incident: the run page lists it, its health
+    # and its experiment's alerts say so.
+    runs = runs_by_job({(c, v.job_id) for c, found in overdue.items() for v, _ in found})
+    for cluster_id, found in overdue.items():
+        for view, finding in found:
+            if run := runs.get((cluster_id, view.job_id)):
+                context[finding.subject] |= {"trial": run, "experiment": run.experiment.name}
     for cluster_id, found in overdue.items():
         findings += with_call_stacks(cluster_id, found, now)
     return findings, context
@@ -199,6 +214,8 @@ def with_call_stacks(cluster_id: int, found: list[tuple[CallView, Finding]], now
     are in, the verdict in its summary: hung in a frame, or slow and busy there."""
     request_stacks(cluster_id, [(v.task_id, v.name, v.pid, v.node_ip) for v, _ in found], now)
     stacks = call_stacks(cluster_id, [v.task_id for v, _ in found])
+    roots = awaited_calls(cluster_id, [t for t, row in stacks.items()
+                                       if row.hung and row.waits_on == RAY_GET])
     shown = []
     for view, finding in found:
         row = stacks.get(view.task_id)
@@ -206,10 +223,35 @@ def with_call_stacks(cluster_id: int, found: list[tuple[CallView, Finding]], now
             shown.append(finding)
             continue
         summary = f"{finding.summary}: {row.verdict}" if row.verdict else finding.summary
-        shown.append(replace(finding, summary=summary, details={
-            **finding.details, "stack": call_stack_payload(row),
-            "hung": row.hung, "frame": row.frame, "waits_on": row.waits_on}))
+        details = {**finding.details, "stack": call_stack_payload(row),
+                   "hung": row.hung, "frame": row.frame, "waits_on": row.waits_on}
+        if root := roots.get(view.task_id):
+            words, details["root"] = root_call(cluster_id, root, now)
+            summary = f"{summary}; {words}"
+        shown.append(replace(finding, summary=summary, details=details))
     return shown
+
+
+def root_call(cluster_id: int, root: RayCall, now: datetime) -> tuple[str, dict[str, Any]]:
+    """What a call hung in `ray.get` waits for (dashboard.cluster.callstacks.awaited_calls),
+    in words and as details: the call, its process, how long it has run and, once its own
+    stacks are in (asked here), where it is."""
+    nodes, actors = call_places([root])
+    node_ip = nodes.get(root.node_id, "")
+    request_stacks(cluster_id, [(root.task_id, root.name, root.pid, node_ip)], now)
+    stack = call_stacks(cluster_id, [root.task_id]).get(root.task_id)
+    ran = (now - root.first_seen_at).total_seconds()
+    where = f"pid {root.pid} on {node_ip or 'an unknown node'}" if root.pid else \
+        f"on {node_ip or 'an unknown node'}"
+    words = f"it waits on {root.name} ({where}, running {rules.spoken(ran)})"
+    if stack is not None and stack.verdict:
+        words += f", which is {stack.verdict}"
+    return words, {"task_id": root.task_id, "call": root.name, "pid": root.pid,
+                   "node_ip": node_ip, "actor": actors.get(root.actor_id, ""),
+                   "running_s": round(ran), "verdict": stack.verdict if stack else "",
+                   "stack": call_stack_payload(stack),
+                   "how": "the longest-running call of its job begun after it (Ray does not "
+                          "say which call a ray.get waits for)"}
 
 
 def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, int]]:

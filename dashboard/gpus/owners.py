@@ -1,5 +1,6 @@
-"""Who holds a GPU: join a GPU process (node, pid) to a Tune trial, a Ray actor, a
-Ray job's driver or another Ray worker. A process that belongs to no live Ray
+"""Who holds a GPU: join a GPU process (node, pid) to a Tune trial, an RL run (an actor
+of the job its trainer drives: verl's WorkerDict, say), a Ray actor, a Ray job's driver
+or another Ray worker. A process that belongs to no live Ray
 worker, or to an actor that is dead, is an orphan: it holds memory nobody uses.
 
 Nodes are joined on IP: NVML sees a host, and every Ray node on that host
@@ -18,6 +19,7 @@ from django.urls import reverse
 from dashboard.cluster.models import Actor, Job, Node, Worker
 from dashboard.cluster.state import ray_is_current
 from dashboard.trials.models import Trial
+from dashboard.trials.runs import runs_by_job
 
 TRIAL, ACTOR, JOB, WORKER, ORPHAN, UNKNOWN = (
     "trial", "actor", "job", "worker", "orphan", "unknown")
@@ -74,6 +76,9 @@ class _RayIndex:
             key = (ip_of[actor.node_id], actor.pid)
             if actor.state != "DEAD" or key not in self.actors:
                 self.actors.setdefault(key, actor)
+        # An RL run's workers are the live actors of its trainer's job.
+        self.runs = runs_by_job({(a.cluster_id, a.job_id) for a in self.actors.values()
+                                 if a.state != "DEAD" and a.job_id})
         self.workers = {(ip_of[w.node_id], w.pid): w for w in Worker.objects.filter(
             node_id__in=list(ip_of), pid__in=pids)}
         self.jobs = {(j.driver_node_ip, j.driver_pid): j for j in Job.objects.filter(
@@ -102,6 +107,8 @@ class _RayIndex:
         actor = self.actors.get((ip, pid))
         trial = self.trials.get((ip, pid))
         if actor is not None and actor.state != "DEAD":
+            if trial is None:
+                trial = self.runs.get((actor.cluster_id, actor.job_id))
             return _trial_owner(trial, actor) if trial else _actor_owner(actor)
         job = self.jobs.get((ip, pid))
         if job is not None:
@@ -120,7 +127,10 @@ def _worker_label(worker_type: str) -> str:
 
 
 def _trial_owner(trial: Trial, actor: Actor) -> Owner:
-    return Owner(TRIAL, f"trial {trial.trial_id} ({trial.experiment.name})",
+    """A Tune trial's own actor, or an actor of an RL run's job (named with the run)."""
+    label = f"trial {trial.trial_id} ({trial.experiment.name})" if trial.pid == actor.pid \
+        else f"actor {actor.label} of run {trial.trial_id} ({trial.experiment.name})"
+    return Owner(TRIAL, label,
                  url=reverse("trial", args=[trial.pk]), actor_id=actor.actor_id,
                  job_id=actor.job_id or None, trial_id=trial.trial_id)
 

@@ -136,7 +136,8 @@ class CallView:
     pid: int | None = None
 
 
-def _for(seconds: float) -> str:
+def spoken(seconds: float) -> str:
+    """A duration as an alert says it: "45 s", "12 min", "3.5 h"."""
     seconds = int(seconds)
     if seconds < 120:
         return f"{seconds} s"
@@ -161,7 +162,7 @@ def gpu_idle_during_step(work: WorkView, th: ResourceThresholds, now: datetime
     step = f" while step {work.step} is in progress" if work.step else " while it runs"
     return Finding(
         "gpu_idle_during_step", work.subject, "warning",
-        f"{work.label}: GPUs under {th.idle_gpu_percent:g}% for {_for(idle_s)}{step} ({where})",
+        f"{work.label}: GPUs under {th.idle_gpu_percent:g}% for {spoken(idle_s)}{step} ({where})",
         {"gpus": [g.uuid for g in work.gpus], "idle_for_s": round(idle_s),
          "step": work.step, "idle_since": idle_from.isoformat(),
          "last_result_at": work.last_result_at.isoformat() if work.last_result_at else None},
@@ -193,7 +194,7 @@ def gpu_memory_high(gpu: GpuView, th: ResourceThresholds, now: datetime) -> Find
     percent = 100 * gpu.memory_used / gpu.memory_total
     return Finding(
         "gpu_memory_high", gpu.subject, "warning",
-        f"{gpu.where} memory {percent:.1f}% full for {_for(held_s)}: "
+        f"{gpu.where} memory {percent:.1f}% full for {spoken(held_s)}: "
         "the next start on it may run out of memory",
         {"gpu": gpu.uuid, "percent": round(percent, 1), "for_s": round(held_s)},
     )
@@ -245,11 +246,11 @@ def demand_waiting(demand: DemandView, th: ResourceThresholds, now: datetime
     what = f"{demand.kind.replace('_', ' ')} {demand.name or demand.key}"
     if not demand.feasible:
         return Finding("demand_infeasible", f"demand:{demand.kind}:{demand.key}", "critical",
-                       f"{what} has waited {_for(waited)} for {count}{asks}, which no node can "
+                       f"{what} has waited {spoken(waited)} for {count}{asks}, which no node can "
                        f"ever fit: {demand.explanation}",
                        {"waited_s": round(waited), "bundles": list(demand.bundles)})
     return Finding("demand_pending", f"demand:{demand.kind}:{demand.key}", "warning",
-                   f"{what} has waited {_for(waited)} for {count}{asks}: {demand.explanation}",
+                   f"{what} has waited {spoken(waited)} for {count}{asks}: {demand.explanation}",
                    {"waited_s": round(waited), "bundles": list(demand.bundles),
                     "blockers": list(demand.blockers)})
 
@@ -303,7 +304,7 @@ def call_overdue(call: CallView, th: ResourceThresholds, now: datetime) -> Findi
     actor = f" of actor {named}" if call.actor_id and not call.name.startswith(
         f"{named}.") else ""
     return Finding("call_overdue", f"call:{call.task_id}", "critical",
-                   f"{call.name}{actor} has run {_for(ran)}, usually {_for(call.usual_s)} "
+                   f"{call.name}{actor} has run {spoken(ran)}, usually {spoken(call.usual_s)} "
                    f"({where})",
                    {"call": call.name, "task_id": call.task_id, "kind": call.kind,
                     "running_s": round(ran), "usual_s": round(call.usual_s, 1),

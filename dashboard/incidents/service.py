@@ -58,7 +58,8 @@ def sync_findings(kinds: Iterable[str], findings: Iterable[Finding], now: dateti
                 opened += _open(finding, now, key[0], context.get(finding.subject, {}))
         escalated = 0
         for incident, finding in changed:
-            escalated += _update(incident, finding, now, last_events.get(incident.pk))
+            escalated += _update(incident, finding, now, last_events.get(incident.pk),
+                                 context.get(finding.subject, {}))
             updated += 1
         for key, incident in firing.items():
             if key not in found:
@@ -117,12 +118,18 @@ def _open(finding: Finding, now: datetime, cluster_id: int, extra: dict[str, Any
 
 
 def _update(incident: Incident, finding: Finding, now: datetime,
-            last_event_at: datetime | None) -> bool:
-    """True when the incident escalated (which notifies)."""
+            last_event_at: datetime | None, extra: dict[str, Any]) -> bool:
+    """True when the incident escalated (which notifies). An incident opened before its
+    trial was known (an RL run's overdue call, before the run was tied to its trainer)
+    takes its trial now."""
     before = incident.severity
     incident.summary, incident.details = finding.summary, finding.details
     incident.severity, incident.updated_at = finding.severity, now
-    incident.save(update_fields=["summary", "details", "severity", "updated_at"])
+    fields = ["summary", "details", "severity", "updated_at"]
+    if incident.trial_id is None and extra.get("trial") is not None:
+        incident.trial, incident.experiment = extra["trial"], extra.get("experiment", "")
+        fields += ["trial", "experiment"]
+    incident.save(update_fields=fields)
     if severity_rank(finding.severity) > severity_rank(before):
         record(incident, IncidentEvent.ESCALATED, now,
                f"{before} → {finding.severity}: {finding.summary}")

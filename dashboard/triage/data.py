@@ -16,14 +16,8 @@ from dashboard.core.health import health_payload
 from dashboard.gpus.views_data import gpu_payload, gpus_in
 from dashboard.incidents.models import SEVERITIES, Incident
 from dashboard.trials.models import Trial
+from dashboard.trials.serializers import HEALTH_NAMES, HEALTH_ORDER
 
-# Incident kinds about one trial, in the order an operator reads them.
-TRIAL_PROBLEMS = {
-    "trial_stalled": "stalled",
-    "step_time_regression": "slow",
-    "trial_process_gone": "gone",
-    "trial_errored": "errored",
-}
 GPU_ATTENTION = ("orphan", "hardware", "idle", "hot", "stale")  # worst first
 FIRING_SHOWN = 50
 
@@ -81,18 +75,17 @@ def _unhealthy_trials(firing: list[Incident], now: datetime) -> list[dict[str, A
     by_trial: dict[int, list[Incident]] = defaultdict(list)
     trials: dict[int, Trial] = {}
     for incident in firing:
-        if incident.kind in TRIAL_PROBLEMS and incident.trial is not None:
+        if incident.kind in HEALTH_NAMES and incident.trial is not None:
             by_trial[incident.trial.pk].append(incident)
             trials[incident.trial.pk] = incident.trial
-    order = list(TRIAL_PROBLEMS)
     rows = []
     for pk, incidents in by_trial.items():
         trial = trials[pk]
-        incidents.sort(key=lambda i: order.index(i.kind))
+        incidents.sort(key=lambda i: HEALTH_ORDER.index(i.kind))
         since = min(i.opened_at for i in incidents)
         rows.append({
             "trial_id": trial.trial_id, "experiment": trial.experiment.name,
-            "status": trial.status, "problems": [TRIAL_PROBLEMS[i.kind] for i in incidents],
+            "status": trial.status, "problems": [HEALTH_NAMES[i.kind] for i in incidents],
             "summary": incidents[0].summary, "since_s": _age_s(since, now),
             "silent_s": _age_s(trial.last_ingested_at, now) if trial.status == "RUNNING"
             else None,
@@ -100,7 +93,7 @@ def _unhealthy_trials(firing: list[Incident], now: datetime) -> list[dict[str, A
             "url": reverse("trial", args=[pk]),
             "incident_url": reverse("incident", args=[incidents[0].pk]),
         })
-    labels = list(TRIAL_PROBLEMS.values())
+    labels = [HEALTH_NAMES[k] for k in HEALTH_ORDER]
     rows.sort(key=lambda r: (labels.index(r["problems"][0]), -(r["since_s"] or 0)))
     return rows
 

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from channels.db import database_sync_to_async
+
 from dashboard.core.consumers import LiveConsumer
-from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, trial_group
+from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, job_group, trial_group
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.objective import objective_of
 from dashboard.trials.stacks import latest_stack, stack_payload
@@ -12,6 +14,8 @@ from dashboard.trials.views_data import (
     experiments_payload,
     incidents_payload,
     results_payload,
+    run_calls_payload,
+    run_job,
     trial_payload,
 )
 
@@ -60,8 +64,24 @@ class ExperimentConsumer(LiveConsumer):
 
 
 class TrialConsumer(LiveConsumer):
+    """A trial's page; an RL run's also hears its trainer's job's calls (what its step
+    is doing now), as the job was when the socket opened (a run that binds later shows
+    them from its next reconnect or reload)."""
+
+    job_topics: tuple[str, ...] = ()
+
     def page_topics(self) -> tuple[str, ...]:
-        return (trial_group(int(self.url_kwarg("pk"))),)
+        return (trial_group(int(self.url_kwarg("pk"))), *self.job_topics)
+
+    async def join_groups(self) -> None:
+        self.job_topics = await database_sync_to_async(self._job_topics)()
+        await super().join_groups()
+
+    def _job_topics(self) -> tuple[str, ...]:
+        trial = Trial.objects.select_related("experiment").filter(
+            pk=int(self.url_kwarg("pk"))).first()
+        job = run_job(trial) if trial is not None else None
+        return (job_group(*job),) if job else ()
 
     def page_snapshot(self) -> dict[str, Any]:
         trial = Trial.objects.select_related("experiment").filter(
@@ -71,4 +91,5 @@ class TrialConsumer(LiveConsumer):
         # "results" replaces what the page holds: nothing is missed across a reconnect.
         return {"trial": trial_payload(trial), "results": results_payload(trial),
                 "stack": stack_payload(latest_stack(trial)),
-                "incidents": incidents_payload([trial.pk])[trial.pk]}
+                "incidents": incidents_payload([trial.pk])[trial.pk],
+                **({"calls": calls} if (calls := run_calls_payload(trial)) is not None else {})}

@@ -81,6 +81,17 @@ def _push_trials(pks: set[int], evaluated: set[int]) -> None:
             publish(trial_group(pk), "incidents", incidents)
 
 
+def push_trials(pks: Iterable[int]) -> None:
+    """The rows and incident lists of these trials to their pages, and the experiments
+    list: after an incident of theirs that another detector keeps (an RL run's overdue
+    call, dashboard/gpus/detect.py) opened, changed or resolved."""
+    pks = set(pks)
+    if pks:
+        with transaction.atomic(), batch():
+            _push_trials(pks, pks)
+            push_experiments()
+
+
 def push_points(stats: IngestStats) -> None:
     """Send the new points stored so far to their trials' pages, and forget them: called
     after each stored batch of a poll (ingest.py), so that a first ingest, which stores

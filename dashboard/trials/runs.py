@@ -97,17 +97,50 @@ def run_address(run: Trial) -> str:
                                ).values_list("node_ip", flat=True).first() or ""
 
 
+def trainer_job(run: Trial) -> str:
+    """The Ray job of the run's live trainer actor (its pid on its node), or "": the job
+    whose calls are the run's steps."""
+    if not is_run(run) or not run.pid:
+        return ""
+    nodes = Node.objects.filter(cluster_id=run.experiment.cluster_id, node_ip=run.node_ip
+                                ).values_list("node_id", flat=True)
+    return Actor.objects.filter(cluster_id=run.experiment.cluster_id, pid=run.pid,
+                                state="ALIVE", node_id__in=list(nodes)
+                                ).values_list("job_id", flat=True).first() or ""
+
+
+def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
+    """The bound runs whose live trainer actors are in these (cluster pk, job id): whose
+    steps those jobs' calls are. An overdue call of one is its run's incident (the run
+    page lists it, its health says so)."""
+    jobs = {(c, j) for c, j in jobs if j}
+    if not jobs:
+        return {}
+    clusters = {c for c, _ in jobs}
+    names = {name for group in TRAINERS.values() for name in group}
+    trainers = [(a.cluster_id, a.node_id, a.pid, a.job_id) for a in Actor.objects.filter(
+        cluster_id__in=clusters, job_id__in={j for _, j in jobs}, state="ALIVE",
+        pid__isnull=False, class_name__in=names) if (a.cluster_id, a.job_id) in jobs]
+    if not trainers:
+        return {}
+    ips = {(n.cluster_id, n.node_id): n.node_ip for n in Node.objects.filter(
+        cluster_id__in=clusters, node_id__in={t[1] for t in trainers})}
+    runs = {(t.experiment.cluster_id, t.node_ip, t.pid): t for t in Trial.objects.filter(
+        experiment__cluster_id__in=clusters, pid__in={t[2] for t in trainers},
+        framework__in=list(TRAINERS)).select_related("experiment")}
+    found = {}
+    for cluster_id, node_id, pid, job_id in trainers:
+        run = runs.get((cluster_id, ips.get((cluster_id, node_id), ""), pid))
+        if run is not None:
+            found[(cluster_id, job_id)] = run
+    return found
+
+
 def waits_on_overdue_call(run: Trial) -> bool:
     """An RL run whose trainer's Ray job has a call raywatch already calls overdue: the
     run is silent because of that call (its trainer waits on it), and call_overdue names
     it. One hang, one incident: the run's trial_stalled is not raised beside it."""
-    if not is_run(run) or not run.pid:
-        return False
-    nodes = Node.objects.filter(cluster_id=run.experiment.cluster_id, node_ip=run.node_ip
-                                ).values_list("node_id", flat=True)
-    job = Actor.objects.filter(cluster_id=run.experiment.cluster_id, pid=run.pid,
-                               state="ALIVE", node_id__in=list(nodes)
-                               ).values_list("job_id", flat=True).first()
+    job = trainer_job(run)
     return bool(job) and Incident.objects.filter(
         kind="call_overdue", state=Incident.FIRING, cluster_id=run.experiment.cluster_id,
         details__job_id=job).exists()

@@ -9,9 +9,14 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
 from dashboard.trials.objective import Objective, best, objective_of, objectives_by_experiment
 
-# A trial's health is its worst firing incident, in this order.
-HEALTH_ORDER = ("trial_process_gone", "trial_stalled", "trial_errored", "step_time_regression")
-HEALTH_NAMES = {"trial_process_gone": "process gone", "trial_stalled": "stalled",
+# A trial's health is its worst firing incident, in this order (its page, the experiment's
+# table, the home page's triage).
+# call_overdue: an RL run's step waits on a Ray call past its usual time (gpus/detect.py
+# ties the incident to the run).
+HEALTH_ORDER = ("trial_process_gone", "call_overdue", "trial_stalled", "trial_errored",
+                "step_time_regression")
+HEALTH_NAMES = {"trial_process_gone": "process gone", "call_overdue": "call overdue",
+                "trial_stalled": "stalled",
                 "trial_errored": "errored", "step_time_regression": "slow"}
 
 
@@ -32,7 +37,8 @@ class TrialSerializer(serializers.ModelSerializer):
     experiment_id = serializers.IntegerField()
     last_result_at = serializers.DateTimeField(allow_null=True)
     health = serializers.SerializerMethodField(
-        help_text="the worst firing incident: process gone, stalled, errored, slow; or ok")
+        help_text="the worst firing incident: process gone, call overdue (an RL run's), "
+        "stalled, errored, slow; or ok")
     health_all = serializers.SerializerMethodField(
         help_text="every firing incident of the trial, worst first (e.g. stalled, slow)")
     best_value = serializers.SerializerMethodField(

@@ -19,6 +19,7 @@ from dashboard.trials.views_data import (
     incidents_payload,
     jsonable,
     results_payload,
+    run_calls_payload,
     trial_payload,
 )
 
@@ -59,6 +60,7 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
                       "timing_keys": settings.TIMING_KEYS,
                       "not_a_phase": NOT_A_PHASE,
                       "stack": stack_payload(latest_stack(trial)),
+                      "calls": run_calls_payload(trial),
                       "incidents": incidents_payload([trial.pk])[trial.pk],
                       "objective": objective_of(trial.experiment, trial.metric_range).as_dict(),
                       "server_now": timezone.now().isoformat(),

@@ -12,8 +12,10 @@ from django.urls import reverse
 from rest_framework.utils.encoders import JSONEncoder
 
 from dashboard.cluster.models import Cluster
+from dashboard.cluster.views_data import calls_payload
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
+from dashboard.trials.runs import is_run, trainer_job
 from dashboard.trials.serializers import (
     ExperimentSerializer,
     StepResultSerializer,
@@ -55,6 +57,22 @@ def experiments_payload(cluster: str | None = None) -> list[dict[str, Any]]:
 
 def trial_payload(trial: Trial) -> dict[str, Any]:
     return jsonable(trial_rows([trial])[0])
+
+
+def run_job(trial: Trial) -> tuple[int, str] | None:
+    """An RL run's trainer's Ray job (cluster pk, job id), whose calls are its steps; None
+    for a Tune trial, or a run not tied to a live trainer."""
+    job = trainer_job(trial) if is_run(trial) else ""
+    return (trial.experiment.cluster_id, job) if job else None
+
+
+def run_calls_payload(trial: Trial) -> list[dict[str, Any]] | None:
+    """What an RL run's step is doing now: its trainer's job's running calls (the Jobs
+    page's rows); None for a Tune trial (its steps are its own process's)."""
+    if not is_run(trial):
+        return None
+    job = run_job(trial)
+    return calls_payload(job=job) if job else []
 
 
 def results_payload(trial: Trial, limit: int = 20_000) -> list[dict[str, Any]]:

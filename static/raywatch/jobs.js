@@ -32,40 +32,9 @@
     return tr;
   }
 
-  // A running call: its clock ticks here; past its usual duration's limit it is overdue.
-  function callRow(c) {
-    const tr = el("tr", { "data-call": c.task_id, "data-since": c.since });
-    const name = el("td", { class: "call" });
-    if (document.body.dataset.manyClusters && !document.body.dataset.cluster) {
-      name.append(el("span", { class: "cluster-tag" }, c.cluster), " ");
-    }
-    name.append(el("code", { title: c.kind + " " + c.task_id }, c.name));
-    const actor = el("td", {}, c.actor || (c.actor_id ? c.actor_id.slice(0, 8) : "–"));
-    if (c.trial) {  // a Tune trial's own call: its trial's detectors watch it
-      actor.append(" · ", el("a", { href: "/trials/" + c.trial.id + "/" }, "trial " + c.trial.trial_id));
-    }
-    tr.append(name, actor,
-      el("td", {}, c.job_id || "–"),
-      el("td", {}, (c.pid ? "pid " + c.pid + " on " : "") + (c.node_ip || "?")),
-      el("td", { class: "running" }), el("td", {}, c.usual_s === null ? "not known yet" : time.duration(c.usual_s)));
-    tr.dataset.limit = c.overdue_after_s === null ? "" : c.overdue_after_s;
-    tick(tr);
-    return tr;
-  }
-
-  function tick(tr) {
-    const ran = (Date.now() - new Date(tr.dataset.since).getTime()) / 1000;
-    const cell = tr.querySelector("td.running");
-    cell.textContent = time.duration(ran);
-    const over = tr.dataset.limit !== "" && ran >= Number(tr.dataset.limit);
-    cell.classList.toggle("bad", over);
-    cell.title = over ? "past " + time.duration(Number(tr.dataset.limit)) + ": overdue" : "";
-  }
-
   function render(data) {
-    const calls = data.calls || [];
-    document.querySelector("#calls tbody").replaceChildren(...calls.map(callRow));
-    document.getElementById("calls-empty").hidden = calls.length > 0;
+    window.raywatch.calls.render(document.getElementById("calls"),
+      document.getElementById("calls-empty"), data.calls || [], true);
     table.querySelector("tbody").replaceChildren(...data.jobs.map(row));
     document.getElementById("jobs-empty").hidden = data.jobs.length > 0;
     const internal = document.getElementById("jobs-internal");
@@ -76,6 +45,5 @@
   }
 
   render(JSON.parse(document.getElementById("jobs-initial").textContent));
-  setInterval(() => document.querySelectorAll("#calls tbody tr").forEach(tick), 1000);
   window.raywatch.connect("/ws/jobs/", { jobs: render });
 })();

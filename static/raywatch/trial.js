@@ -252,7 +252,18 @@
   if (takeButton) takeButton.addEventListener("click", () => takeStack(takeButton));
   document.getElementById("refresh-output").addEventListener("click", loadOutput);
 
+  // --- an RL run's calls running now (its trainer's job's, from Ray) --------------------
+  function renderCalls(calls) {
+    const section = document.getElementById("run-calls");
+    section.hidden = calls === null || calls === undefined;
+    if (!section.hidden) {
+      window.raywatch.calls.render(document.getElementById("calls"),
+        document.getElementById("calls-empty"), calls, false);
+    }
+  }
+
   renderFacts();
+  renderCalls(initial.calls);
   renderIncidents(initial.incidents);
   addResults(initial.results, true);
   renderConfig(initial.trial.config);
@@ -268,5 +279,6 @@
     points: (rows) => addResults(rows, false),
     incidents: renderIncidents,
     stack: renderStack,
+    calls: renderCalls,
   });
 })();
