@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,10 +20,6 @@ import psutil
 from collectors.records import GpuPoll, ProcessFact
 
 log = logging.getLogger("raywatch.procstat")
-
-
-def this_host() -> str:
-    return socket.gethostname()
 
 
 def ancestors(pid: int, depth: int = 8) -> tuple[int, ...]:

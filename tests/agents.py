@@ -25,7 +25,7 @@ from collectors.agent.client import Reply, call
 from collectors.hostinfo import host_name, node_ip_address
 from collectors.http import SourceError
 from collectors.nvml import NvmlSource, load_nvml_module
-from collectors.procstat import ProcessWatcher, this_host, with_ancestors
+from collectors.procstat import ProcessWatcher, with_ancestors
 from dashboard.agents import tokens
 from dashboard.agents.ingest import Sent, ingest_sent
 from dashboard.agents.models import NodeToken
@@ -84,50 +84,35 @@ def running_agent(env: dict[str, str], log: Path, clock_ahead_s: float = 0
 
 
 @contextmanager
-def agent_holding(url: str, tmp_path: Path, node: str, node_ip: str, pid: int,
-                  memory: int = 1024**3) -> Iterator[Path]:
-    """A real agent of node `node` (its token issued as an admin would) whose NVML lists
-    `pid` on its GPU `GPU-<node>-0`, once raywatch has stored its report of the process:
-    only that agent can signal it. Yields the agent's log."""
-    from dashboard.agents import tokens
+def node_agent(url: str, tmp_path: Path, *, node: str | None = None,
+               node_ip: str = "127.0.0.1", pid: int | None = None, on_gpu: bool = False,
+               memory: int = 1024**3) -> Iterator[Path]:
+    """A real agent (`python -m collectors.agent`, its token issued as an admin would) of
+    node `node`, by default raywatch's own host as `serve` starts one beside itself (its
+    token's node is this host's name: Ray's name of the node, as hung_trial writes it), at
+    `node_ip`. Entered once raywatch has heard from it and, with `pid`, stored its report
+    of that process (a Ray worker it watches: the only way raywatch signals or looks at
+    a process); `on_gpu`: its NVML lists `pid` on its GPU `GPU-<node>-0`, using `memory`.
+    Yields the agent's log."""
     from dashboard.agents.models import NodeProcess
     from dashboard.gpus.models import GpuProcess
     from tests.conftest import wait_for
 
+    node = node or host_name()
     _, token = tokens.issue(node, None, timezone.now(), node_ip)
-    env = agent_env(url, token, tmp_path, node, node_ip, gpus=1, processes=[(pid, memory)])
-    log = tmp_path / f"{node}-agent.log"
-    with running_agent(env, log):
-        wait_for(lambda: GpuProcess.objects.filter(pid=pid).exists()
-                 and NodeProcess.objects.filter(node=node, pid=pid).exists(),
-                 60, 0.3, f"the agent of {node} to report pid {pid}",
-                 explain=lambda: log.read_text()[-2000:])
-        yield log
-
-
-@contextmanager
-def agent_of_this_host(url: str, tmp_path: Path, pid: int | None = None,
-                       node_ip: str = "127.0.0.1") -> Iterator[Path]:
-    """A real agent of raywatch's own host, as `serve` starts one beside itself: its
-    token's node is this host's name (Ray's name of the node, as hung_trial writes it), at
-    `node_ip`. Entered once raywatch has heard from it and, with `pid`, stored its report
-    of that process (a Ray worker: what it watches). The only way raywatch signals or
-    looks at a process on its own host. Yields the agent's log."""
-    from dashboard.agents.models import NodeProcess
-    from tests.conftest import wait_for
-
-    node = this_host()
-    _, token = tokens.issue(node, None, timezone.now(), node_ip)
-    env = agent_env(url, token, tmp_path, node, node_ip, gpus=1)
+    held = [(pid, memory)] if on_gpu and pid is not None else None
+    env = agent_env(url, token, tmp_path, node, node_ip, gpus=1, processes=held)
     log = tmp_path / f"{node}-agent.log"
 
     def listed() -> bool:
         heard = NodeToken.objects.filter(node=node, last_seen_at__isnull=False).exists()
         return heard and (pid is None or NodeProcess.objects.filter(node=node, pid=pid)
-                          .exclude(state="Z").exists())
+                          .exclude(state="Z").exists()) and (
+            not held or GpuProcess.objects.filter(pid=pid).exists())
 
     with running_agent(env, log):
-        wait_for(listed, 60, 0.3, f"this host's agent to report{f' pid {pid}' if pid else ''}",
+        wait_for(listed, 60, 0.3,
+                 f"the agent of {node} to report{f' pid {pid}' if pid else ''}",
                  explain=lambda: log.read_text()[-2000:])
         yield log
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from dashboard.actions import executor
 from dashboard.actions.models import AuditEntry
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.alerting import start_worker
 from tests.conftest import LiveServer, token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
@@ -64,7 +64,7 @@ def test_a_worker_killed_mid_terminate_leaves_an_audited_outcome_and_a_free_targ
     settings.AGENT_STALE_S = 3600.0
     trial = hung_trial(deaf_worker_process.pid)  # on this host: its agent signals it
     api = token_client(operator)
-    with agent_of_this_host(live_server_asgi.url, tmp_path, deaf_worker_process.pid):
+    with node_agent(live_server_asgi.url, tmp_path, pid=deaf_worker_process.pid):
         first = start_worker(settings.NOTIFY_QUEUE, tmp_path / "w1")
         try:
             reply = terminate(api, trial)

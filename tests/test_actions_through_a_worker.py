@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.trials.models import Trial
-from tests.agents import agent_holding, agent_of_this_host
+from tests.agents import node_agent
 from tests.alerting import start_worker
 from tests.conftest import LiveServer, mark_ray_current, token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
@@ -48,7 +48,7 @@ def test_a_trial_is_terminated_by_a_worker(  # type: ignore[no-untyped-def]
         worker, live_server_asgi: LiveServer, tmp_path: Path, operator, hung_process) -> None:
     trial = hung_trial(hung_process.pid)  # on this host: its agent signals it
     api = token_client(operator)
-    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_process.pid) as log:
+    with node_agent(live_server_asgi.url, tmp_path, pid=hung_process.pid) as log:
         reply = api.post(f"/api/trials/{trial.pk}/terminate",
                          {"reason": "silent for 5 min"}, format="json")
         assert reply.status_code == 202, reply.json()
@@ -60,14 +60,15 @@ def test_a_trial_is_terminated_by_a_worker(  # type: ignore[no-untyped-def]
     assert action["state"] == "succeeded"
     assert hung_process.returncode == -signal.SIGTERM
     steps = {s["step"]: s["detail"] for s in action["steps"]}
-    assert f"by the agent of {this_host()}" in steps["signalled"]
+    assert f"by the agent of {host_name()}" in steps["signalled"]
 
 
 def test_a_process_on_another_node_is_signalled_through_its_agent(  # type: ignore[no-untyped-def]
         worker, live_server_asgi: LiveServer, tmp_path: Path, admin, hung_process) -> None:
     # The node's agent, whose NVML lists the process on its GPU (both on this host, so
     # its pids are ours).
-    with agent_holding(live_server_asgi.url, tmp_path, NODE, NODE_IP, hung_process.pid) as log:
+    with node_agent(live_server_asgi.url, tmp_path, node=NODE, node_ip=NODE_IP,
+                    pid=hung_process.pid, on_gpu=True) as log:
         mark_ray_current()  # Ray's view is current and lists no worker with this pid: an orphan
         api = token_client(admin)
         reply = api.post(f"/api/gpus/GPU-{NODE}-0/processes/{hung_process.pid}/kill",

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from collectors.agent import AGENT_VERSION
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
 from dashboard.cluster.models import Node
@@ -50,8 +50,8 @@ def test_cluster_page_shows_which_nodes_an_agent_covers(  # type: ignore[no-unty
     wait_for(lambda: Node.objects.filter(hostname="node-b", state="ALIVE").exists(), 90, 0.5,
              "node-b to join the cluster")
     head = Node.objects.get(node_id=ray_settings.node_id)
-    token = tokens.issue(this_host(), None, head.started_at or head.last_seen_at)[1]
-    env = agent_env(live_server_asgi.url, token, tmp_path, this_host(), head.node_ip)
+    token = tokens.issue(host_name(), None, head.started_at or head.last_seen_at)[1]
+    env = agent_env(live_server_asgi.url, token, tmp_path, host_name(), head.node_ip)
 
     login(page, live_server_asgi, viewer)
     head_cell = page.locator(f'#nodes tr[data-node-id="{ray_settings.node_id}"] td.agent')
@@ -72,8 +72,8 @@ def test_cluster_page_shows_which_nodes_an_agent_covers(  # type: ignore[no-unty
         expect(b_cell.locator('.cov-item[data-what="gpus"]')).to_have_text("GPU data")
 
         seen = {c["hostname"]: c for c in coverage(api)["nodes"]}
-        assert seen[this_host()]["state"] == "connected"
-        assert seen[this_host()]["agent"]["version"] == AGENT_VERSION
+        assert seen[host_name()]["state"] == "connected"
+        assert seen[host_name()]["agent"]["version"] == AGENT_VERSION
         assert seen["node-b"]["state"] == "none"
         assert [i["what"] for i in seen["node-b"]["lost"]] == LOST
 

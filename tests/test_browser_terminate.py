@@ -12,9 +12,9 @@ import psutil
 import pytest
 from playwright.sync_api import expect
 
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.incidents.models import Incident
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
@@ -31,7 +31,7 @@ def test_an_operator_terminates_a_hung_trial_from_its_alert(  # type: ignore[no-
     node_ip = ray_settings.gcs_address.rpartition(":")[0]  # the Ray node of this host
     search = start_search(ray_settings, watched, name, "terminate")
     try:
-        with agent_of_this_host(live_server_asgi.url, tmp_path, node_ip=node_ip):
+        with node_agent(live_server_asgi.url, tmp_path, node_ip=node_ip):
             incident = wait_for(lambda: Incident.objects.filter(
                 kind="trial_stalled", state=Incident.FIRING, experiment=name,
                 trial__config__behaviour="hang").select_related("trial").first(),
@@ -54,7 +54,7 @@ def test_an_operator_terminates_a_hung_trial_from_its_alert(  # type: ignore[no-
             expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
                 f"SIGTERM sent to pid {trial.pid}")
             expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
-                f"by the agent of {this_host()}")
+                f"by the agent of {host_name()}")
             expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(
                 timeout=40_000)  # Tune's verdict arrives after the process is gone
             assert not psutil.pid_exists(trial.pid)
@@ -92,7 +92,7 @@ def test_an_admin_kills_an_orphan_from_the_gpu_page(  # type: ignore[no-untyped-
 ) -> None:
     import subprocess
 
-    from tests.agents import agent_holding
+    from tests.agents import node_agent
     from tests.conftest import mark_ray_current, off_the_loop
 
     settings.EMBEDDED = True
@@ -101,8 +101,8 @@ def test_an_admin_kills_an_orphan_from_the_gpu_page(  # type: ignore[no-untyped-
     stranger = subprocess.Popen(["sleep", "600"])
     try:
         # The node's agent lists the process on its GPU; only it can signal it.
-        with agent_holding(live_server_asgi.url, tmp_path, node, node_ip, stranger.pid,
-                           12 * 1024**3):
+        with node_agent(live_server_asgi.url, tmp_path, node=node, node_ip=node_ip,
+                        pid=stranger.pid, on_gpu=True, memory=12 * 1024**3):
             off_the_loop(mark_ray_current)
             login(page, live_server_asgi, admin, f"/gpus/GPU-{node}-0/")
             page.click(f'#processes tr[data-pid="{stranger.pid}"] [data-kill-process]')

@@ -15,14 +15,14 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from collectors.hostinfo import host_name
 from collectors.localray import free_port
-from collectors.procstat import this_host
 from dashboard.incidents.findings import Finding
 from dashboard.incidents.models import Incident
 from dashboard.incidents.service import sync_findings
 from dashboard.trials.models import Trial, TrialStack
 from dashboard.trials.stacks import stack_payload
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.conftest import LiveServer, login, off_the_loop
 from tests.test_agent_command_guard import hung_python  # noqa: F401 (a fixture)
 from tests.test_terminate_on_this_host import hung_trial
@@ -54,11 +54,11 @@ def test_an_operator_takes_a_stack_from_the_trial_page(  # type: ignore[no-untyp
         "node 127.0.0.1 has no raywatch agent; Ray's dashboard: cannot reach", timeout=30_000)
     assert box.locator("pre.stack").count() == 0
 
-    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_python.pid):
+    with node_agent(live_server_asgi.url, tmp_path, pid=hung_python.pid):
         page.click("#take-stack")
         dump = box.locator("pre.stack")
         expect(dump).to_contain_text("wait_for_the_data_loader (<string>:6)", timeout=30_000)
-    expect(box).to_contain_text(f"py-spy by the agent of {this_host()}")
+    expect(box).to_contain_text(f"py-spy by the agent of {host_name()}")
     expect(box).to_contain_text(f"asked by {operator.username}")
     expect(box).not_to_contain_text("Tried first")  # the best source took it
     style = dump.evaluate("e => [getComputedStyle(e).fontFamily, getComputedStyle(e).overflow]")

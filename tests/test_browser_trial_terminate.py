@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.actions.models import AuditEntry
 from dashboard.agents.models import NodeProcess
 from dashboard.trials.models import Trial
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.conftest import LiveServer, login, off_the_loop, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
@@ -42,7 +42,7 @@ def test_terminate_from_the_trial_page(  # type: ignore[no-untyped-def]
     trial = hung_trial(hung_process.pid)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_process.pid):
+    with node_agent(live_server_asgi.url, tmp_path, pid=hung_process.pid):
         dialog = open_dialog(page, live_server_asgi, operator, trial)
         # The process as Ray knows it, and where: never as a result line names it.
         expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
@@ -50,7 +50,7 @@ def test_terminate_from_the_trial_page(  # type: ignore[no-untyped-def]
         expect(dialog.locator('[data-fact="Cluster"]')).to_have_text(
             trial.experiment.cluster.name)
         expect(dialog.locator('[data-fact="Node"]')).to_have_text(
-            f"{this_host()} 127.0.0.1 (its agent signals)")
+            f"{host_name()} 127.0.0.1 (its agent signals)")
         expect(dialog.locator('[data-fact="Trial"]')).to_contain_text("t_00000 of search")
         page.fill("#action-reason", "silent for 5 min")
         page.click("#action-confirm")
@@ -68,7 +68,7 @@ def test_the_dialog_says_why_the_preview_failed(  # type: ignore[no-untyped-def]
         page, live_server_asgi: LiveServer, operator, embedded, tmp_path: Path,
         hung_process) -> None:
     trial = hung_trial(hung_process.pid)
-    with agent_of_this_host(live_server_asgi.url, tmp_path, hung_process.pid):
+    with node_agent(live_server_asgi.url, tmp_path, pid=hung_process.pid):
         login(page, live_server_asgi, operator, f"/trials/{trial.pk}/")
         hung_process.kill()  # it ended between drawing the page and the click
         hung_process.wait()
@@ -78,7 +78,7 @@ def test_the_dialog_says_why_the_preview_failed(  # type: ignore[no-untyped-def]
         dialog = page.locator("#action-dialog")
         expect(dialog).to_be_visible()
         expect(dialog.locator("#action-error")).to_have_text(
-            f"the agent of {this_host()} does not list pid {hung_process.pid}: it ended, or is "
+            f"the agent of {host_name()} does not list pid {hung_process.pid}: it ended, or is "
             "not a process the agent watches")
         expect(dialog.locator("#action-confirm")).to_be_disabled()
 

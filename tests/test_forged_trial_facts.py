@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.actions.models import AuditEntry
 from dashboard.cluster.models import Actor, Cluster
 from dashboard.trials.models import TrialStack
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.conftest import LiveServer, token_client, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
@@ -69,10 +69,10 @@ def test_a_pid_reused_by_another_program_on_this_host_is_left_alone(  # type: ig
     settings.EMBEDDED = True
     trial = hung_trial(bystander.pid)  # Ray still lists the actor; the pid is a plain sleep
     # This host's agent, the one that would signal it, watches Ray workers: not a sleep.
-    with agent_of_this_host(live_server_asgi.url, tmp_path):
+    with node_agent(live_server_asgi.url, tmp_path):
         reply = terminate(operator, trial, pid=bystander.pid)
     assert reply.status_code == 409
-    assert (f"the agent of {this_host()} does not list pid {bystander.pid}: it ended, or is "
+    assert (f"the agent of {host_name()} does not list pid {bystander.pid}: it ended, or is "
             "not a process the agent watches") in reply.json()["detail"]
     assert bystander.poll() is None
 

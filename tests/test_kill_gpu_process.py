@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from dashboard.actions.models import AuditEntry
-from tests.agents import agent_holding, report_gpus
+from tests.agents import node_agent, report_gpus
 from tests.conftest import LiveServer, mark_ray_current, token_client, wait_for
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
@@ -31,8 +31,8 @@ def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyp
     try:
         assert stranger.stdout and stranger.stdout.readline() == "ready\n"
         # The node's agent, whose NVML lists the process on its GPU: only it signals there.
-        with agent_holding(live_server_asgi.url, tmp_path, NODE, NODE_IP, stranger.pid,
-                           20 * GiB):
+        with node_agent(live_server_asgi.url, tmp_path, node=NODE, node_ip=NODE_IP,
+                        pid=stranger.pid, on_gpu=True, memory=20 * GiB):
             mark_ray_current()
             url = f"/api/gpus/GPU-{NODE}-0/processes/{stranger.pid}/kill"
             body = {"reason": "left over by a crashed vLLM start"}

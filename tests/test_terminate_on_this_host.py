@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.actions.models import AuditEntry
 from dashboard.cluster.models import Actor, Node
 from dashboard.gpus.models import Gpu, GpuProcess
 from dashboard.trials.models import Experiment, Trial
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.conftest import LiveServer, token_client, wait_for
 
 pytestmark = [pytest.mark.both_backends, pytest.mark.django_db(transaction=True)]
@@ -37,7 +37,7 @@ def hung_trial(pid: int, node_ip: str = NODE_IP, trial_id: str = "t_00000",
     now = timezone.now()
     if ray:
         node = Node.objects.get_or_create(node_id=f"node-{node_ip}", defaults=dict(
-            node_ip=node_ip, hostname=this_host() if node_ip == NODE_IP else "gpu-b",
+            node_ip=node_ip, hostname=host_name() if node_ip == NODE_IP else "gpu-b",
             state=Node.ALIVE, last_seen_at=now))[0]
         Actor.objects.create(actor_id=f"actor-{pid}-{node_ip}", state="ALIVE", pid=pid,
                              node_id=node.node_id, repr_name="train", job_id="01000000",
@@ -45,7 +45,7 @@ def hung_trial(pid: int, node_ip: str = NODE_IP, trial_id: str = "t_00000",
                              updated_at=now)
     return Trial.objects.create(
         experiment=Experiment.objects.get_or_create(name=experiment)[0], trial_id=trial_id,
-        trainable="train", status=Trial.RUNNING, pid=pid, hostname=this_host(),
+        trainable="train", status=Trial.RUNNING, pid=pid, hostname=host_name(),
         node_ip=node_ip, iteration=4, last_result_at=now - timedelta(minutes=5))
 
 
@@ -69,12 +69,12 @@ def test_an_operator_terminates_a_hung_trial_on_this_host(  # type: ignore[no-un
     gpu_process("GPU-3", "10.0.0.6", pid, [1])  # the same pid on another node
     api = token_client(operator)
 
-    with agent_of_this_host(live_server_asgi.url, tmp_path, pid, NODE_IP) as log:
+    with node_agent(live_server_asgi.url, tmp_path, pid=pid, node_ip=NODE_IP) as log:
         preview = api.get(f"/api/trials/{trial.pk}/terminate")
         assert preview.status_code == 200, preview.content
         held = [(g["uuid"], g["pid"]) for g in preview.json()["target"]["gpus"]]
         assert sorted(held) == [("GPU-0", pid), ("GPU-1", pid + 7)]
-        assert preview.json()["target"]["agent_node"] == this_host()
+        assert preview.json()["target"]["agent_node"] == host_name()
 
         reply = api.post(f"/api/trials/{trial.pk}/terminate",
                          {"reason": "silent for 5 min", "expected": {"pid": pid}}, format="json")
@@ -89,7 +89,7 @@ def test_an_operator_terminates_a_hung_trial_on_this_host(  # type: ignore[no-un
         "errored"]
     steps = {s["step"]: s["detail"] for s in action["steps"]}
     assert f"SIGTERM sent to pid {pid}" in steps["signalled"]
-    assert f"by the agent of {this_host()}" in steps["signalled"]
+    assert f"by the agent of {host_name()}" in steps["signalled"]
     assert action["state"] == "succeeded" and action["reason"] == "silent for 5 min"
 
 
@@ -107,7 +107,7 @@ def test_without_its_agent_raywatch_signals_nothing_on_its_own_host(  # type: ig
                      format="json")
     assert reply.status_code == 503, reply.content
     detail = reply.json()["detail"]
-    assert f"no raywatch agent of {this_host()} has answered lately" in detail
+    assert f"no raywatch agent of {host_name()} has answered lately" in detail
     assert "knows no GCS address" in detail
     [entry] = AuditEntry.objects.all()
     assert entry.state == AuditEntry.REFUSED and entry.outcome == detail

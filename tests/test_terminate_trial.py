@@ -16,7 +16,7 @@ from collectors.hostinfo import node_ip_address
 from dashboard.actions.models import AuditEntry
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
-from tests.agents import agent_of_this_host
+from tests.agents import node_agent
 from tests.conftest import start_search, stop_node, token_client, wait_for
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
@@ -64,7 +64,7 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
     name = f"terminate-{uuid.uuid4().hex[:6]}"  # the Ray session's staging dirs hold others
     search = start_search(ray_cluster, watched, name, "terminate")
     # This host's agent, as `serve` starts it: it sends the signals (raywatch never does).
-    agent = agent_of_this_host(live_server_asgi.url, tmp_path, node_ip=node_ip_address())
+    agent = node_agent(live_server_asgi.url, tmp_path, node_ip=node_ip_address())
     agent.__enter__()
     try:
         hung = watched_by_agent(stuck(name, "hang"))

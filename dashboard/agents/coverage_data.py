@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Max
 
-from collectors.procstat import this_host
+from collectors.hostinfo import host_name
 from dashboard.agents import sealing
 from dashboard.agents.coverage import AgentFacts, Local, RayNode, coverage
 from dashboard.agents.models import NodeProcess
@@ -54,7 +54,7 @@ def agent_facts(now: datetime) -> list[AgentFacts]:
 
 
 def local_facts() -> Local:
-    return Local(host=this_host(), cluster=settings.CLUSTER_NAME)
+    return Local(host=host_name(), cluster=settings.CLUSTER_NAME)
 
 
 def _count_by_node(rows: Any) -> dict[str, int]:
