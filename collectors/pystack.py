@@ -157,8 +157,12 @@ def _library(frame: str) -> bool:
                                           "threading.py", "queue.py", "socket.py"))
 
 
-IDLE_CPU_PERCENT = 5.0  # below this a process is not computing
-IDLE_GPU_PERCENT = 5.0
+# Busy: this share of a core (or of a GPU), for the verdict and for trial_stalled alike.
+# A sleeping Ray worker's own threads (gRPC, metrics) take a few percent: Ray's reporter
+# read 6 % for a trial hung in time.sleep, and 12-13 % for the same hang on a machine
+# loaded by two test suites. Work holds a core (a Python loop, or a CUDA sync spinning),
+# so a quarter of one is a safe line.
+BUSY_PERCENT = 25.0
 
 
 @dataclass(frozen=True)
@@ -182,9 +186,9 @@ def hang_verdict(dumps: list[str], function: str, cpu_percent: float | None,
     waits_on, frame = wait_of(last)
     still = len(seen) >= 2 and all(t.frames == last.frames for t in seen)
     busy = []
-    if cpu_percent is not None and cpu_percent >= IDLE_CPU_PERCENT:
+    if cpu_percent is not None and cpu_percent >= BUSY_PERCENT:
         busy.append(f"CPU {cpu_percent:.0f}%")
-    if gpu_percent is not None and gpu_percent >= IDLE_GPU_PERCENT:
+    if gpu_percent is not None and gpu_percent >= BUSY_PERCENT:
         busy.append(f"GPU {gpu_percent:.0f}%")
     said = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown",
             f"GPU {gpu_percent:.0f}%" if gpu_percent is not None else "no GPU"]

@@ -285,6 +285,8 @@ NODE_DEAD_KEEP_H = env_number("RAYWATCH_NODE_DEAD_KEEP_H", 24.0, minimum=0)
 # many times its name's usual duration (the median of its last calls raywatch saw end)...
 CALL_OVERDUE_FACTOR = env_number("RAYWATCH_CALL_OVERDUE_FACTOR", 5.0, minimum=1)
 # ...and at least this many seconds is flagged, naming the call, its actor, node and pid.
+# A Tune trial silent this far past its usual step has its stacks sampled by its node's
+# agent: hung, it is stalled then, before STALL_MIN_S.
 CALL_OVERDUE_MIN_S = env_number("RAYWATCH_CALL_OVERDUE_MIN_S", 30.0, minimum=0)
 # How many ended calls of each name raywatch keeps the durations of.
 CALL_HISTORY = env_int("RAYWATCH_CALL_HISTORY", 20, minimum=1)
@@ -371,7 +373,8 @@ RAY_TMP_DIR = Path(env_str("RAYWATCH_RAY_TMP_DIR", defaults.RAY_TMP_DIR))
 TIMING_KEYS = env_list("RAYWATCH_TIMING_KEYS", ["timing_s/*", "timing/*", "time/*", "*_time_s",
                                                 "train/timing/*"])
 # trial_stalled: no result for longer than max(STALL_MIN_S, STALL_FACTOR x the trial's
-# median step interval) while its process is alive. In seconds.
+# median step interval) while its process is alive (sooner when its stacks say hung:
+# CALL_OVERDUE_*). In seconds: the backstop for processes no agent can sample.
 STALL_MIN_S = env_number("RAYWATCH_STALL_MIN_S", 120.0, minimum=1)
 # trial_stalled: how many median step intervals without a result make a stall.
 STALL_FACTOR = env_number("RAYWATCH_STALL_FACTOR", 5.0, minimum=1)

@@ -11,6 +11,8 @@ from dashboard.incidents.trial_rules import (
     TrialSnapshot,
     derive_status,
     evaluate_trial,
+    needs_verdict,
+    next_check,
     phase_timings,
     step_time_regression,
     trial_errored,
@@ -20,7 +22,8 @@ from dashboard.incidents.trial_rules import (
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 TH = Thresholds(stall_min_s=120, stall_factor=5, slow_factor=3, slow_min_excess_s=1,
-                slow_for_s=0, slow_window=20, gone_grace_s=30, errored_recent_s=86400)
+                slow_for_s=0, slow_window=20, gone_grace_s=30, errored_recent_s=86400,
+                hang_factor=5, hang_min_s=30)
 
 
 def steps(n: int, every_s: float = 10, phases: dict[str, float] | None = None) -> list[StepTiming]:
@@ -46,6 +49,27 @@ def test_stall_uses_the_larger_of_minimum_and_factor_times_median() -> None:
     fast = trial(steps=steps(10, every_s=1), last_result_at=T0)
     assert trial_stalled(fast, TH, T0 + timedelta(seconds=119)) is None
     assert trial_stalled(fast, TH, T0 + timedelta(seconds=121)) is not None
+
+
+def test_a_hung_verdict_stalls_a_trial_before_the_stall_threshold() -> None:
+    """Steps every 1 s: past max(30 s, 5 x 1 s) its stacks are sampled (needs_verdict, and
+    next_check wakes the detector then); a hung verdict stalls it then, a busy one waits
+    for the 120 s threshold. Before three steps there is no habit to judge by."""
+    quick = steps(10, every_s=1)
+    last = quick[-1].at
+    quiet = trial(steps=quick, last_result_at=last)
+    assert next_check(quiet, [], TH, last + timedelta(seconds=20)) == last + timedelta(seconds=30)
+    assert not needs_verdict(quiet, TH, last + timedelta(seconds=29))
+    assert needs_verdict(quiet, TH, last + timedelta(seconds=31))
+    at = last + timedelta(seconds=40)
+    words = "hung in trainable (search.py:60), waiting on a sleep or a native call"
+    hung = trial_stalled(replace(quiet, hung=True, verdict=words), TH, at)
+    assert hung and hung.summary.endswith(f": {words}") and hung.details["limit_s"] == 30
+    assert not needs_verdict(replace(quiet, hung=True), TH, at)  # judged once a silence
+    assert trial_stalled(replace(quiet, hung=False, verdict="slow, busy in x"), TH, at) is None
+    young = trial(steps=steps(2, every_s=1), last_result_at=T0)
+    assert not needs_verdict(young, TH, T0 + timedelta(seconds=100))
+    assert trial_stalled(replace(young, hung=True), TH, T0 + timedelta(seconds=100)) is None
 
 
 def test_stall_says_busy_or_idle() -> None:

@@ -25,12 +25,12 @@ from django.utils import timezone
 
 from collectors.hostinfo import host_name
 from collectors.localray import free_port
+from collectors.pystack import BUSY_PERCENT
 from dashboard.agents import tokens
 from dashboard.agents.models import NodeProcess
 from dashboard.cluster.models import Actor
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.incidents.models import Incident
-from dashboard.incidents.trial_rules import BUSY_PERCENT
 from dashboard.trials.models import Experiment, Trial, TrialStack
 from dashboard.trials.stacks import request_stack, stack_payload
 from tests.agents import agent_env, running_agent

@@ -11,11 +11,10 @@ import time
 from django.db import transaction
 from django.utils import timezone
 
-from collectors.pystack import hang_verdict
-from dashboard.agents.commands import create_stack
+from collectors.pystack import Verdict, hang_verdict
+from dashboard.agents.commands import create_stack, wait_for_answer
 from dashboard.agents.models import NodeProcess
 from dashboard.agents.remote import node_with_agent
-from dashboard.agents.trialprobes import wait_for_answer
 from dashboard.cluster.models import CallStack, Node, RayCall
 from dashboard.gpus.models import GpuProcess
 
@@ -49,23 +48,12 @@ def sample(row: CallStack) -> dict[str, object]:
     if fact is None:
         return failed(f"the agent of {agent} does not list pid {row.pid}: it ended, or is "
                       "no Ray worker")
-    dumps, problem = [], ""
-    for i in range(SAMPLES):
-        if i:
-            time.sleep(GAP_S)
-        answer = wait_for_answer(create_stack(agent, row.pid, fact.create_time,
-                                              timezone.now(), row.cluster.name))
-        if isinstance(answer, str):
-            problem = answer
-        elif answer.outcome == "taken":
-            dumps.append(answer.result)
-        else:
-            problem = f"the agent of {agent} {answer.outcome or 'answered'}: {answer.result}"
+    dumps, problem = sample_process(row.cluster_id, row.cluster.name, agent, row.pid,
+                                    fact.create_time)
     if not dumps:
         return failed(problem or "no stack came back")
-    cpu = NodeProcess.objects.filter(cluster=row.cluster, node=agent, pid=row.pid).values_list(
-        "cpu_percent", flat=True).first()
-    verdict = hang_verdict(dumps, row.name.rsplit(".", 1)[-1], cpu, gpu_percent(row))
+    verdict = verdict_of(dumps, row.name.rsplit(".", 1)[-1], row.cluster_id, agent, row.pid,
+                         row.node_ip)
     common = {"state": CallStack.TAKEN, "source": f"py-spy by the agent of {agent}",
               "text": dumps[-1], "samples": len(dumps), "reason": problem}
     if verdict is None:
@@ -74,11 +62,41 @@ def sample(row: CallStack) -> dict[str, object]:
             "waits_on": verdict.waits_on[:100], "verdict": verdict.words[:500]}
 
 
-def gpu_percent(row: CallStack) -> float | None:
-    """The busiest GPU the call's process (or one it started) holds, as last read; None:
-    it holds none."""
+def sample_process(cluster_id: int, cluster_name: str, agent: str, pid: int,
+                   create_time: float | None) -> tuple[list[str], str]:
+    """SAMPLES py-spy stacks of `pid` by the agent of node `agent`, GAP_S apart (a `stack`
+    command each): the dumps that came, and what went wrong with the others. An overdue
+    call's process and a Tune trial's step that overruns are looked at alike."""
+    dumps, problem = [], ""
+    for i in range(SAMPLES):
+        if i:
+            time.sleep(GAP_S)
+        answer = wait_for_answer(create_stack(agent, pid, create_time, timezone.now(),
+                                              cluster_name))
+        if isinstance(answer, str):
+            problem = answer
+        elif answer.outcome == "taken":
+            dumps.append(answer.result)
+        else:
+            problem = f"the agent of {agent} {answer.outcome or 'answered'}: {answer.result}"
+    return dumps, problem
+
+
+def verdict_of(dumps: list[str], function: str, cluster_id: int, agent: str, pid: int,
+               node_ip: str) -> Verdict | None:
+    """The verdict of these dumps of `pid` with the CPU its agent last saw it use and the
+    GPUs it (or a process it started) holds: `function` picks the thread that runs the
+    work (a call's method; a Tune trial's function)."""
+    cpu = NodeProcess.objects.filter(cluster_id=cluster_id, node=agent, pid=pid).values_list(
+        "cpu_percent", flat=True).first()
+    return hang_verdict(dumps, function, cpu, gpu_percent(node_ip, pid))
+
+
+def gpu_percent(node_ip: str, pid: int) -> float | None:
+    """The busiest GPU the process (or one it started) holds, as last read; None: it
+    holds none."""
     held = [p for p in GpuProcess.objects.select_related("gpu").filter(
-        gpu__node_ip=row.node_ip) if p.pid == row.pid or row.pid in (p.ancestors or ())]
+        gpu__node_ip=node_ip) if p.pid == pid or pid in (p.ancestors or ())]
     if not held:
         return None
     return max((p.gpu.utilization_gpu or 0.0) for p in held)

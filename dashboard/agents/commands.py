@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Model
+from django.utils import timezone
 
 from collectors.agent import wire
 from dashboard.agents import sealing
@@ -133,3 +135,26 @@ def take_result(token: NodeToken, pk: int, body: Any, now: datetime) -> AgentCom
             raise ApiError(f"command {pk} already has its result", 409)
     command.refresh_from_db()
     return command
+
+
+POLL_S = 0.2
+ANSWER_GRACE_S = 10.0  # after py-spy's own timeout, for the answer to come back
+
+
+def wait_for_answer(command: AgentCommand) -> AgentCommand | str:
+    """The command once answered, or why no answer came (in a worker, never a poll)."""
+    answer_by = command.expires_at
+    while True:
+        command.refresh_from_db()
+        if command.done_at is not None:
+            return command
+        if command.fetched_at is not None:
+            answer_by = max(command.expires_at, command.fetched_at + timedelta(
+                seconds=settings.STACK_TIMEOUT_S + ANSWER_GRACE_S))
+        if timezone.now() >= answer_by:
+            break
+        time.sleep(POLL_S)
+    if command.fetched_at is None:
+        return (f"the agent of {command.node} did not fetch command #{command.pk} before it "
+                "expired: is it running?")
+    return f"the agent of {command.node} took command #{command.pk} but did not answer"

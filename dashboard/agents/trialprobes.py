@@ -6,22 +6,18 @@ never imports this one."""
 
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
-from django.utils import timezone
 
-from dashboard.agents.commands import create_stack
-from dashboard.agents.models import AgentCommand, NodeProcess, NodeToken
+from dashboard.agents.callstacks import sample_process, verdict_of
+from dashboard.agents.models import NodeProcess, NodeToken
 from dashboard.agents.remote import node_with_agent
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
 from dashboard.trials.process import TrialProcess
-
-POLL_S = 0.2
-ANSWER_GRACE_S = 10.0  # after py-spy's own timeout, for the answer to come back
 
 
 def agent_activity(trial: Trial, now: datetime) -> Activity | str | None:
@@ -54,6 +50,9 @@ def no_agent(trial: Trial) -> str:
 
 
 def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
+    """A few stacks of the trial's process, seconds apart, and the verdict they give
+    (hung in a frame, or slow and busy there), as an overdue call's
+    (dashboard/agents/callstacks.py)."""
     node = node_with_agent(bound.node_ip, bound.hostname, trial.experiment.cluster.name)
     if node is None:
         return no_agent(trial)
@@ -61,29 +60,15 @@ def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
                                       pid=bound.pid).first()
     if fact is None:
         return f"the agent of {node} does not list pid {bound.pid}: it ended, or is no Ray worker"
-    command = wait_for_answer(create_stack(node, bound.pid, fact.create_time, timezone.now(),
-                                           trial.experiment.cluster.name))
-    if isinstance(command, str):
-        return command
-    if command.outcome == "taken":
-        return Stack(source=f"py-spy by the agent of {node}", text=command.result)
-    return f"the agent of {node} {command.outcome or 'answered'}: {command.result}"
-
-
-def wait_for_answer(command: AgentCommand) -> AgentCommand | str:
-    """The command once answered, or why no answer came (in a worker, never a poll)."""
-    answer_by = command.expires_at
-    while True:
-        command.refresh_from_db()
-        if command.done_at is not None:
-            return command
-        if command.fetched_at is not None:
-            answer_by = max(command.expires_at, command.fetched_at + timedelta(
-                seconds=settings.STACK_TIMEOUT_S + ANSWER_GRACE_S))
-        if timezone.now() >= answer_by:
-            break
-        time.sleep(POLL_S)
-    if command.fetched_at is None:
-        return (f"the agent of {command.node} did not fetch command #{command.pk} before it "
-                "expired: is it running?")
-    return f"the agent of {command.node} took command #{command.pk} but did not answer"
+    dumps, problem = sample_process(trial.experiment.cluster_id, trial.experiment.cluster.name,
+                                    node, bound.pid, fact.create_time)
+    if not dumps:
+        return problem or "no stack came back"
+    # A function trainable runs in a thread of its own: the one whose stack holds it.
+    verdict = verdict_of(dumps, trial.trainable, trial.experiment.cluster_id, node, bound.pid,
+                         bound.node_ip)
+    stack = Stack(source=f"py-spy by the agent of {node}", text=dumps[-1], samples=len(dumps))
+    if verdict is None:
+        return stack
+    return replace(stack, hung=verdict.hung, frame=verdict.frame[:500],
+                   waits_on=verdict.waits_on[:100], verdict=verdict.words[:500])

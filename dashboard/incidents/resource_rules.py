@@ -137,8 +137,9 @@ class CallView:
 
 
 def spoken(seconds: float) -> str:
-    """A duration as an alert says it: "45 s", "12 min", "3.5 h"."""
-    seconds = int(seconds)
+    """A duration as an alert says it: "45 s", "12 min", "3.5 h" (seconds rounded, as
+    the pages' clocks show them: static/raywatch/time.js)."""
+    seconds = round(seconds)
     if seconds < 120:
         return f"{seconds} s"
     if seconds < 7200:

@@ -18,17 +18,14 @@ from itertools import pairwise
 from statistics import median
 from typing import Any
 
+from collectors.pystack import BUSY_PERCENT
+from dashboard.cluster.models import CallTiming
 from dashboard.incidents.findings import Finding
 
 TRIAL_KINDS = ("trial_stalled", "trial_process_gone", "trial_errored", "step_time_regression")
 STEP_TOTAL = "step total"
 STEP_INTERVAL = "step interval"  # time between results: what a step in progress is held to
 MIN_HISTORY = 3  # steps needed before a trial's usual timings mean anything
-# Busy: this share of a core (or of a GPU). A sleeping Ray worker's own threads (gRPC,
-# metrics) take a few percent: Ray's reporter read 6 % for a trial hung in time.sleep, and
-# 12-13 % for the same hang on a machine loaded by two test suites. A trial at work holds
-# a core (a Python loop, or a CUDA sync spinning), so a quarter of one is a safe line.
-BUSY_PERCENT = 25.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +38,11 @@ class Thresholds:
     slow_window: int
     gone_grace_s: float
     errored_recent_s: float  # an older failure, first read from history, opens nothing
+    # A step this far past its usual interval (hang_factor times it, at least hang_min_s:
+    # RAYWATCH_CALL_OVERDUE_*, as a Ray call past its usual duration) has its process's
+    # stacks sampled; a hung verdict stalls it then, before stall_min_s.
+    hang_factor: float = 5.0
+    hang_min_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,10 @@ class TrialSnapshot:
     data_until: datetime | None = None
     agent_note: str = ""  # its agents have been silent longer than a hold: said so
     ended_by: str = ""  # who terminated its current attempt through raywatch
+    # The verdict of the stacks taken in this silence (since its last result): hung True,
+    # slow and busy False, none None; and in words.
+    hung: bool | None = None
+    verdict: str = ""
 
     @property
     def subject(self) -> str:
@@ -168,6 +174,9 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         return None
     interval = median_interval_s(trial.steps)
     limit = stall_limit_s(interval, th)
+    early = hang_limit_s(trial, th)
+    if trial.hung and early is not None:  # its stacks say hung: no need to wait longer
+        limit = min(limit, early)
     seen_until = min(now, trial.data_until) if trial.data_until else now
     silent = (seen_until - trial.last_result_at).total_seconds()
     if silent <= limit:
@@ -180,14 +189,39 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         kind="trial_stalled", subject=trial.subject, severity="critical",
         summary=(f"Trial {trial.trial_id} has reported no result for {silent:.0f} s "
                  f"(limit {limit:.0f} s){known} while its process is alive ({activity})"
+                 + (f": {trial.verdict}" if trial.verdict else "")
                  + (f"; {trial.agent_note}" if trial.agent_note else "")),
         details={"silent_s": round(silent, 1), "limit_s": round(limit, 1),
                  "median_interval_s": interval, "activity": activity, "busy": busy(trial),
                  "cpu_percent": trial.cpu_percent, "gpu_percent": trial.gpu_percent,
                  "process_state": trial.process_state, "rss_bytes": trial.rss_bytes,
                  "activity_source": trial.activity_source,
-                 "activity_unknown": trial.activity_unknown},
+                 "activity_unknown": trial.activity_unknown,
+                 "hung": trial.hung, "verdict": trial.verdict},
     )
+
+
+def hang_limit_s(trial: TrialSnapshot, th: Thresholds) -> float | None:
+    """How long a running trial may go without a result before its process's stacks are
+    sampled for a verdict: its usual interval past the overdue factor, as a Ray call past
+    its usual duration (CallTiming.overdue_after); None before MIN_HISTORY steps (no
+    habit yet: the stall limit alone holds it)."""
+    if len(trial.steps) < MIN_HISTORY:
+        return None
+    interval = median_interval_s(trial.steps)
+    if interval is None:
+        return None
+    return CallTiming.overdue_after(interval, th.hang_factor, th.hang_min_s)
+
+
+def needs_verdict(trial: TrialSnapshot, th: Thresholds, now: datetime) -> bool:
+    """A running trial silent past its hang limit whose stacks have given no verdict in
+    this silence: its node's agent is asked to sample them (dashboard.trials.detect)."""
+    if trial.status != "RUNNING" or trial.process_alive is not True or not trial.last_result_at:
+        return False
+    early = hang_limit_s(trial, th)
+    return early is not None and trial.hung is None \
+        and (now - trial.last_result_at).total_seconds() > early
 
 
 def stall_limit_s(median_interval: float | None, th: Thresholds) -> float:
@@ -387,6 +421,9 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
     if trial.status == "RUNNING" and trial.process_alive is True and trial.last_result_at:
         limit = stall_limit_s(median_interval_s(trial.steps), th)
         times.append(trial.last_result_at + timedelta(seconds=limit))
+        early = hang_limit_s(trial, th)
+        if early is not None and trial.hung is None:  # its stacks are sampled then
+            times.append(trial.last_result_at + timedelta(seconds=early))
         if trial.data_until is not None:
             times.append(now)  # held for its agents: look again once they report
         baseline = trial.slow_baseline or baseline_before_slowdown(trial, th)

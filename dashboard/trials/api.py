@@ -95,6 +95,13 @@ class StackSerializer(serializers.Serializer):
     requested_at = serializers.DateTimeField()
     requested_by = serializers.CharField()
     taken_at = serializers.DateTimeField(allow_null=True)
+    samples = serializers.IntegerField(help_text="how many stacks were taken, seconds apart")
+    hung = serializers.BooleanField(allow_null=True, help_text="the verdict of those stacks: "
+                                    "true hung, false slow and busy, null none")
+    frame = serializers.CharField(help_text="the trial's own frame it waits or runs in")
+    waits_on = serializers.CharField(help_text="what it waits on, in words (a collective, "
+                                     "ray.get on another call, a sleep...)")
+    verdict = serializers.CharField(help_text="the verdict as the incident says it")
 
 
 class StackReply(serializers.Serializer):

@@ -37,6 +37,7 @@ from dashboard.incidents.trial_rules import (
     TrialSnapshot,
     derive_status,
     evaluate_trial,
+    needs_verdict,
     next_check,
     phase_timings,
     trial_stalled,
@@ -45,7 +46,12 @@ from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
 from dashboard.trials.runs import bind_runs, waits_on_overdue_call
-from dashboard.trials.stacks import request_stack, stack_payload, stacks_of_stalls
+from dashboard.trials.stacks import (
+    give_up_after,
+    request_stack,
+    stack_payload,
+    stacks_of_stalls,
+)
 
 
 def thresholds() -> Thresholds:
@@ -54,6 +60,7 @@ def thresholds() -> Thresholds:
         slow_factor=settings.SLOW_FACTOR, slow_min_excess_s=settings.SLOW_MIN_EXCESS_S,
         slow_for_s=settings.SLOW_FOR_S, slow_window=settings.SLOW_WINDOW,
         gone_grace_s=settings.GONE_GRACE_S, errored_recent_s=settings.ERRORED_RECENT_H * 3600,
+        hang_factor=settings.CALL_OVERDUE_FACTOR, hang_min_s=settings.CALL_OVERDUE_MIN_S,
     )
 
 
@@ -102,6 +109,12 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     answered = dict(Cluster.objects.filter(last_seen_at__isnull=False)
                     .values_list("pk", "last_seen_at"))
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
+    # The stacks taken in each quiet running trial's silence, and their verdict (hung or
+    # busy): only those silent at least hang_min_s can have had theirs sampled.
+    quiet = now - timedelta(seconds=th.hang_min_s)
+    sampled = stacks_of_stalls([t for t in trials if t.status == Trial.RUNNING
+                                and t.last_result_at and t.last_result_at < quiet])
+    asked = 0
     for trial in trials:
         if trial.experiment.cluster_id in ended or of_ended_session(trial, restarted):
             checks[trial.pk] = None
@@ -109,7 +122,17 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
-                           **agents.get(trial.pk, {}))
+                           **agents.get(trial.pk, {}), **verdict_of(sampled.get(trial.pk)))
+        sampling = False
+        if needs_verdict(snapshot, th, now) and not waits_on_overdue_call(trial):
+            # Past its usual step by far: is it hung? Its node's agent samples its stacks
+            # (once a silence), and it is looked at each poll until they are in.
+            stack = sampled.get(trial.pk)
+            if stack is None and asked < PROBES_PER_POLL:
+                stack, _ = request_stack(trial, now)
+                asked += 1
+            sampling = stack is None or (stack.state == TrialStack.PENDING
+                                         and now - stack.requested_at < give_up_after())
         waits_on_call = False
         if trial_stalled(snapshot, th, now):
             waits_on_call = waits_on_overdue_call(trial)
@@ -124,8 +147,8 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
             if awaits_ray(trial, unreachable, answered) else found
         findings.extend(kept)
         # Only a held error is looked at again each poll, not every trial of the cluster.
-        checks[trial.pk] = now if len(kept) < len(found) or waits_on_call else next_check(
-            snapshot, kept, th, now)
+        checks[trial.pk] = now if len(kept) < len(found) or waits_on_call or sampling \
+            else next_check(snapshot, kept, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)
@@ -304,6 +327,13 @@ def with_activity(snapshot: TrialSnapshot, activity: Activity) -> TrialSnapshot:
     return replace(snapshot, cpu_percent=activity.cpu_percent, process_state=activity.state,
                    rss_bytes=activity.rss_bytes, activity_source=activity.source,
                    activity_unknown=activity.unknown)
+
+
+def verdict_of(stack: TrialStack | None) -> dict[str, Any]:
+    """What a snapshot holds of the stacks taken in its trial's silence: their verdict."""
+    if stack is None or stack.state != TrialStack.TAKEN:
+        return {}
+    return {"hung": stack.hung, "verdict": stack.verdict}
 
 
 def with_stack(finding: Finding, trial: Trial, stacks: dict[int, TrialStack],

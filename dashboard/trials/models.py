@@ -155,6 +155,13 @@ class TrialStack(models.Model):
     text = models.TextField(blank=True, default="")
     reason = models.TextField(blank=True, default="")  # why not; or what better sources said
     taken_at = models.DateTimeField(null=True)
+    # Stacks taken seconds apart by the node's agent give a verdict (as an overdue call's,
+    # cluster.models.CallStack): hung in a frame (waiting on what), or slow and busy there.
+    samples = models.IntegerField(default=0)
+    hung = models.BooleanField(null=True)  # None: no verdict
+    frame = models.CharField(max_length=500, blank=True, default="")
+    waits_on = models.CharField(max_length=100, blank=True, default="")
+    verdict = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         ordering = ["-requested_at", "-id"]

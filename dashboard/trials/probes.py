@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -35,8 +35,15 @@ class Activity:
 @dataclass(frozen=True)
 class Stack:
     source: str  # who took it: "py-spy by the agent of gpu-b"
-    text: str
+    text: str  # the last one taken
     tried: list[str] = field(default_factory=list)  # what better sources said first
+    # Several taken seconds apart give a verdict (collectors/pystack.hang_verdict): hung
+    # in `frame` (waiting on `waits_on`), or slow and busy there; None: no verdict.
+    samples: int = 1
+    hung: bool | None = None
+    frame: str = ""
+    waits_on: str = ""
+    verdict: str = ""
 
 
 ActivityProbe = Callable[[Trial, datetime], "Activity | str | None"]
@@ -81,7 +88,7 @@ def stack_of(trial: Trial) -> Stack | str:
     for _, name, taker in list(_stack_takers):
         found = _ask(name, taker, trial, bound)
         if isinstance(found, Stack):
-            return Stack(found.source, found.text, reasons)
+            return replace(found, tried=reasons)
         if found:
             reasons.append(found)
     return unknown(reasons)

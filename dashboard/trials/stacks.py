@@ -55,7 +55,9 @@ def take(pk: int) -> None:
     found = stack_of(stack.trial)
     if isinstance(found, Stack):
         fields = {"state": TrialStack.TAKEN, "source": found.source, "text": found.text,
-                  "reason": "; ".join(found.tried)}
+                  "reason": "; ".join(found.tried), "samples": found.samples,
+                  "hung": found.hung, "frame": found.frame, "waits_on": found.waits_on,
+                  "verdict": found.verdict}
     else:
         fields = {"state": TrialStack.FAILED, "reason": found}
     with transaction.atomic():
@@ -82,7 +84,9 @@ def stack_payload(stack: TrialStack | None, now: datetime | None = None) -> dict
             "reason": reason, "pid": stack.pid, "where": stack.node_ip or stack.hostname,
             "requested_at": stack.requested_at.isoformat(),
             "requested_by": stack.requested_by or DETECTOR,
-            "taken_at": stack.taken_at.isoformat() if stack.taken_at else None}
+            "taken_at": stack.taken_at.isoformat() if stack.taken_at else None,
+            "samples": stack.samples, "hung": stack.hung, "frame": stack.frame,
+            "waits_on": stack.waits_on, "verdict": stack.verdict}
 
 
 def latest_stack(trial: Trial) -> TrialStack | None:

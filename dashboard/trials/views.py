@@ -12,6 +12,7 @@ from dashboard.incidents.trial_rules import NOT_A_PHASE
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.objective import objective_of
 from dashboard.trials.roots import log_roots
+from dashboard.trials.runs import is_run
 from dashboard.trials.stacks import latest_stack, stack_payload
 from dashboard.trials.table import BadQuery, TableQuery, trial_table
 from dashboard.trials.views_data import (
@@ -67,4 +68,5 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
                       # "silent for N min" from here on (and three of its steps)
                       "silent_after_s": min(SILENT_AFTER_S, settings.STALL_MIN_S)},
         "can_act": has_role(request.user, OPERATOR),
+        "noun": "Run" if is_run(trial) else "Trial",  # an RL run (verl, EasyR1, OpenRLHF)
     })

@@ -1,6 +1,6 @@
 // A stalled trial's or an overdue Ray call's Python stack (py-spy's dump), as the trial
 // and incident pages show it: when it was taken and by which source, or why it could not
-// be; for a call, the verdict of its few stacks (hung, or slow and busy).
+// be; and the verdict of its few stacks (hung, or slow and busy).
 (function () {
   "use strict";
   const el = window.raywatch.el;
@@ -35,7 +35,7 @@
     if (s.state === "failed") head.append(el("span", { class: "error", "data-stack-reason": "" }, s.reason));
     box.append(head);
     if (s.verdict) {
-      // An overdue Ray call's stacks, a few seconds apart: hung there, or slow and busy.
+      // Stacks a few seconds apart (an overdue call's, a trial's): hung there, or slow and busy.
       box.append(el("p", { class: "stack-verdict " + (s.hung ? "hung" : "busy"),
                            "data-stack-verdict": "" }, s.verdict));
     }
