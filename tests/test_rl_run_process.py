@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from dashboard.celery import app as celery_app
-from dashboard.cluster.models import Actor, Cluster, Node, settings_cluster_pk
+from dashboard.cluster.models import Actor, Cluster, Job, Node, settings_cluster_pk
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.gpus.owners import owners_on_hosts
 from dashboard.trials.models import Experiment, Trial
@@ -109,3 +109,32 @@ def test_a_runs_gpus_are_the_runs() -> None:
     assert (owners[300].kind, owners[300].trial_id) == ("actor", None)
     assert runs_by_job({(cluster.pk, "01000000"), (cluster.pk, "02000000")}) == {
         (cluster.pk, "01000000"): run}
+
+
+@pytest.mark.django_db
+def test_a_runs_page_stops_its_submitted_job(client, operator, viewer) -> None:  # type: ignore[no-untyped-def]
+    """A run whose trainer's job was submitted through Ray's Jobs API has Stop for that
+    job on its page (the Jobs page's audited action: it ends every actor of the run), for
+    an operator; a run of a driver started by hand, and a viewer, have none."""
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
+                                           paths=["/data/verl_demo"])
+    run = Trial.objects.create(experiment=experiment, trial_id="exp1", framework="verl",
+                               attempt=1, pid=100, node_ip="10.0.0.5", status=Trial.RUNNING)
+    Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
+                        state=Node.ALIVE, last_seen_at=now)
+    Actor.objects.create(cluster=cluster, actor_id="t", class_name="TaskRunner", pid=100,
+                         node_id="n1", job_id="01000000", state="ALIVE", first_seen_at=now,
+                         updated_at=now)
+    job = Job.objects.create(cluster=cluster, key="raysubmit_abc", job_id="01000000",
+                             submission_id="raysubmit_abc", type="SUBMISSION",
+                             status="RUNNING", updated_at=now)
+    client.force_login(operator)
+    page = client.get(f"/trials/{run.pk}/").content.decode()
+    assert "<h1>Run " in page and 'data-stop-job="raysubmit_abc"' in page
+    client.force_login(viewer)
+    assert "data-stop-job" not in client.get(f"/trials/{run.pk}/").content.decode()
+    client.force_login(operator)
+    Job.objects.filter(pk=job.pk).update(submission_id="", key="01000000", type="DRIVER")
+    assert "data-stop-job" not in client.get(f"/trials/{run.pk}/").content.decode()

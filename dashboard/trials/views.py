@@ -5,6 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from dashboard.cluster.models import Job
 from dashboard.cluster.scope import page_cluster
 from dashboard.core.roles import OPERATOR, has_role
 from dashboard.core.views import viewer_required
@@ -21,6 +22,7 @@ from dashboard.trials.views_data import (
     jsonable,
     results_payload,
     run_calls_payload,
+    run_job,
     trial_payload,
 )
 
@@ -69,4 +71,18 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
                       "silent_after_s": min(SILENT_AFTER_S, settings.STALL_MIN_S)},
         "can_act": has_role(request.user, OPERATOR),
         "noun": "Run" if is_run(trial) else "Trial",  # an RL run (verl, EasyR1, OpenRLHF)
+        "stop_job": stoppable_job(trial),
     })
+
+
+def stoppable_job(trial: Trial) -> str:
+    """An RL run's trainer's Ray job, when it was submitted through Ray's Jobs API and
+    still runs: its submission id, for the page's Stop (the same audited action as the
+    Jobs page's, which ends every actor of the run). "" otherwise: Terminate ends the
+    trainer's process, and its driver and job with it."""
+    job = run_job(trial)
+    if job is None:
+        return ""
+    return Job.objects.filter(cluster_id=job[0], job_id=job[1], status__in=Job.RUNNING_STATES
+                              ).exclude(submission_id="").values_list(
+        "submission_id", flat=True).first() or ""
