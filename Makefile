@@ -64,10 +64,14 @@ agent: $(AGENT_STAMP)
 # throwaway venv, resolved against PyPI alone (whatever this machine's pip config says).
 # A pin already in a lock stays unless its input moved it. pip-compile reads hashes from
 # PyPI's JSON API; where that is blocked it downloads every file to hash it (slow).
+# dev.lock's torch is the CPU build (torch==2.13.0+cpu), which only PyTorch's CPU index
+# has; make install finds its wheel wherever pip is configured to look (PIP_FIND_LINKS,
+# or PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu), checked by its hash.
 lock:
 	@test -x $(PIPTOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(PIPTOOLS) && \
 		$(PIPTOOLS)/bin/pip install -q pip-tools==7.6.2; }
-	$(LOCK) --extra dev -o requirements/dev.lock pyproject.toml
+	$(LOCK) --extra dev --extra-index-url https://download.pytorch.org/whl/cpu \
+		-o requirements/dev.lock pyproject.toml
 	$(LOCK) -c requirements/dev.lock -o requirements/server.lock pyproject.toml
 	$(LOCK) -o requirements/agent.lock agent-requirements.txt
 

@@ -33,7 +33,8 @@ every poll costs a core. A LogScanner remembers what it saw:
   collectors.rootfiles refuses it when it is opened, as that trial's problem.
 - Runs of RL frameworks' file loggers (collectors.runformats) are found as a directory is
   listed: each `*.jsonl` in it is recognised once by its first lines. A directory whose
-  `experiment_log.jsonl` is EasyR1's (or verl's) is a run, like a Tune trial dir; any
+  `experiment_log.jsonl` is EasyR1's (or verl's), or whose `raywatch-train.jsonl` is the
+  Ray Train callback's, is a run, like a Tune trial dir; any
   other logger's file is a run of its own (verl writes `{experiment}.jsonl` files side
   by side in its project's directory) and is checked like a trial dir, by its size and
   mtime. A JSONL that is no logger's is remembered as such until its directory changes;
@@ -58,7 +59,7 @@ from stat import S_ISLNK
 from collectors.procstat import command_lines
 from collectors.records import TrialDir
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
-from collectors.runformats import EASYR1_FILE, SUFFIX, recognise_file
+from collectors.runformats import DIR_RUN_FILES, SUFFIX, dir_run_format, recognise_file
 
 RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
 EVENTS_PREFIX = "events.out.tfevents."
@@ -105,7 +106,7 @@ class _Trial:
         self.root = root
         self.dir_mtime = dir_mtime
         self.names = names  # the files read, in TrialDir's order: results, events, params, error
-        # A JSONL run's logger (VERL, EASYR1); "": Tune's or TensorBoard's files.
+        # A JSONL run's logger (VERL, EASYR1, RAYTRAIN); "": Tune's or TensorBoard's files.
         self.framework = framework
         self.file_run = file_run  # `path` is the run's JSONL file, not a directory
         # (size, mtime_ns) of each name (of the file itself for a file run), flat; -1s: no stat
@@ -314,14 +315,16 @@ class LogScanner:
         files = {e.name for e in entries if not _is_dir(e)}
         # A Tune trial dir's files are Tune's: no JSONL in it is looked at.
         runs = _Runs() if RESULT_FILE in files else self._runs(entries, previous, root)
-        easyr1 = runs.found.get(os.path.join(key, EASYR1_FILE), "")
-        names = _names(files, easyr1)
+        run_file = next((name for name in DIR_RUN_FILES.values()
+                         if os.path.join(key, name) in runs.found), "")
+        logger = runs.found[os.path.join(key, run_file)] if run_file else ""
+        names = _names(files, run_file)
         if names is not None:
             self._drop_container(directory)
             if (parent := self.containers.get(directory.parent)) is not None:
                 parent.containers.discard(key)
             self._add_trial(_Trial(key, root, mtime, names, walk.now + self.quiet_after_s,
-                                   framework=easyr1), walk)
+                                   framework=logger), walk)
             return True
         states = sorted(e.name for e in entries if not _is_dir(e)
                         and e.name.startswith(STATE_PREFIX) and e.name.endswith(STATE_SUFFIX))
@@ -375,7 +378,7 @@ class LogScanner:
     def _file_runs(self, found: dict[str, str], root: Root, walk: _Walk) -> set[str]:
         """The paths of a container's runs of one file each, new ones added (handed on)."""
         for path, framework in found.items():
-            if os.path.basename(path) != EASYR1_FILE and path not in self.trials:
+            if not dir_run_format(os.path.basename(path)) and path not in self.trials:
                 self._add_trial(_Trial(path, root, 0, (), walk.now + self.quiet_after_s,
                                        framework=framework, file_run=True), walk)
         return {self.trials[p].path for p in found if p in self.trials}
@@ -445,7 +448,7 @@ class LogScanner:
         if listed:
             try:
                 names = _names({e.name for e in os.scandir(entry.path) if not _is_dir(e)},
-                               entry.framework)
+                               entry.names[0] if entry.framework and entry.names else "")
             except OSError:
                 return False
             if names is not None and names != entry.names:
@@ -565,13 +568,14 @@ def experiment_name(directory: Path) -> str:
 _SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-def _names(files: set[str], run: str = "") -> tuple[str, ...] | None:
+def _names(files: set[str], run_file: str = "") -> tuple[str, ...] | None:
     """The files of a directory that its TrialDir reads, in its order (results, events,
-    params, error); None: it holds no results, so it is no trial dir. `run`: the logger
-    whose experiment_log.jsonl the directory holds (collectors.runformats), if any."""
+    params, error); None: it holds no results, so it is no trial dir. `run_file`: the
+    logger's file (experiment_log.jsonl, raywatch-train.jsonl) that makes the directory a
+    run (collectors.runformats), if any."""
     results = (RESULT_FILE,) if RESULT_FILE in files else ()
-    if not results and run and EASYR1_FILE in files:
-        names = (EASYR1_FILE, *(n for n in (EASYR1_CONFIG,) if n in files))
+    if not results and run_file and run_file in files:
+        names = (run_file, *(n for n in (EASYR1_CONFIG,) if n in files))
         return _SHAPES.setdefault(names, names)
     # A Tune trial's event files repeat its result.json: read them only without one.
     events = () if results else tuple(sorted(n for n in files if n.startswith(EVENTS_PREFIX)))

@@ -3,8 +3,9 @@ the dashboard's HTTP API (the same endpoints `ray.util.state`, `ray status` and
 `ray job` use), so that a Django process never imports ray.
 
 fetch_cluster() does the I/O (past Ray's 10,000-row cap: collectors/raylists.py);
-parse_nodes() and parse_actors() here, and parse_jobs(), parse_placement_groups() and
-parse_demands() in collectors/raydemand.py, are pure.
+parse_nodes() and parse_actors() here, parse_jobs(), parse_placement_groups() and
+parse_demands() in collectors/raydemand.py, and parse_train_runs() in
+collectors/raytrain.py (Ray Train V2 runs) are pure.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collectors.raylists import (
     ray_warnings,
     truncation,
 )
+from collectors.raytrain import TrainListing, fetch_train_runs
 from collectors.records import (
     ActorRecord,
     CallRecord,
@@ -79,6 +81,7 @@ class ClusterReply:
     warnings: tuple[str, ...] = ()  # what Ray's list replies warned about
     version: dict[str, Any] = field(default_factory=dict)  # GET /api/version
     calls: dict[str, Any] = field(default_factory=dict)  # /api/v0/tasks, the running ones
+    train: TrainListing = field(default_factory=TrainListing)  # Ray Train V2 runs
 
     def complete(self, listing: str) -> bool:
         """Whether raywatch holds all of this list: what it lacks may still exist."""
@@ -138,7 +141,8 @@ def _fetch(endpoint: RayEndpoint, path: str) -> Any:
 
 
 def fetch_cluster(
-    endpoint: RayEndpoint, *, start_times_known: Collection[str] | None = None
+    endpoint: RayEndpoint, *, start_times_known: Collection[str] | None = None,
+    train: bool = True,
 ) -> ClusterReply:
     """One poll's replies. Actor start times cost a second lookup of about 5 KB an
     actor (Ray 2.60's state API has none), so they are opt-in: pass the ids whose
@@ -178,6 +182,8 @@ def fetch_cluster(
             if start_times_known is None
             else _fetch_actor_entries(endpoint, actors.reply, set(start_times_known))
         ),
+        train=fetch_train_runs(lambda path: fetch_json(endpoint, path)) if train
+        else TrainListing(skipped=True),
         truncations=tuple(cut for cut in cuts if cut is not None),
         # The calls' reply is left out: Ray's warnings there repeat, poll after poll, task
         # events dropped once; dashboard/cluster/calls.py says when more were.

@@ -226,10 +226,45 @@ class ProcessFact:
     threads: int | None
 
 
+@dataclass(frozen=True)
+class TrainWorkerRecord:
+    """One worker of a Ray Train V2 run's attempt, as Train's state API lists it: the
+    process (a RayTrainWorker actor) that runs the training function of one rank."""
+
+    rank: int  # the world rank
+    local_rank: int | None
+    actor_id: str
+    node_id: str
+    node_ip: str
+    pid: int | None
+    gpu_ids: tuple[int, ...]  # the GPUs Ray gave it, as Ray numbers them on its node
+    state: str | None  # ALIVE or DEAD, as the dashboard read its actor; None: not said
+
+
+@dataclass(frozen=True)
+class TrainRunRecord:
+    """A Ray Train V2 run, as Train's state API lists it (GET /api/train/v2/runs/v1):
+    its status and the workers of its latest attempt."""
+
+    run_id: str
+    name: str  # RunConfig.name
+    # INITIALIZING, SCHEDULING, RUNNING, RESTARTING, RESIZING; FINISHED, ERRORED, ABORTED
+    status: str
+    status_detail: str
+    job_id: str
+    controller_actor_id: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    attempts: int
+    workers: tuple[TrainWorkerRecord, ...] = ()
+
+
 # What wrote a trial's (or run's) files: Tune; verl's or EasyR1's file logger (JSONL);
-# OpenRLHF (TensorBoard with its train/timing/* tags) or some other TensorBoard writer.
+# OpenRLHF (TensorBoard with its train/timing/* tags) or some other TensorBoard writer;
+# raywatch's own Ray Train callback (collectors/traincallback.py, JSONL).
 TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF = "tune", "tensorboard", "verl", "easyr1", "openrlhf"
-FRAMEWORKS = (TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF)
+RAYTRAIN = "raytrain"
+FRAMEWORKS = (TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF, RAYTRAIN)
 # The kinds of file a trial's results are tailed from (LogCursor.kind).
 RESULT_JSON, TB_EVENTS, RUN_JSONL = "result_json", "tb_events", "run_jsonl"
 
@@ -253,8 +288,8 @@ class TrialDir:
     error_file: str | None = None
     root: Root | None = None  # the log root it was found under; its files stay inside
     refused: str | None = None  # why nothing of it is read (a link to a directory)
-    run_files: tuple[str, ...] = ()  # a verl or EasyR1 file logger's JSONL
-    run_format: str = ""  # VERL or EASYR1: how its run_files' lines are shaped
+    run_files: tuple[str, ...] = ()  # a verl, EasyR1 or Ray Train callback's JSONL
+    run_format: str = ""  # VERL, EASYR1 or RAYTRAIN: how its run_files' lines are shaped
 
     @property
     def key(self) -> tuple[str, str]:

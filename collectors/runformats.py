@@ -6,13 +6,16 @@ first lines (docs/trial-logs.md, "Runs of RL frameworks"):
 - EasyR1 (`verl/utils/logger/logger.py`, FileLogger): `{"step": N, "timing_s": {...},
   "actor": {...}, ...}`, nested (unflatten_dict), in `<save_checkpoint_path>/
   experiment_log.jsonl`. Its first line may be a validation before training
-  (`{"step": 0, "val": {...}}`): the name or a later line with `timing_s` decides.
+  (`{"step": 0, "val": {...}}`): the name or a later line with `timing_s` decides;
+- raywatch's own Ray Train callback (collectors/traincallback.py): `{"step": N, "time": T,
+  "run": name, ..., "metrics": {rank 0's metrics}}` in `<log dir>/<run name>/
+  raywatch-train.jsonl`.
 
 Any other JSONL under a log root (a dataset, another program's log) is not a run. A file
 is looked at through collectors.rootfiles, without following a link; one named as
-EasyR1's that cannot be read (a link, a FIFO) is still that run, so that its refusal is
-its problem. No Django, and nothing here imports collectors.tunelogs (which imports
-collectors.logscan, which imports this)."""
+EasyR1's or the Train callback's (a run of its directory) that cannot be read (a link, a
+FIFO) is still that run, so that its refusal is its problem. No Django, and nothing here
+imports collectors.tunelogs (which imports collectors.logscan, which imports this)."""
 
 from __future__ import annotations
 
@@ -21,11 +24,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.records import EASYR1, OPENRLHF, TENSORBOARD, VERL, ResultLine
+from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, TENSORBOARD, VERL, ResultLine
 from collectors.rootfiles import Root, open_file
 
 SUFFIX = ".jsonl"
 EASYR1_FILE = "experiment_log.jsonl"  # EasyR1's name; verl's is the experiment's
+TRAIN_FILE = "raywatch-train.jsonl"  # the Train callback's, in a directory of the run's name
+# The loggers whose file, of a fixed name, makes its directory a run (named after it).
+DIR_RUN_FILES = {EASYR1: EASYR1_FILE, RAYTRAIN: TRAIN_FILE}
 NOT_A_RUN = ""  # recognise(): the file is some other program's
 HEAD_BYTES = 1 << 20  # a first line longer than this is no logger's
 HEAD_LINES = 3  # lines looked at before deciding a file is no run
@@ -34,7 +40,7 @@ OPENRLHF_TIMING = "train/timing/"  # OpenRLHF's per-phase tags (ppo_trainer.py, 
 
 
 def recognise_file(path: str | Path, root: Root | None) -> str | None:
-    """VERL or EASYR1 when the file's first lines are that logger's, NOT_A_RUN when they
+    """VERL, EASYR1 or RAYTRAIN when the file's first lines are that logger's, NOT_A_RUN when they
     are not (or it cannot be read), None while that cannot be told yet: no complete line
     (a logger writes its first line after the first step) or only a validation line."""
     name = Path(path).name
@@ -46,7 +52,7 @@ def recognise_file(path: str | Path, root: Root | None) -> str | None:
     except FileNotFoundError:
         return None
     except OSError:  # a link, a FIFO, outside the root, unreadable
-        return EASYR1 if name == EASYR1_FILE else NOT_A_RUN
+        return dir_run_format(name) or NOT_A_RUN
     lines = head.split(b"\n")[:-1][:HEAD_LINES]  # complete lines only
     if not lines and len(head) >= HEAD_BYTES:
         return NOT_A_RUN
@@ -71,6 +77,8 @@ def _shape(raw: bytes, name: str) -> str | None:
         return NOT_A_RUN
     if not isinstance(obj, dict) or not _is_step(obj.get("step")):
         return NOT_A_RUN
+    if name == TRAIN_FILE:
+        return RAYTRAIN if isinstance(obj.get("metrics"), dict) else NOT_A_RUN
     if set(obj) == {"step", "data"} and isinstance(obj["data"], dict):
         return VERL
     groups = [v for k, v in obj.items() if k != "step"]
@@ -81,6 +89,20 @@ def _shape(raw: bytes, name: str) -> str | None:
 
 def _is_step(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def dir_run_format(file_name: str) -> str:
+    """The logger whose file of this name makes its directory a run, or ""."""
+    return next((f for f, name in DIR_RUN_FILES.items() if name == file_name), "")
+
+
+def train_run_dir(run_name: str) -> str:
+    """The directory the Train callback writes a run's log in, under its log dir: the
+    run's name (RunConfig.name, which Ray Train names its own storage directory after),
+    made a single safe path component. raywatch's run (Trial.trial_id) is this name, and
+    a Train run listed by Ray's state API is matched to it through it."""
+    name = run_name.replace("/", "_").replace("\x00", "").strip()[:255]
+    return name if name.strip(".") else "_"
 
 
 def refine(stored: str, said: str, results: Iterable[ResultLine]) -> str:

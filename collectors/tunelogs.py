@@ -229,7 +229,8 @@ def parse_result_line(raw: bytes, trial_id_hint: str | None) -> dict[str, Any] |
     if not trial_id:
         return "line has no trial_id"
     return {
-        "trial_id": trial_id[:255], "iteration": iteration, "at": _time(obj.get("timestamp")),
+        "trial_id": trial_id[:255], "iteration": iteration,
+        "at": epoch_time(obj.get("timestamp")),
         "time_this_iter_s": _number(obj.get("time_this_iter_s")),
         "pid": _pid(obj.get("pid")),
         "node_ip": _text(obj.get("node_ip")), "hostname": _text(obj.get("hostname")),
@@ -350,7 +351,9 @@ def _pid(value: Any) -> int | None:
     return value if valid else None
 
 
-def _time(value: Any) -> datetime | None:
+def epoch_time(value: Any) -> datetime | None:
+    """A time written as seconds since the epoch (Tune's `timestamp`, a TensorBoard
+    event's wall time, the Train callback's `time`); None when it is no such time."""
     number = _number(value)
     if number is None or not 0 < number < 1e11:
         return None
@@ -453,7 +456,7 @@ def _add_event(steps: dict[int, dict[str, Any]], record: bytes, event_pb2: Any,
         problems.append(ParseProblem(path, start, "TensorBoard step out of range"))
         return
     item = steps.setdefault(event.step, {"at": None, "metrics": {}, "offset": start})
-    item["at"] = _time(event.wall_time)
+    item["at"] = epoch_time(event.wall_time)
     for value in event.summary.value:
         number = _scalar(value)
         if number is not None or value.HasField("simple_value"):

@@ -35,8 +35,10 @@ DASHBOARD_LAYERS: tuple[tuple[str, ...], ...] = (
 COLLECTORS_LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "http", "rootfiles", "pystack", "hostinfo", "localray"),
     ("records", "tunesearch", "raygrpc", "rayaddress"),  # records: the plain record types
-    ("procstat", "nvml", "raylists", "raygpus", "runformats"),  # runformats: recognising runs
-    ("logscan", "raystate", "simworkload"),
+    ("procstat", "nvml", "raylists", "raygpus", "runformats",  # runformats: recognising runs
+     "raytrain"),  # raytrain: Ray Train V2 runs from its state API
+    ("logscan", "raystate", "simworkload",
+     "traincallback"),  # traincallback: the Ray Train callback a run's author adds
     ("tunelogs", "defaults", "raydemand", "raykill", "raylogs", "rayworkers", "simnvml"),
     ("runlogs",),  # tailing any trial's files (Tune's, TensorBoard's, a file logger's)
     ("agent",),  # the node agent, a program of its own

@@ -247,6 +247,35 @@ class CallTiming(models.Model):
         return max(factor * usual, min_s)
 
 
+class TrainRun(models.Model):
+    """A Ray Train V2 run as Train's state API lists it now (dashboard/cluster/trainruns.py):
+    its status and the workers of its latest attempt, each rank's process and GPUs.
+    Listed only where the run's driver had RAY_TRAIN_ENABLE_STATE_TRACKING=1."""
+
+    cluster = cluster_field()
+    run_id = models.CharField(max_length=64)  # Ray Train's id of the run
+    name = models.CharField(max_length=255)  # RunConfig.name
+    status = models.CharField(max_length=16)  # Ray Train's: RUNNING, FINISHED, ERRORED, ...
+    status_detail = models.TextField(blank=True, default="")
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    controller_actor_id = models.CharField(max_length=64, blank=True, default="")
+    started_at = models.DateTimeField(null=True)
+    ended_at = models.DateTimeField(null=True)
+    attempts = models.IntegerField(default=0)
+    # [{"rank", "local_rank", "actor_id", "node_id", "node_ip", "pid", "gpu_ids", "state"}],
+    # by rank: the latest attempt's workers
+    workers = models.JSONField(default=list)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "run_id"],
+                                               name="one_train_run_row")]
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"Ray Train run {self.name} ({self.status})"
+
+
 class Worker(models.Model):
     """A live Ray worker process (task or actor worker, or a driver)."""
 

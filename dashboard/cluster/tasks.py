@@ -22,6 +22,7 @@ from dashboard.cluster.endpoint import ray_endpoint
 from dashboard.cluster.models import Actor, Cluster
 from dashboard.cluster.sessions import added_clusters, held, note_answer, note_failure
 from dashboard.cluster.state import ingest_nodes
+from dashboard.cluster.trainruns import ingest_train_runs, train_due
 from dashboard.cluster.views_data import cluster_payload
 from dashboard.cluster.workload import (
     ingest_actors,
@@ -67,7 +68,8 @@ def poll_one(cluster: Cluster | None) -> None:
                                      ).values_list("actor_id", flat=True)
         endpoint = ray_endpoint(cluster)
         try:
-            reply = fetch_cluster(endpoint, start_times_known=set(known))
+            reply = fetch_cluster(endpoint, start_times_known=set(known),
+                                  train=train_due(name, timezone.now()))
         except SourceError as exc:
             with held(timezone.now(), name) as row:
                 if row is not None and note_failure(row, exc.message, timezone.now()):
@@ -119,6 +121,8 @@ def store(cluster: Cluster, reply: ClusterReply, dashboard_url: str,
         publish(CLUSTER_GROUP, "cluster", cluster_payload())
     ingest_actors(parse_actors(reply), now, cluster, complete=reply.complete("actors"))
     ingest_workers(parse_workers(reply), now, cluster, complete=reply.complete("workers"))
+    # After the actors: a live Train controller whose run is not listed says tracking is off.
+    warnings += ingest_train_runs(reply.train, now, cluster)
     ingest_calls(parse_calls(reply), now, cluster, complete=reply.complete("running calls"),
                  new_session=new_state, previous_poll=previous)
     warnings += dropped_lately(cluster, reply.calls, now)

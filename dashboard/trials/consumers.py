@@ -16,6 +16,7 @@ from dashboard.trials.views_data import (
     results_payload,
     run_calls_payload,
     run_job,
+    train_run_payload,
     trial_payload,
 )
 
@@ -92,4 +93,5 @@ class TrialConsumer(LiveConsumer):
         return {"trial": trial_payload(trial), "results": results_payload(trial),
                 "stack": stack_payload(latest_stack(trial)),
                 "incidents": incidents_payload([trial.pk])[trial.pk],
-                **({"calls": calls} if (calls := run_calls_payload(trial)) is not None else {})}
+                **({"calls": calls} if (calls := run_calls_payload(trial)) is not None else {}),
+                **({"train": train} if (train := train_run_payload(trial)) is not None else {})}

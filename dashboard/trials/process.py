@@ -18,7 +18,7 @@ from datetime import datetime
 
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
-from dashboard.trials.runs import TRAINERS, is_run, trainer_class
+from dashboard.trials.runs import is_run, run_classes, trainer_class
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,9 @@ def trial_process(trial: Trial) -> TrialProcess | str:
 
 def runs(actor: Actor, trial: Trial) -> bool:
     """Whether the actor runs this trial: Tune's trainable (Tune names a trial's dir after
-    it), or an RL run's trainer actor (dashboard/trials/runs.py)."""
+    it), or an RL run's trainer actor (a Ray Train run's rank: dashboard/trials/runs.py)."""
     if is_run(trial):
-        return trainer_class(actor) in TRAINERS[trial.framework]
+        return trainer_class(actor) in run_classes(trial.framework)
     if not trial.trainable:
         return False
     return trial.trainable in (actor.repr_name, trainer_class(actor))

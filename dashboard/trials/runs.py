@@ -8,6 +8,12 @@ agent's node, or raywatch's own host for its own reader): that actor's pid and n
 become the run's, and from there liveness, status, stacks and Stop work as for a Tune
 trial. Two live trainers of one framework on one node are not told apart: the run stays
 unbound, and says why. Once its trainer is gone, the run's status is its Ray job's.
+
+A Ray Train V2 run (its log written by raywatch's callback in its `TrainController`, on
+the driver's node) runs its training function in a thread of each rank's
+`RayTrainWorker`. Where Train's state API lists the run (dashboard/cluster/trainruns.py,
+matched by name), its status is Train's and its process rank 0's; else it is tied to its
+controller as the others are to their trainers.
 """
 
 from __future__ import annotations
@@ -18,17 +24,25 @@ from typing import Any
 from django.conf import settings
 
 from collectors.hostinfo import node_ip_address
-from collectors.records import EASYR1, OPENRLHF, VERL
-from dashboard.cluster.models import Actor, Job, Node
+from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
+from collectors.runformats import train_run_dir
+from dashboard.cluster.models import Actor, Job, Node, TrainRun
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
 
 # The trainer actor's class per framework (the Ray names TaskRunner.run, Runner.run,
-# PPOTrainer.fit are their training loops).
+# PPOTrainer.fit, TrainController.run are their training loops).
 TRAINERS: dict[str, tuple[str, ...]] = {
-    VERL: ("TaskRunner",), EASYR1: ("Runner",), OPENRLHF: ("PPOTrainer", "PPOTrainerAsync")}
+    VERL: ("TaskRunner",), EASYR1: ("Runner",), OPENRLHF: ("PPOTrainer", "PPOTrainerAsync"),
+    RAYTRAIN: ("TrainController",)}
+RANK_WORKER = "RayTrainWorker"  # a Ray Train rank's process: a listed run's is rank 0's
 # A trainer's ended job says how the run ended (Trial statuses).
 JOB_ENDS = {"SUCCEEDED": "TERMINATED", "STOPPED": "TERMINATED", "FAILED": "ERROR"}
+# Ray Train's run statuses as Trial statuses; ABORTED (killed, or its controller died)
+# is no clean end.
+TRAIN_STATUSES = {"INITIALIZING": "PENDING", "SCHEDULING": "PENDING", "RUNNING": "RUNNING",
+                  "RESTARTING": "RUNNING", "RESIZING": "RUNNING", "FINISHED": "TERMINATED",
+                  "ERRORED": "ERROR", "ABORTED": "ERROR"}
 
 
 def is_run(trial: Trial) -> bool:
@@ -37,6 +51,12 @@ def is_run(trial: Trial) -> bool:
 
 def trainer_class(actor: Actor) -> str:
     return actor.class_name.rsplit(".", 1)[-1]
+
+
+def run_classes(framework: str) -> tuple[str, ...]:
+    """The actor classes whose process may be a run's: its trainer's, and a Ray Train
+    run's ranks' workers."""
+    return TRAINERS.get(framework, ()) + ((RANK_WORKER,) if framework == RAYTRAIN else ())
 
 
 def bind_runs(trials: list[Trial]) -> set[int]:
@@ -55,13 +75,41 @@ def bind_runs(trials: list[Trial]) -> set[int]:
         node = nodes.get((actor.cluster_id, actor.node_id))
         if node is not None and trainer_class(actor) in names:
             trainers[(actor.cluster_id, node.node_ip)].append(actor)
+    listed = listed_train_runs(runs)
     changed = set()
     for run in runs:
         before = (run.pid, run.node_ip, run.hostname, run.tune_status)
-        bind(run, trainers, nodes)
+        train = listed.get((run.experiment.cluster_id, run.trial_id))
+        if train is not None:
+            bind_listed(run, train, nodes)
+        else:
+            bind(run, trainers, nodes)
         if (run.pid, run.node_ip, run.hostname, run.tune_status) != before:
             changed.add(run.pk)
     return changed
+
+
+def listed_train_runs(runs: list[Trial]) -> dict[tuple[int, str], TrainRun]:
+    """The newest run of each name that Train's state API lists, by (cluster pk, the
+    directory the callback writes its log in: the run's trial id)."""
+    clusters = {r.experiment.cluster_id for r in runs if r.framework == RAYTRAIN}
+    if not clusters:
+        return {}
+    return {(row.cluster_id, train_run_dir(row.name)): row for row in
+            TrainRun.objects.filter(cluster_id__in=clusters).order_by("started_at", "pk")}
+
+
+def bind_listed(run: Trial, train: TrainRun, nodes: dict[tuple[int, str], Node]) -> None:
+    """A Ray Train run its state API lists: its status is Train's, its process rank 0's
+    (kept once the run ended, to say it is gone)."""
+    run.tune_status = TRAIN_STATUSES.get(train.status, "")
+    rank0 = next((w for w in train.workers if w.get("rank") == 0 and w.get("pid")), None)
+    if rank0 is None:
+        return  # no worker yet: Train is still placing the run
+    node = nodes.get((train.cluster_id, rank0.get("node_id") or ""))
+    run.pid = rank0["pid"]
+    run.node_ip = node.node_ip if node is not None else str(rank0.get("node_ip") or "")
+    run.hostname = (node.hostname or "") if node is not None else ""
 
 
 def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
@@ -117,7 +165,7 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
     if not jobs:
         return {}
     clusters = {c for c, _ in jobs}
-    names = {name for group in TRAINERS.values() for name in group}
+    names = {name for framework in TRAINERS for name in run_classes(framework)}
     trainers = [(a.cluster_id, a.node_id, a.pid, a.job_id) for a in Actor.objects.filter(
         cluster_id__in=clusters, job_id__in={j for _, j in jobs}, state="ALIVE",
         pid__isnull=False, class_name__in=names) if (a.cluster_id, a.job_id) in jobs]

@@ -61,7 +61,8 @@ class TrialSerializer(serializers.ModelSerializer):
             "trainable", "config", "terminated_by", "framework",
         ]
         extra_kwargs = {"framework": {"help_text": "what wrote its files: tune, verl, easyr1, "
-                                                   "openrlhf or tensorboard"}}
+                                                   "openrlhf, tensorboard or raytrain "
+                                                   "(raywatch's Ray Train callback)"}}
 
     def get_cluster(self, trial: Trial) -> str:
         names: dict[int, str] = self.context.get("clusters") or {}
@@ -97,7 +98,8 @@ class ExperimentSerializer(serializers.ModelSerializer):
         source="last_activity", help_text="when one of its trials (or it) last changed")
     frameworks = serializers.ListField(
         child=serializers.CharField(),
-        help_text="what wrote its trials' files (tune, verl, easyr1, openrlhf, tensorboard)")
+        help_text="what wrote its trials' files (tune, verl, easyr1, openrlhf, tensorboard, "
+                  "raytrain)")
 
     class Meta:
         model = Experiment

@@ -23,6 +23,7 @@ from dashboard.trials.views_data import (
     results_payload,
     run_calls_payload,
     run_job,
+    train_run_payload,
     trial_payload,
 )
 
@@ -64,6 +65,7 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
                       "not_a_phase": NOT_A_PHASE,
                       "stack": stack_payload(latest_stack(trial)),
                       "calls": run_calls_payload(trial),
+                      "train": train_run_payload(trial),
                       "incidents": incidents_payload([trial.pk])[trial.pk],
                       "objective": objective_of(trial.experiment, trial.metric_range).as_dict(),
                       "server_now": timezone.now().isoformat(),

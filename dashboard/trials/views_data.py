@@ -11,11 +11,12 @@ from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
 from rest_framework.utils.encoders import JSONEncoder
 
+from collectors.records import RAYTRAIN
 from dashboard.cluster.models import Cluster
 from dashboard.cluster.views_data import calls_payload
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
-from dashboard.trials.runs import is_run, trainer_job
+from dashboard.trials.runs import is_run, listed_train_runs, trainer_job
 from dashboard.trials.serializers import (
     ExperimentSerializer,
     StepResultSerializer,
@@ -73,6 +74,21 @@ def run_calls_payload(trial: Trial) -> list[dict[str, Any]] | None:
         return None
     job = run_job(trial)
     return calls_payload(job=job) if job else []
+
+
+def train_run_payload(trial: Trial) -> dict[str, Any] | None:
+    """A Ray Train run as Train's state API lists it: its status, attempts and its latest
+    attempt's workers (rank, node, pid, GPU ids); None for any other trial, or a run the
+    API does not list (state tracking off: the status strip says so)."""
+    if trial.framework != RAYTRAIN:
+        return None
+    row = listed_train_runs([trial]).get((trial.experiment.cluster_id, trial.trial_id))
+    if row is None:
+        return None
+    return jsonable({"run_id": row.run_id, "status": row.status,
+                     "status_detail": row.status_detail, "attempts": row.attempts,
+                     "started_at": row.started_at, "ended_at": row.ended_at,
+                     "workers": row.workers})
 
 
 def results_payload(trial: Trial, limit: int = 20_000) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@
       name.append(link);
       const statuses = Object.entries(e.by_status).map(([s, n]) => s + " " + n).join(", ");
       const objective = e.metric ? e.metric + (e.mode ? " " + kit.arrow(e.mode) : "") : "–";
-      // What wrote its runs' files (verl, easyr1, openrlhf, tune, tensorboard).
+      // What wrote its runs' files (verl, easyr1, openrlhf, tune, tensorboard, raytrain).
       const framework = el("td", { class: "framework" }, e.frameworks.length ? e.frameworks.join(", ") : e.kind);
       tr.append(name, framework, el("td", {}, objective), el("td", {}, e.trials),
         el("td", {}, statuses), el("td", { class: e.firing ? "bad" : "" }, e.firing),

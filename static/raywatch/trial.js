@@ -262,8 +262,27 @@
     }
   }
 
+  // --- a Ray Train run's workers (Train's state API: its latest attempt's ranks) -----------
+  function renderTrain(train) {
+    const section = document.getElementById("train-run");
+    section.hidden = !train;
+    if (!train) return;
+    document.getElementById("train-summary").textContent = "Ray Train says " + train.status +
+      (train.status_detail ? " (" + train.status_detail + ")" : "") + " · " +
+      train.attempts + " attempt(s) · run " + train.run_id;
+    const body = document.querySelector("#train-workers tbody");
+    body.replaceChildren(...train.workers.map((w) => {
+      const tr = el("tr");
+      tr.append(el("td", {}, w.rank), el("td", {}, w.node_ip || "–"), el("td", {}, w.pid || "–"),
+        el("td", {}, w.gpu_ids.length ? w.gpu_ids.join(", ") : "none"),
+        el("td", {}, ((w.state || "") + " " + (w.actor_id || "").slice(0, 8)).trim()));
+      return tr;
+    }));
+  }
+
   renderFacts();
   renderCalls(initial.calls);
+  renderTrain(initial.train);
   renderIncidents(initial.incidents);
   addResults(initial.results, true);
   renderConfig(initial.trial.config);
@@ -280,5 +299,6 @@
     incidents: renderIncidents,
     stack: renderStack,
     calls: renderCalls,
+    train: renderTrain,
   });
 })();

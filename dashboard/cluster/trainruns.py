@@ -1,0 +1,87 @@
+"""Ray Train V2 runs, as Train's state API lists them (collectors/raytrain.py): mirrored
+at each Ray poll, with each run's status and the workers of its latest attempt (rank,
+node, pid, GPU ids). A run read from raywatch's Train callback log is tied to its listed
+run by name (dashboard/trials/runs.py): its status and process (rank 0's) come from here.
+
+Ray keeps these only for runs whose driver had RAY_TRAIN_ENABLE_STATE_TRACKING=1. When a
+Train run's controller lives on the cluster and the API does not list its run, the status
+strip says how to turn tracking on; a cluster without Ray Train hears nothing of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from collectors.raytrain import TrainListing, parse_train_runs
+from collectors.records import TrainRunRecord
+from dashboard.cluster.models import Actor, Cluster, TrainRun
+from dashboard.cluster.workload import mirror
+
+CONTROLLER = "TrainController"  # the actor that drives a Train V2 run, on its driver's node
+# A tracked run's controller starts Train's state actor and lists its run within its first
+# seconds: a controller younger than this is not yet called unlisted.
+LISTED_WITHIN = timedelta(seconds=10)
+TRACKING_HINT = ("set RAY_TRAIN_ENABLE_STATE_TRACKING=1 in the environment of the Ray cluster "
+                 "to list Ray Train runs (Ray Train reads it where a run's driver starts: a "
+                 "driver started by hand needs it in its own environment)")
+
+
+# Train's state API is asked every TRAIN_EVERY_S, not every Ray poll: its state actor keeps
+# every run since the head started, and the dashboard looks up actors for each of them on
+# every request, so its cost grows with the cluster's history.
+TRAIN_EVERY_S = 10.0
+_asked_at: dict[str, datetime] = {}  # cluster name -> when its Train runs were last asked
+_said: dict[int, list[str]] = {}  # cluster pk -> what the strip said of them then
+
+
+def train_due(cluster: str, now: datetime) -> bool:
+    """Whether this poll of `cluster` asks Train's state API (and then it is asked)."""
+    last = _asked_at.get(cluster)
+    if last is not None and timedelta(0) <= now - last < timedelta(seconds=TRAIN_EVERY_S):
+        return False
+    _asked_at[cluster] = now
+    return True
+
+
+def ingest_train_runs(listing: TrainListing, now: datetime, cluster: Cluster) -> list[str]:
+    """Mirror the runs the API lists (none while it keeps none); what the status strip
+    should say of them. A listing that failed, or was not asked this poll, leaves the rows
+    as they were (and the strip says what it said)."""
+    if listing.skipped:
+        return _said.get(cluster.pk, [])
+    _said[cluster.pk] = said = _ingest(listing, now, cluster)
+    return said
+
+
+def _ingest(listing: TrainListing, now: datetime, cluster: Cluster) -> list[str]:
+    if listing.problem is not None:
+        return [f"Ray Train's state API: {listing.problem}"]
+    records = parse_train_runs(listing)
+    incoming = {r.run_id: _fields(r) for r in records}
+    with transaction.atomic():
+        gone = mirror(TrainRun, "run_id", incoming, now, cluster, created=())
+        TrainRun.objects.filter(cluster=cluster, run_id__in=gone).delete()
+    unlisted = unlisted_controllers(cluster, {r.controller_actor_id for r in records}, now)
+    if not unlisted:
+        return []
+    return [f"{len(unlisted)} Ray Train run(s) run on this cluster that Ray Train's state "
+            f"API does not list: {TRACKING_HINT}"]
+
+
+def _fields(run: TrainRunRecord) -> dict[str, object]:
+    return {"name": run.name, "status": run.status, "status_detail": run.status_detail,
+            "job_id": run.job_id, "controller_actor_id": run.controller_actor_id,
+            "started_at": run.started_at, "ended_at": run.ended_at, "attempts": run.attempts,
+            "workers": [{**asdict(w), "gpu_ids": list(w.gpu_ids)} for w in run.workers]}
+
+
+def unlisted_controllers(cluster: Cluster, listed: set[str], now: datetime) -> list[str]:
+    """The live Train controllers of `cluster`, seen for a while, whose run the API does
+    not list: their drivers ran without state tracking."""
+    return [actor_id for actor_id in Actor.objects.filter(
+        cluster=cluster, state="ALIVE", class_name=CONTROLLER,
+        first_seen_at__lte=now - LISTED_WITHIN).values_list("actor_id", flat=True)
+        if actor_id not in listed]

@@ -1,0 +1,251 @@
+"""A Ray Train V2 run shows as a run, with its status, ranks and the call its hang waits
+in: a real TorchTrainer of two gloo workers on CPU (tests/train_scripts/gloo_run.py),
+state tracking on in its driver's environment, reporting through raywatch's callback
+(collectors/traincallback.py) until rank 1 waits in torch.distributed.barrier() while
+rank 0 waits in ray.train.report's own barrier. raywatch lists the run (framework
+"raytrain", its steps and metrics, read from the callback's log), RUNNING as Train's state
+API says, its process rank 0's, its workers' pids Ray's; and the hang shows as Ray's
+call that runs on: rank 0's SynchronizationActor.broadcast_from_rank_zero, in the run's
+job (the training functions themselves run in threads: no worker call runs).
+
+And, pure: Train's state API reply and its "not tracked" answer, the status strip's hint
+when Train runs untracked, the callback's lines and the reader's attempts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.utils import timezone
+
+from collectors.http import SourceError
+from collectors.logscan import discover
+from collectors.raystate import fetch_json
+from collectors.raytrain import NOT_TRACKED, TrainListing, fetch_train_runs, parse_train_runs
+from collectors.records import RAYTRAIN
+from collectors.runformats import TRAIN_FILE, train_run_dir
+from collectors.runlogs import tail_log
+from collectors.traincallback import RaywatchCallback
+from dashboard.celery import app as celery_app
+from dashboard.cluster.endpoint import ray_endpoint
+from dashboard.cluster.models import Actor, Cluster, Node, RayCall, TrainRun, settings_cluster_pk
+from dashboard.cluster.trainruns import (
+    TRACKING_HINT,
+    TRAIN_EVERY_S,
+    ingest_train_runs,
+    train_due,
+)
+from dashboard.core.models import SourceHealth
+from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.trials.models import StepResult, Trial
+from dashboard.trials.runs import runs_by_job
+from dashboard.trials.views_data import experiments_payload
+from tests.conftest import stop_node, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "gloo-demo"
+HANG_AT = 4  # steps 1-3 are reported, then the ranks wait on each other
+SYNC_CALL = "SynchronizationActor.broadcast_from_rank_zero"
+
+
+def start_train(cluster, log_dir: Path, storage: Path) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.train_scripts.gloo_run", cluster.gcs_address,
+         str(log_dir), str(storage), NAME, str(HANG_AT)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+
+
+@pytest.mark.ray
+@pytest.mark.beside
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(240)
+def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, client, viewer) -> None:
+    logs = tmp_path / "train-logs"
+    settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(logs)]
+    # Ray's real answer, whatever this session's cluster ran before: runs, or "not
+    # tracked" (HTTP 500 until a tracked run starts); never taken for a failure.
+    assert fetch_train_runs(lambda p: fetch_json(ray_endpoint(None), p)).problem is None
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "poll-trial-logs")})
+    scheduler.start()
+    started = time.monotonic()
+    run = start_train(ray_settings, logs, tmp_path / "storage")
+    try:
+        trial = wait_for(lambda: Trial.objects.filter(
+            framework=RAYTRAIN, iteration__gte=HANG_AT - 1, status=Trial.RUNNING,
+            pid__isnull=False).first(), 150, 0.5,
+            "the run's steps before the hang, RUNNING with rank 0's process",
+            explain=lambda: (list(Trial.objects.values("trial_id", "framework", "status",
+                                                       "iteration", "pid")),
+                             list(TrainRun.objects.values("name", "status", "workers"))))
+        listed = TrainRun.objects.get(name=NAME)
+        assert listed.status == "RUNNING" and listed.attempts == 1
+        ranks = {w["rank"]: w for w in listed.workers}
+        workers = Actor.objects.filter(class_name="RayTrainWorker", state="ALIVE",
+                                       job_id=listed.job_id)
+        assert sorted(ranks) == [0, 1]
+        assert {w["pid"] for w in ranks.values()} == set(workers.values_list("pid", flat=True))
+        assert all(w["gpu_ids"] == [] for w in ranks.values())  # a CPU run: no GPU given
+        node = Node.objects.get(node_id=ranks[0]["node_id"])
+        assert (trial.trial_id, trial.experiment.name) == (NAME, "train-logs")
+        assert (trial.pid, trial.node_ip, trial.hostname) == (ranks[0]["pid"], node.node_ip,
+                                                               node.hostname)
+        assert trial.process_alive is True and trial.status_reason == "its actor is alive"
+        # The run's page lists its ranks, as Train's state API does.
+        client.force_login(viewer)
+        page = client.get(f"/trials/{trial.pk}/").content.decode()
+        shown = json.loads(re.search(r'id="trial-initial"[^>]*>(.*?)</script>', page,
+                                     re.S)[1])["train"]
+        assert "Ray Train workers" in page and shown["status"] == "RUNNING"
+        assert [(w["rank"], w["pid"]) for w in shown["workers"]] == [
+            (0, ranks[0]["pid"]), (1, ranks[1]["pid"])]
+        [experiment] = [e for e in experiments_payload() if e["name"] == "train-logs"]
+        assert experiment["frameworks"] == [RAYTRAIN]
+        steps = list(StepResult.objects.filter(trial=trial).order_by("iteration"))
+        assert [s.iteration for s in steps] == [1, 2, 3] and steps[0].attempt == 1
+        assert [s.metrics["loss"] for s in steps] == [1.0, 0.5, pytest.approx(1 / 3)]
+        assert steps[2].metrics["sum"] == 6.0 and steps[2].at is not None
+        # The hang: rank 0 waits in ray.train.report's barrier, a Ray call that runs on in
+        # the run's job; the training functions run in threads of their workers, so no
+        # call of theirs runs (Train's health checks answer all along).
+        waiting = wait_for(lambda: RayCall.objects.filter(
+            name=SYNC_CALL, job_id=listed.job_id,
+            first_seen_at__lte=timezone.now() - timedelta(seconds=5)).first(), 30, 0.5,
+            "rank 0's wait in Ray Train's barrier, running on",
+            explain=lambda: list(RayCall.objects.values_list("name", "first_seen_at")))
+        assert not RayCall.objects.filter(name__startswith="RayTrainWorker.").exists()
+        assert RayCall.objects.filter(name="TrainController.run").exists()
+        assert TrainRun.objects.get(name=NAME).status == "RUNNING"
+        # The call's job is the run's: an overdue call there would be the run's incident.
+        assert runs_by_job({(waiting.cluster_id, waiting.job_id)}) == {
+            (waiting.cluster_id, waiting.job_id): trial}
+        health = SourceHealth.objects.get(source="ray", scope="")
+        assert "RAY_TRAIN_ENABLE_STATE_TRACKING" not in health.last_error
+        took = time.monotonic() - started
+        print(f"run listed, hung and its waiting call seen {took:.0f} s after its driver started")
+    finally:
+        scheduler.stop()
+        stop_node(run)
+
+
+# --- pure, and against stored rows ----------------------------------------------------------
+TRAIN_REPLY = {"train_runs": [{
+    "id": "f47a", "name": "gloo-demo", "job_id": "03000000", "controller_actor_id": "c932",
+    "status": "RUNNING", "status_detail": None, "start_time_ns": 1795747825588434758,
+    "end_time_ns": None, "attempts": [
+        {"attempt_id": "a1", "status": "ERRORED", "workers": [{"world_rank": 0, "pid": 1}]},
+        {"attempt_id": "a2", "status": "RUNNING", "workers": [
+            {"world_rank": 1, "local_rank": 1, "actor_id": "81ac", "node_id": "7974",
+             "node_ip": "192.0.2.2", "pid": 32666, "gpu_ids": [1], "status": "ALIVE"},
+            {"world_rank": 0, "local_rank": 0, "actor_id": "017b", "node_id": "7974",
+             "node_ip": "192.0.2.2", "pid": 32641, "gpu_ids": ["0"], "status": "ALIVE"}]}]},
+    {"name": "no id"}, "garbage"]}
+
+
+def test_the_state_apis_runs_and_its_answer_while_it_keeps_none() -> None:
+    [run] = parse_train_runs(TrainListing(reply=TRAIN_REPLY))
+    assert (run.run_id, run.name, run.status, run.job_id, run.attempts) == (
+        "f47a", "gloo-demo", "RUNNING", "03000000", 2)
+    assert [(w.rank, w.pid, w.gpu_ids, w.state) for w in run.workers] == [
+        (0, 32641, (0,), "ALIVE"), (1, 32666, (1,), "ALIVE")]  # the latest attempt's
+    assert run.started_at is not None and run.started_at.year == 2026 and run.ended_at is None
+
+    def answers(status: int, body: str):  # type: ignore[no-untyped-def]
+        def fetch(path: str) -> dict:
+            raise SourceError(f"HTTP {status}", status=status, body=body)
+        return fetch_train_runs(fetch)
+    # Ray's words (dashboard/modules/train/train_head.py) while no state actor exists
+    off = answers(500, NOT_TRACKED + ". Please make sure Ray Train is running and that ...")
+    assert (off.tracked, off.problem, parse_train_runs(off)) == (False, None, [])
+    assert answers(404, "no route").problem is None
+    assert answers(503, "The GCS may be down").problem == "HTTP 503"
+
+
+@pytest.mark.both_backends
+@pytest.mark.django_db
+def test_untracked_train_runs_say_how_to_turn_tracking_on() -> None:
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+
+    def controller(actor_id: str, seen_s_ago: float) -> Actor:
+        at = now - timedelta(seconds=seen_s_ago)
+        return Actor.objects.create(cluster=cluster, actor_id=actor_id, state="ALIVE", pid=7,
+                                    class_name="TrainController", first_seen_at=at,
+                                    updated_at=at)
+    # No Ray Train at all: nothing to say, though the API keeps no runs.
+    assert ingest_train_runs(TrainListing(tracked=False), now, cluster) == []
+    controller("c932", 60)
+    [said] = ingest_train_runs(TrainListing(tracked=False), now, cluster)
+    assert said.endswith(TRACKING_HINT) and said.startswith("1 Ray Train run(s)")
+    # Its run listed (tracking on): mirrored, and nothing to say; a controller that just
+    # started is not called unlisted yet.
+    controller("young", 2)
+    assert ingest_train_runs(TrainListing(reply=TRAIN_REPLY), now, cluster) == []
+    row = TrainRun.objects.get(run_id="f47a")
+    assert (row.status, row.attempts, [w["pid"] for w in row.workers]) == (
+        "RUNNING", 2, [32641, 32666])
+    # A failed listing leaves the rows and says why; a run Ray no longer lists goes.
+    assert ingest_train_runs(TrainListing(problem="HTTP 503"), now, cluster) == [
+        "Ray Train's state API: HTTP 503"]
+    assert TrainRun.objects.filter(run_id="f47a").exists()
+    # It is asked every TRAIN_EVERY_S, not every Ray poll (its cost grows with the
+    # cluster's history): a poll that did not ask keeps the rows and says it again.
+    assert train_due("c", now) and not train_due("c", now + timedelta(seconds=5))
+    assert train_due("c", now + timedelta(seconds=TRAIN_EVERY_S))
+    assert ingest_train_runs(TrainListing(skipped=True), now, cluster) == [
+        "Ray Train's state API: HTTP 503"]
+    assert TrainRun.objects.filter(run_id="f47a").exists()
+    ingest_train_runs(TrainListing(reply={"train_runs": []}), now, cluster)
+    assert not TrainRun.objects.exists()
+
+
+def test_the_callback_writes_a_line_per_report_and_never_raises(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    callback = RaywatchCallback(tmp_path)
+    context = SimpleNamespace(run_id="r1", get_run_config=lambda: SimpleNamespace(name="a/b"))
+    log = tmp_path / train_run_dir("a/b") / TRAIN_FILE
+    callback.after_report(context, [{"loss": 0.5, "tag": object()}, {"loss": 0.7}], None)
+    callback.after_report(context, [{"loss": 0.25}, {"loss": 0.3}], None)
+    callback.after_exception(context, {1: RuntimeError("rank 1 died")})
+    callback.after_report(context, [{"loss": 0.9}, {"loss": 0.9}], None)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(x["step"], x["attempt"], x["metrics"]["loss"]) for x in lines] == [
+        (1, 1, 0.5), (2, 1, 0.25), (1, 2, 0.9)]
+    assert lines[0]["run"] == "a/b" and lines[0]["world_size"] == 2 and lines[0]["rank"] == 0
+    # A controller started again (Ray Train resumes the run by name) starts the file anew.
+    RaywatchCallback(tmp_path).after_report(context, [{"loss": 1.0}], None)
+    assert len(log.read_text().splitlines()) == 1
+    # Nowhere to write: logged, and the training goes on.
+    (tmp_path / "file").write_text("")
+    RaywatchCallback(tmp_path / "file").after_report(context, [{"loss": 1.0}], None)
+
+
+def test_the_reader_finds_the_run_and_tells_its_attempts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    callback = RaywatchCallback(tmp_path / "raywatch-train")
+    context = SimpleNamespace(run_id="r1", get_run_config=lambda: SimpleNamespace(name="sft"))
+    for loss in (0.5, 0.4):
+        callback.after_report(context, [{"loss": loss}], None)
+    [found] = discover([tmp_path])
+    assert (found.experiment, found.name, found.framework) == ("raywatch-train", "sft", RAYTRAIN)
+    [(kind, path)] = found.logs()
+    read = tail_log(kind, Path(path), None, "sft", run_format=found.run_format)
+    assert [(r.attempt, r.iteration, r.metrics) for r in read.results] == [
+        (1, 1, {"loss": 0.5}), (1, 2, {"loss": 0.4})]
+    assert all(r.at is not None for r in read.results)
+    callback.after_exception(context, {0: RuntimeError("lost a node")})
+    callback.after_report(context, [{"loss": 0.45}], None)
+    again = tail_log(kind, Path(path), read.cursor, "sft", run_format=found.run_format)
+    assert [(r.attempt, r.iteration) for r in again.results] == [(2, 1)]
+    RaywatchCallback(tmp_path / "raywatch-train").after_report(context, [{"loss": 0.3}], None)
+    restarted = tail_log(kind, Path(path), again.cursor, "sft", run_format=found.run_format)
+    assert [(r.attempt, r.iteration) for r in restarted.results] == [(3, 1)]

@@ -1,0 +1,1 @@
+"""Real Ray Train V2 runs that misbehave on purpose, for raywatch's tests."""
