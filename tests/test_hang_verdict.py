@@ -6,6 +6,8 @@ stack that moves, or a busy CPU or GPU, is slow and busy there, never hung."""
 from __future__ import annotations
 
 from collectors.pystack import hang_verdict, parse_dump, thread_running
+from collectors.records import RAYTRAIN
+from dashboard.trials.runs import WORKING_IN
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 
@@ -82,3 +84,21 @@ def test_the_calls_thread_is_found_by_its_method() -> None:
     thread = thread_running(parse_dump(text), "compute_reward")
     assert thread is not None and thread.name == "Thread-7"
     assert thread_running(parse_dump(text), "no_such_method").name == "MainThread"  # type: ignore[union-attr]
+
+
+def test_a_ray_train_rank_is_judged_by_its_training_thread() -> None:
+    """A Ray Train rank runs the user's function in a thread its ThreadRunner starts from
+    `_run_target` (dashboard.trials.runs.WORKING_IN), while the worker's main thread idles
+    in Ray's loop: the verdict reads the training thread, hung in the user's frame that
+    waits in the collective."""
+    runner = f"{SITE}/ray/train/v2/_internal/execution/worker_group/thread_runner.py"
+    rank = dump(f"barrier ({SITE}/torch/distributed/distributed_c10d.py:4160)",
+                "train_func (train_scripts/gloo_run.py:31)",
+                f"_run_target ({runner}:38)", thread="TrainingThread(train_func)")
+    rank = rank.replace('Thread 4300 (idle): "ray_import_thread"',
+                        f'Thread 4242 (idle): "MainThread"\n    main_loop ({SITE}/ray/_private/'
+                        'worker.py:935)\nThread 4300 (idle): "ray_import_thread"')
+    verdict = hang_verdict([rank] * 3, WORKING_IN[RAYTRAIN], 0.0, None)
+    assert verdict is not None and verdict.hung
+    assert verdict.frame == "train_func (train_scripts/gloo_run.py:31)"
+    assert verdict.waits_on == "a collective (NCCL, gloo or torch.distributed)"

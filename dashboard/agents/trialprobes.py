@@ -18,6 +18,7 @@ from dashboard.agents.remote import node_with_agent
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
 from dashboard.trials.process import TrialProcess
+from dashboard.trials.runs import working_in
 
 
 def agent_activity(trial: Trial, now: datetime) -> Activity | str | None:
@@ -64,9 +65,9 @@ def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
                                     node, bound.pid, fact.create_time)
     if not dumps:
         return problem or "no stack came back"
-    # A function trainable runs in a thread of its own: the one whose stack holds it.
-    verdict = verdict_of(dumps, trial.trainable, trial.experiment.cluster_id, node, bound.pid,
-                         bound.node_ip)
+    # The thread that does the work: a function trainable's, a Train rank's (runs.py).
+    verdict = verdict_of(dumps, working_in(trial), trial.experiment.cluster_id, node,
+                         bound.pid, bound.node_ip)
     stack = Stack(source=f"py-spy by the agent of {node}", text=dumps[-1], samples=len(dumps))
     if verdict is None:
         return stack

@@ -45,8 +45,21 @@ TRAIN_STATUSES = {"INITIALIZING": "PENDING", "SCHEDULING": "PENDING", "RUNNING":
                   "ERRORED": "ERROR", "ABORTED": "ERROR"}
 
 
+# The function whose thread does a run's work, as py-spy names its frame: the thread a
+# hang verdict reads (collectors/pystack.thread_running). The trainers' loops; a Ray Train
+# rank runs the user's function in a thread its ThreadRunner starts from `_run_target`
+# (ray/train/v2/_internal/execution/worker_group/thread_runner.py); a Tune function
+# trainable, in a thread that runs the trainable by its own name.
+WORKING_IN = {VERL: "run", EASYR1: "run", OPENRLHF: "fit", RAYTRAIN: "_run_target"}
+
+
 def is_run(trial: Trial) -> bool:
     return trial.framework in TRAINERS
+
+
+def working_in(trial: Trial) -> str:
+    """The function whose thread does the trial's or run's work (WORKING_IN)."""
+    return WORKING_IN.get(trial.framework, trial.trainable)
 
 
 def trainer_class(actor: Actor) -> str:
