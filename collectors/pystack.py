@@ -149,12 +149,21 @@ def wait_of(thread: DumpThread) -> tuple[str, str]:
     return "", own
 
 
+# py-spy names a file by its path under the sys.path entry it came from: an installed
+# package's frames read "ray/train/v2/…/context.py", "torch/distributed/…", as the run's
+# own read "demo/grpo.py". These top-level packages are libraries the run waits in, never
+# its own code (verl's, EasyR1's and OpenRLHF's are the run's: where it waits is theirs).
+LIBRARIES = ("ray/", "torch/", "vllm/", "transformers/", "deepspeed/", "accelerate/",
+             "numpy/", "asyncio/", "concurrent/", "multiprocessing/", "grpc/", "urllib3/",
+             "requests/", "httpx/", "aiohttp/", "http/", "wandb/", "tensorboard/")
+
+
 def _library(frame: str) -> bool:
     """A frame of Python's own library or of an installed package, not the run's code."""
     where = frame.rsplit("(", 1)[-1]
-    return any(part in where for part in ("site-packages/", "dist-packages/", "/lib/python3",
-                                          "<frozen ", "ray/_private/", "ray/_raylet",
-                                          "threading.py", "queue.py", "socket.py"))
+    return where.startswith(LIBRARIES) or any(part in where for part in (
+        "site-packages/", "dist-packages/", "/lib/python3", "<frozen ", "ray/_private/",
+        "ray/_raylet", "threading.py", "queue.py", "socket.py"))
 
 
 # Busy: this share of a core (or of a GPU), for the verdict and for trial_stalled alike.

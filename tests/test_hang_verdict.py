@@ -102,3 +102,24 @@ def test_a_ray_train_rank_is_judged_by_its_training_thread() -> None:
     assert verdict is not None and verdict.hung
     assert verdict.frame == "train_func (train_scripts/gloo_run.py:31)"
     assert verdict.waits_on == "a collective (NCCL, gloo or torch.distributed)"
+
+
+def test_installed_packages_are_told_from_the_runs_code_as_py_spy_names_them() -> None:
+    """py-spy names a file by its path under its sys.path entry: an installed package's
+    frames read "torch/distributed/…", "ray/train/v2/…", as the run's own read
+    "train.py": the verdict names the run's frame and what the libraries wait on."""
+    collective = dump("barrier (torch/distributed/distributed_c10d.py:4160)",
+                      "wrapper (torch/distributed/c10d_logger.py:81)",
+                      "train_step (train.py:88)")
+    verdict = hang_verdict([collective] * 2, "train_step", 0.0, 0.0)
+    assert verdict is not None and verdict.hung
+    assert (verdict.frame, verdict.waits_on) == (
+        "train_step (train.py:88)", "a collective (NCCL, gloo or torch.distributed)")
+    report = dump("get_objects (ray/_private/worker.py:950)",
+                  "TrainContext._sync_checkpoint_dir_name_across_ranks "
+                  "(ray/train/v2/_internal/execution/context.py:254)",
+                  "report (ray/train/v2/api/train_fn_utils.py:46)",
+                  "train_loop (tests/train_scripts/gloo_run.py:44)")
+    verdict = hang_verdict([report] * 2, "train_loop", 0.0, None)
+    assert verdict is not None and verdict.waits_on == "ray.get on another call"
+    assert verdict.frame == "train_loop (tests/train_scripts/gloo_run.py:44)"

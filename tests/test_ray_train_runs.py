@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
+from collectors.hostinfo import host_name
 from collectors.http import SourceError
 from collectors.logscan import discover
 from collectors.raystate import fetch_json
@@ -34,6 +35,7 @@ from collectors.records import RAYTRAIN
 from collectors.runformats import TRAIN_FILE, train_run_dir
 from collectors.runlogs import tail_log
 from collectors.traincallback import RaywatchCallback
+from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import ray_endpoint
 from dashboard.cluster.models import Actor, Cluster, Node, RayCall, TrainRun, settings_cluster_pk
@@ -45,9 +47,11 @@ from dashboard.cluster.trainruns import (
 )
 from dashboard.core.models import SourceHealth
 from dashboard.core.scheduler import EmbeddedScheduler
-from dashboard.trials.models import StepResult, Trial
+from dashboard.incidents.models import Incident
+from dashboard.trials.models import StepResult, Trial, TrialStack
 from dashboard.trials.runs import runs_by_job
 from dashboard.trials.views_data import experiments_payload
+from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,11 +71,13 @@ def start_train(cluster, log_dir: Path, storage: Path) -> subprocess.Popen:  # t
 @pytest.mark.ray
 @pytest.mark.beside
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # type: ignore[no-untyped-def]
-        settings, ray_settings, tmp_path, client, viewer) -> None:
+        settings, ray_settings, tmp_path, client, viewer, live_server_asgi) -> None:
     logs = tmp_path / "train-logs"
     settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(logs)]
+    settings.EMBEDDED = True  # stacks are taken in this process's background pool
+    settings.AGENT_STALE_S = 8.0  # > the 5 s between last_seen_at writes
     # Ray's real answer, whatever this session's cluster ran before: runs, or "not
     # tracked" (HTTP 500 until a tracked run starts); never taken for a failure.
     assert fetch_train_runs(lambda p: fetch_json(ray_endpoint(None), p)).problem is None
@@ -81,6 +87,12 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
     scheduler.start()
     started = time.monotonic()
     run = start_train(ray_settings, logs, tmp_path / "storage")
+    # This host's agent, as `serve` starts it: it watches the ranks' processes.
+    node_ip = ray_settings.gcs_address.rpartition(":")[0]
+    token = tokens.issue(host_name(), None, timezone.now(), node_ip)[1]
+    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
+                                    node_ip, gpus=0), tmp_path / "agent.log")
+    agent.__enter__()
     try:
         trial = wait_for(lambda: Trial.objects.filter(
             framework=RAYTRAIN, iteration__gte=HANG_AT - 1, status=Trial.RUNNING,
@@ -134,7 +146,22 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
         assert "RAY_TRAIN_ENABLE_STATE_TRACKING" not in health.last_error
         took = time.monotonic() - started
         print(f"run listed, hung and its waiting call seen {took:.0f} s after its driver started")
+        # Caught by its silence, from its stacks, with the shipped thresholds: rank 0's
+        # training thread (not its worker's idle main thread) hung in the user's loop,
+        # waiting in ray.train.report's barrier (a ray.get).
+        stalled = wait_for(lambda: Incident.objects.filter(
+            kind="trial_stalled", trial=trial, state="firing").first(), 120, 0.5,
+            "the hung run's stall", explain=lambda: (
+                list(TrialStack.objects.values("state", "verdict", "reason")),
+                (tmp_path / "agent.log").read_text()[-1500:]))
+        trial.refresh_from_db()
+        silent = (stalled.opened_at - trial.last_result_at).total_seconds()
+        assert silent <= 60 and stalled.details["hung"] is True, (silent, stalled.details)
+        assert stalled.details["verdict"].startswith("hung in train_loop ("), stalled.details
+        assert "gloo_run.py:" in stalled.details["verdict"]
+        assert "waiting on ray.get on another call" in stalled.details["verdict"]
     finally:
+        agent.__exit__(None, None, None)
         scheduler.stop()
         stop_node(run)
 

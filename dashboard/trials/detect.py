@@ -45,7 +45,7 @@ from dashboard.incidents.trial_rules import (
 from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
-from dashboard.trials.runs import bind_runs, waits_on_overdue_call
+from dashboard.trials.runs import bind_runs, runs_to_bind, waits_on_overdue_call
 from dashboard.trials.stacks import (
     give_up_after,
     request_stack,
@@ -260,7 +260,8 @@ def trials_to_evaluate(since: datetime | None, now: datetime,
     if since is None:
         return with_experiments(list(query.filter(can_have_findings()).distinct()))
     found = {t.pk: t for t in query.filter(Q(updated_at__gte=since) | Q(check_at__lte=now))}
-    for moved in liveness_changed(_last_live, live):
+    rebind = runs_to_bind(since)
+    for moved in [*liveness_changed(_last_live, live), *([rebind] if rebind else [])]:
         for trial in query.filter(moved).exclude(status__in=Trial.FINISHED):
             found.setdefault(trial.pk, trial)
     return with_experiments(list(found.values()))

@@ -19,9 +19,13 @@ controller as the others are to their trainers.
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
+from functools import reduce
+from operator import or_
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 
 from collectors.hostinfo import node_ip_address
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
@@ -60,6 +64,24 @@ def is_run(trial: Trial) -> bool:
 def working_in(trial: Trial) -> str:
     """The function whose thread does the trial's or run's work (WORKING_IN)."""
     return WORKING_IN.get(trial.framework, trial.trainable)
+
+
+def runs_to_bind(since: datetime) -> Q | None:
+    """The runs whose trainer Ray may list otherwise since `since`, for an evaluation to
+    tie again (bind_runs) though their logs did not move: every run of a cluster where a
+    trainer actor came, went or changed, and the Ray Train runs whose listing changed. A
+    run whose last line was read before its trainer or Train listing was seen (a run
+    that hangs early) is tied then. None: nothing moved."""
+    names = {name for group in TRAINERS.values() for name in group}
+    clusters = set(Actor.objects.filter(class_name__in=names, updated_at__gte=since)
+                   .values_list("cluster_id", flat=True))
+    listed = set(TrainRun.objects.filter(updated_at__gte=since).values_list("name", flat=True))
+    found = []
+    if clusters:
+        found.append(Q(experiment__cluster_id__in=clusters, framework__in=list(TRAINERS)))
+    if listed:
+        found.append(Q(framework=RAYTRAIN, trial_id__in=listed))
+    return reduce(or_, found) if found else None
 
 
 def trainer_class(actor: Actor) -> str:
