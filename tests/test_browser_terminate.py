@@ -17,7 +17,8 @@ from dashboard.incidents.models import Incident
 from tests.agents import node_agent
 from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.beside, pytest.mark.browser, pytest.mark.ray,
+              pytest.mark.django_db(transaction=True)]
 
 
 def test_an_operator_terminates_a_hung_trial_from_its_alert(  # type: ignore[no-untyped-def]
