@@ -138,3 +138,26 @@ def test_a_runs_page_stops_its_submitted_job(client, operator, viewer) -> None: 
     client.force_login(operator)
     Job.objects.filter(pk=job.pk).update(submission_id="", key="01000000", type="DRIVER")
     assert "data-stop-job" not in client.get(f"/trials/{run.pk}/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_run_whose_trainer_died_has_no_process_even_while_rays_view_is_stale() -> None:
+    """Its trainer listed DEAD and its job ended: the run takes the job's end, and its
+    process is gone, though an evaluation made while the cluster's view is not current
+    cannot read liveness (an ended run is not looked at for it again: seen in CI)."""
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    experiment = Experiment.objects.create(name="easyr1_demo", cluster=cluster,
+                                           paths=["/data/checkpoints"])
+    run = Trial(experiment=experiment, trial_id="grpo", framework="easyr1", attempt=1,
+                pid=100, node_ip="10.0.0.5", process_alive=True, status=Trial.RUNNING)
+    node = Node(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
+                state=Node.ALIVE, last_seen_at=now)
+    runner = Actor(cluster=cluster, actor_id="r", class_name="Runner", pid=100, node_id="n1",
+                   job_id="02000000", state="DEAD", ended_at=now, first_seen_at=now,
+                   updated_at=now)
+    Job.objects.create(cluster=cluster, key="02000000", job_id="02000000", type="DRIVER",
+                       status="SUCCEEDED", updated_at=now)
+    bind(run, {(cluster.pk, "10.0.0.5"): [runner]}, {(cluster.pk, "n1"): node})
+    assert (run.tune_status, run.process_alive, run.process_gone_since) == (
+        "TERMINATED", False, now)

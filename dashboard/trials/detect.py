@@ -87,7 +87,8 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     trials += of_ended_session_firing(restarted, {t.pk for t in trials})
     bound = bind_runs(trials)  # RL runs: their trainer actor's process, or job's end
     update_rows(Trial, [t for t in trials if t.pk in bound],
-                ["pid", "node_ip", "hostname", "tune_status"])
+                ["pid", "node_ip", "hostname", "tune_status", "process_alive",
+                 "process_gone_since"])
     changed = [t for t in trials if reconcile(t, live, now) or t.pk in bound]
     for trial in changed:
         trial.updated_at = started

@@ -113,13 +113,13 @@ def bind_runs(trials: list[Trial]) -> set[int]:
     listed = listed_train_runs(runs)
     changed = set()
     for run in runs:
-        before = (run.pid, run.node_ip, run.hostname, run.tune_status)
+        before = (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive)
         train = listed.get((run.experiment.cluster_id, run.trial_id))
         if train is not None:
             bind_listed(run, train, nodes)
         else:
             bind(run, trainers, nodes)
-        if (run.pid, run.node_ip, run.hostname, run.tune_status) != before:
+        if (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive) != before:
             changed.add(run.pk)
     return changed
 
@@ -166,6 +166,12 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
         status = Job.objects.filter(cluster_id=gone.cluster_id, job_id=gone.job_id
                                     ).values_list("status", flat=True).first()
         run.tune_status = JOB_ENDS.get(status or "", "")
+        # Ray listed its trainer dead: its process is gone, though an evaluation made
+        # while the cluster's view is not current (a slow poll) cannot say so, and an
+        # ended run is not looked at for its liveness again.
+        if run.process_alive is not False:
+            run.process_alive = False
+            run.process_gone_since = run.process_gone_since or gone.ended_at or gone.updated_at
 
 
 def run_address(run: Trial) -> str:
