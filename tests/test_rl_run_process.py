@@ -82,13 +82,10 @@ def test_two_live_trainers_on_one_node_are_not_told_apart() -> None:
     assert other.pid is None
 
 
-@pytest.mark.django_db
-def test_a_runs_gpus_are_the_runs() -> None:
-    """A GPU held by an actor of the job a run's trainer drives (verl's WorkerDict) is the
-    run's: its tile names the run and links its page, and the run's GPUs are watched as a
-    trial's (idle during a step). An actor of another job stays an actor."""
-    now = timezone.now()
-    mark_ray_current()
+
+def stored_verl_run(now):  # type: ignore[no-untyped-def]
+    """A verl run tied to its TaskRunner (pid 100, job 01000000) on node n1 (10.0.0.5),
+    as the Ray poll and the trial poll store them."""
     cluster = Cluster.objects.get(pk=settings_cluster_pk())
     experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
                                            paths=["/data/verl_demo"])
@@ -96,8 +93,21 @@ def test_a_runs_gpus_are_the_runs() -> None:
                                attempt=1, pid=100, node_ip="10.0.0.5", status=Trial.RUNNING)
     Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
                         state=Node.ALIVE, last_seen_at=now)
-    for actor_id, cls, pid, job in (("t", "TaskRunner", 100, "01000000"),
-                                    ("w", "WorkerDict", 200, "01000000"),
+    Actor.objects.create(cluster=cluster, actor_id="t", class_name="TaskRunner", pid=100,
+                         node_id="n1", job_id="01000000", state="ALIVE", first_seen_at=now,
+                         updated_at=now)
+    return cluster, run
+
+
+@pytest.mark.django_db
+def test_a_runs_gpus_are_the_runs() -> None:
+    """A GPU held by an actor of the job a run's trainer drives (verl's WorkerDict) is the
+    run's: its tile names the run and links its page, and the run's GPUs are watched as a
+    trial's (idle during a step). An actor of another job stays an actor."""
+    now = timezone.now()
+    mark_ray_current()
+    cluster, run = stored_verl_run(now)
+    for actor_id, cls, pid, job in (("w", "WorkerDict", 200, "01000000"),
                                     ("x", "WorkerDict", 300, "02000000")):
         Actor.objects.create(cluster=cluster, actor_id=actor_id, class_name=cls, pid=pid,
                              node_id="n1", job_id=job, state="ALIVE", first_seen_at=now,
@@ -117,16 +127,7 @@ def test_a_runs_page_stops_its_submitted_job(client, operator, viewer) -> None: 
     job on its page (the Jobs page's audited action: it ends every actor of the run), for
     an operator; a run of a driver started by hand, and a viewer, have none."""
     now = timezone.now()
-    cluster = Cluster.objects.get(pk=settings_cluster_pk())
-    experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
-                                           paths=["/data/verl_demo"])
-    run = Trial.objects.create(experiment=experiment, trial_id="exp1", framework="verl",
-                               attempt=1, pid=100, node_ip="10.0.0.5", status=Trial.RUNNING)
-    Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
-                        state=Node.ALIVE, last_seen_at=now)
-    Actor.objects.create(cluster=cluster, actor_id="t", class_name="TaskRunner", pid=100,
-                         node_id="n1", job_id="01000000", state="ALIVE", first_seen_at=now,
-                         updated_at=now)
+    cluster, run = stored_verl_run(now)
     job = Job.objects.create(cluster=cluster, key="raysubmit_abc", job_id="01000000",
                              submission_id="raysubmit_abc", type="SUBMISSION",
                              status="RUNNING", updated_at=now)

@@ -123,9 +123,15 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
-                           **agents.get(trial.pk, {}), **verdict_of(sampled.get(trial.pk)))
-        sampling = False
-        if needs_verdict(snapshot, th, now) and not waits_on_overdue_call(trial):
+                           **agents.get(trial.pk, {}),
+                           **sampled_verdict(sampled.get(trial.pk)))
+        sampling, needs = False, needs_verdict(snapshot, th, now)
+        stalled_now = trial_stalled(snapshot, th, now) is not None
+        # An RL run silent because its job's call is overdue: call_overdue names the hang
+        # (asked once, only of a trial that needs a verdict or is stalled).
+        waits = (needs or stalled_now) and waits_on_overdue_call(trial)
+        waits_on_call = stalled_now and waits
+        if needs and not waits:
             # Past its usual step by far: is it hung? Its node's agent samples its stacks
             # (once a silence), and it is looked at each poll until they are in.
             stack = sampled.get(trial.pk)
@@ -134,13 +140,10 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
                 asked += 1
             sampling = stack is None or (stack.state == TrialStack.PENDING
                                          and now - stack.requested_at < give_up_after())
-        waits_on_call = False
-        if trial_stalled(snapshot, th, now):
-            waits_on_call = waits_on_overdue_call(trial)
-            if not waits_on_call:
-                stalled.append(trial)
-                snapshot = with_activity(snapshot, activity_of(trial, now) if len(stalled)
-                                         <= PROBES_PER_POLL else TOO_MANY_STALLS)
+        if stalled_now and not waits_on_call:
+            stalled.append(trial)
+            snapshot = with_activity(snapshot, activity_of(trial, now) if len(stalled)
+                                     <= PROBES_PER_POLL else TOO_MANY_STALLS)
         found = evaluate_trial(snapshot, th, now)
         if waits_on_call:  # call_overdue names the hang; looked at again each poll
             found = [f for f in found if f.kind != "trial_stalled"]
@@ -331,7 +334,7 @@ def with_activity(snapshot: TrialSnapshot, activity: Activity) -> TrialSnapshot:
                    activity_unknown=activity.unknown)
 
 
-def verdict_of(stack: TrialStack | None) -> dict[str, Any]:
+def sampled_verdict(stack: TrialStack | None) -> dict[str, Any]:
     """What a snapshot holds of the stacks taken in its trial's silence: their verdict."""
     if stack is None or stack.state != TrialStack.TAKEN:
         return {}

@@ -58,13 +58,14 @@ def experiment_page(request: HttpRequest, pk: int) -> HttpResponse:
 @viewer_required
 def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
     trial = get_object_or_404(Trial.objects.select_related("experiment"), pk=pk)
+    job = run_job(trial)  # an RL run's trainer's Ray job: its calls now, its Stop
     return render(request, "trials/trial.html", {
         "trial": trial,
         "page_data": {"trial": trial_payload(trial), "results": results_payload(trial),
                       "timing_keys": settings.TIMING_KEYS,
                       "not_a_phase": NOT_A_PHASE,
                       "stack": stack_payload(latest_stack(trial)),
-                      "calls": run_calls_payload(trial),
+                      "calls": run_calls_payload(trial, job),
                       "train": train_run_payload(trial),
                       "incidents": incidents_payload([trial.pk])[trial.pk],
                       "objective": objective_of(trial.experiment, trial.metric_range).as_dict(),
@@ -73,16 +74,15 @@ def trial_page(request: HttpRequest, pk: int) -> HttpResponse:
                       "silent_after_s": min(SILENT_AFTER_S, settings.STALL_MIN_S)},
         "can_act": has_role(request.user, OPERATOR),
         "noun": "Run" if is_run(trial) else "Trial",  # an RL run (verl, EasyR1, OpenRLHF)
-        "stop_job": stoppable_job(trial),
+        "stop_job": stoppable_job(job),
     })
 
 
-def stoppable_job(trial: Trial) -> str:
-    """An RL run's trainer's Ray job, when it was submitted through Ray's Jobs API and
-    still runs: its submission id, for the page's Stop (the same audited action as the
-    Jobs page's, which ends every actor of the run). "" otherwise: Terminate ends the
-    trainer's process, and its driver and job with it."""
-    job = run_job(trial)
+def stoppable_job(job: tuple[int, str] | None) -> str:
+    """An RL run's trainer's Ray job (run_job), when it was submitted through Ray's Jobs
+    API and still runs: its submission id, for the page's Stop (the same audited action
+    as the Jobs page's, which ends every actor of the run). "" otherwise: Terminate ends
+    the trainer's process, and its driver and job with it."""
     if job is None:
         return ""
     return Job.objects.filter(cluster_id=job[0], job_id=job[1], status__in=Job.RUNNING_STATES

@@ -67,12 +67,14 @@ def run_job(trial: Trial) -> tuple[int, str] | None:
     return (trial.experiment.cluster_id, job) if job else None
 
 
-def run_calls_payload(trial: Trial) -> list[dict[str, Any]] | None:
+def run_calls_payload(trial: Trial, job: tuple[int, str] | None = None
+                      ) -> list[dict[str, Any]] | None:
     """What an RL run's step is doing now: its trainer's job's running calls (the Jobs
-    page's rows); None for a Tune trial (its steps are its own process's)."""
+    page's rows); None for a Tune trial (its steps are its own process's). `job`: the
+    run's, when the caller already looked it up (run_job)."""
     if not is_run(trial):
         return None
-    job = run_job(trial)
+    job = job or run_job(trial)
     return calls_payload(job=job) if job else []
 
 
