@@ -12,11 +12,14 @@ the suite. Smoke figures mean nothing and nothing judges them.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -61,8 +64,22 @@ def django_env(database: str | None = None, **extra: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "dashboard.settings",
         "DATABASE_URL": database or database_url(),
         "RAYWATCH_SECRET_KEY": os.environ.get("RAYWATCH_SECRET_KEY", BENCH_SECRET_KEY),
+        # Not the checkout's .raywatch: what a run keeps there (the trial-log reader's
+        # cursors) would make the next run read nothing.
+        "RAYWATCH_DATA_DIR": bench_data_dir(),
         **extra,
     }
+
+
+_DATA_DIR: list[str] = []
+
+
+def bench_data_dir() -> str:
+    """This bench process's DATA_DIR, made at first use and removed when it exits."""
+    if not _DATA_DIR:
+        _DATA_DIR.append(tempfile.mkdtemp(prefix="raywatch-bench-data-"))
+        atexit.register(shutil.rmtree, _DATA_DIR[0], True)
+    return _DATA_DIR[0]
 
 
 def ensure_database(url: str) -> None:

@@ -203,18 +203,25 @@ def stored_results() -> int:
 def seed_cursors(specs: list[TrialSpec]) -> None:
     """Swap in the full result.json files and move their cursors to the end, as if the
     whole file had been read (size, mtime and the head hash match what is on disk)."""
+    import dataclasses
     import hashlib
 
-    from dashboard.trials.models import LogCursor
+    from collectors.agent.cursors import CursorStore, FileState
+    from dashboard.trials import ingest
 
-    rows = {c.path: c for c in LogCursor.objects.all()}
+    ingest.forget_reader()  # its memory of the cursors: the store is changed below
+    store = CursorStore(ingest.state_dir() / "cursors.sqlite3")
+    files = {}
     for spec in specs:
         os.replace(spec.path / "result.json.full", spec.result_file)
-        row, stat = rows[str(spec.result_file)], spec.result_file.stat()
+        key, stat = str(spec.result_file), spec.result_file.stat()
         with spec.result_file.open("rb") as handle:
-            row.head_hash = hashlib.sha1(handle.read(4096)).hexdigest()
-        row.offset, row.size, row.mtime_ns = stat.st_size, stat.st_size, stat.st_mtime_ns
-    LogCursor.objects.bulk_update(rows.values(), ["offset", "head_hash", "size", "mtime_ns"])
+            head = hashlib.sha1(handle.read(4096)).hexdigest()
+        cursor = dataclasses.replace(store.file(key).cursor, offset=stat.st_size,
+                                     head_hash=head)
+        files[key] = FileState(cursor, stat.st_size, stat.st_mtime_ns)
+    store.save(files, {})
+    store.close()
 
 
 # --- part 1: cost per poll ---------------------------------------------------------------

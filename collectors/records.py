@@ -265,7 +265,7 @@ class TrainRunRecord:
 TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF = "tune", "tensorboard", "verl", "easyr1", "openrlhf"
 RAYTRAIN = "raytrain"
 FRAMEWORKS = (TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF, RAYTRAIN)
-# The kinds of file a trial's results are tailed from (LogCursor.kind).
+# The kinds of file a trial's results are tailed from (a cursor's kind).
 RESULT_JSON, TB_EVENTS, RUN_JSONL = "result_json", "tb_events", "run_jsonl"
 
 

@@ -1,5 +1,6 @@
-"""Reading a trial's result files, whatever wrote them: the one way both readers
-(dashboard.trials.ingest and the node agent's collector) tail a file, by its kind.
+"""Reading a trial's result files, whatever wrote them: the one way the one reader (the
+node agent's collector, which dashboard.trials.ingest runs for raywatch's own host)
+tails a file, by its kind.
 
 Runs of verl's and EasyR1's file loggers and of raywatch's Ray Train callback
 (collectors.runformats says which file is one) are read here: a line is a step, its

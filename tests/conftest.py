@@ -194,6 +194,20 @@ def ray_temp_dir_of_the_run() -> Iterator[Path]:
         "and a plain ray.init() on this machine would now try that node's stopped GCS")
 
 
+@pytest.fixture(autouse=True)
+def host_log_reader_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each test's reading of this host's log dirs starts with cursors of its own: the
+    database is emptied between tests, and cursors kept from an earlier test would say
+    its files were read."""
+    from dashboard.trials import ingest
+
+    where = tmp_path_factory.mktemp("host-reader")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ingest, "state_dir", lambda: where)
+        yield
+    ingest.forget_reader()
+
+
 @pytest.fixture
 def hung_process() -> Iterator[subprocess.Popen]:
     """A process on this host that never ends by itself: what a hung trial runs, titled as

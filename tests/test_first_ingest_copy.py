@@ -8,14 +8,16 @@ points."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
 from dashboard.core.push import trial_group
+from dashboard.trials import ingest
 from dashboard.trials.bulkwrite import COPY_MIN_ROWS
-from dashboard.trials.models import LogCursor, StepResult, Trial
+from dashboard.trials.models import StepResult, Trial
 from dashboard.trials.tasks import poll_trial_logs
 
 pytestmark = pytest.mark.both_backends
@@ -104,7 +106,8 @@ def test_a_retried_trial_keeps_both_attempts(db: None, history: Path) -> None:
 
 def test_the_same_files_read_again_add_nothing(db: None, history: Path, settings) -> None:  # type: ignore[no-untyped-def]
     poll_trial_logs()
-    LogCursor.objects.all().delete()  # as if raywatch had never read them
+    ingest.forget_reader()
+    shutil.rmtree(ingest.state_dir())  # its cursors gone: as if raywatch had never read them
     settings.LOG_DIRS = settings.LOG_DIRS[::-1]  # other roots: a fresh scanner, a full pass
     poll_trial_logs()
     assert StepResult.objects.count() == expected_results()

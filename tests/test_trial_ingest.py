@@ -4,13 +4,15 @@ counted once, parse errors kept on the trial, error.txt and retries reflected.""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from dashboard.core.models import SourceHealth
 from dashboard.incidents.models import Incident
-from dashboard.trials.models import LogCursor, StepResult, Trial
+from dashboard.trials import ingest
+from dashboard.trials.models import StepResult, Trial
 from dashboard.trials.tasks import poll_trial_logs
 
 pytestmark = pytest.mark.both_backends
@@ -55,12 +57,14 @@ def test_both_copies_count_once_and_a_restart_resumes(db: None, logs: Path) -> N
     assert trial.experiment.name == "search" and trial.config == {"lr": 0.1}
     assert trial.iteration == 3 and trial.pid == 100 and trial.node_ip == "10.0.0.5"
     assert StepResult.objects.filter(trial=trial).count() == 3
-    assert LogCursor.objects.count() == 2
+    with sqlite3.connect(ingest.state_dir() / "cursors.sqlite3") as kept:
+        assert kept.execute("SELECT count(*) FROM files").fetchone()[0] == 2
     assert SourceHealth.objects.get(source="trial_logs").state == "healthy"
 
     write(live, line(4))
     write(stored, line(3) + line(4), mode="a")
-    poll_trial_logs()  # a fresh poll, as after a restart: cursors come from the database
+    ingest.forget_reader()  # as after a restart: the cursors come from their store
+    poll_trial_logs()
     assert sorted(StepResult.objects.filter(trial=trial).values_list("iteration", flat=True)) \
         == [1, 2, 3, 4]
 

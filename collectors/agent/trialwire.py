@@ -1,7 +1,7 @@
 """The `trial_log` record (docs/agent-protocol.md), both ways: what the agent read of one
 trial directory, and the server's strict reading of it back into a TrialUpdate. Pure;
-no Django. Limits are the central reader's (collectors.tunelogs), so a record says no
-more than raywatch would have read from the files itself."""
+no Django. Limits are the file readers' (collectors.tunelogs), so a record says no
+more than the files say; raywatch's own host decodes its records here too."""
 
 from __future__ import annotations
 
@@ -58,9 +58,10 @@ def _time_or_none(at: datetime | None) -> str | None:
 
 
 # --- reading -----------------------------------------------------------------------------
-def decode_trial_log(record: dict[str, Any], node: str) -> TrialUpdate:
+def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
     """A trial_log record of `node` (the token's). Directories are named "node:path":
-    the same path on two nodes is two places."""
+    the same path on two nodes is two places. `node` None: raywatch's own host read it
+    (dashboard.trials.ingest), and its directories are the paths as they are."""
     where = "trial_log"
     decode_time(record.get("at"), f"{where}.at")
     kind = record.get("format")
@@ -112,8 +113,9 @@ def _search(data: dict[str, Any] | None, where: str) -> tuple[str | None, str | 
     return metric, mode
 
 
-def _place(node: str, path: Any, where: str) -> str:
-    return f"{node}:{_text(path, where, MAX_PATH)}"
+def _place(node: str | None, path: Any, where: str) -> str:
+    text = _text(path, where, MAX_PATH)
+    return text if node is None else f"{node}:{text}"
 
 
 def _result(data: Any, where: str) -> ResultLine:

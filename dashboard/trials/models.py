@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from django.db import models
 
-from collectors import records
 from dashboard.cluster.models import cluster_field
 
 
@@ -115,24 +114,6 @@ class StepResult(models.Model):
             )
         ]
         indexes = [models.Index(fields=["trial", "-id"], name="result_trial_recent")]
-
-
-class LogCursor(models.Model):
-    """How far raywatch has read one log file; a restart resumes here."""
-
-    RESULT_JSON, TB_EVENTS, RUN_JSONL = records.RESULT_JSON, records.TB_EVENTS, records.RUN_JSONL
-
-    path = models.CharField(max_length=1024, unique=True)
-    kind = models.CharField(max_length=16)
-    trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="cursors")
-    offset = models.BigIntegerField(default=0)
-    head_hash = models.CharField(max_length=64, blank=True, default="")
-    attempt = models.PositiveIntegerField(default=1)
-    last_iteration = models.IntegerField(null=True)
-    last_pid = models.IntegerField(null=True)
-    size = models.BigIntegerField(default=0)
-    mtime_ns = models.BigIntegerField(default=0)
-    updated_at = models.DateTimeField(auto_now=True)
 
 
 class TrialStack(models.Model):

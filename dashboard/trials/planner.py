@@ -18,7 +18,7 @@ import threading
 
 from django.db import DatabaseError, connection
 
-from dashboard.trials.models import LogCursor, StepResult, Trial
+from dashboard.trials.models import StepResult, Trial
 
 log = logging.getLogger("raywatch.trials")
 ANALYZE_AFTER_RESULTS = 10_000
@@ -51,7 +51,7 @@ def analyze_trial_tables() -> int:
     """ANALYZE the tables results go to; the rows it counted in StepResult's."""
     table = StepResult._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {Trial._meta.db_table}, {table}, {LogCursor._meta.db_table}")
+        cursor.execute(f"ANALYZE {Trial._meta.db_table}, {table}")
         cursor.execute("SELECT reltuples FROM pg_class WHERE relname = %s", [table])
         row = cursor.fetchone()
     return max(0, int(row[0])) if row else 0

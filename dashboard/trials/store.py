@@ -1,9 +1,9 @@
-"""Storing what was read of trial directories, whoever read them: raywatch's own
-collector (ingest.py, files on this host) or a node's agent (the agents app, trial_log
-records). One path: experiments by name, trials by (experiment, trial_id), results
-de-duplicated on (trial, attempt, iteration), so one trial seen in several places (the
-driver's live copy and Tune's storage copy, a shared filesystem seen by two nodes, an
-agent and the central reader) is stored once.
+"""Storing what was read of trial directories by the one collector (the agent's), on
+whichever host it ran: raywatch's own (ingest.py, files on this host) or a node's agent
+(the agents app, trial_log records). One path: experiments by name, trials by
+(experiment, trial_id), results de-duplicated on (trial, attempt, iteration), so one
+trial seen in several places (the driver's live copy and Tune's storage copy, a shared
+filesystem seen by two nodes, an agent and raywatch's own host) is stored once.
 
 A TrialStore loads only the rows of the trials it is given, in batches: its cost grows
 with what changed, not with the history in the database.
@@ -210,9 +210,11 @@ def _search(experiment: Experiment, update: TrialUpdate) -> bool:
 
 
 def store_updates(updates: Sequence[TrialUpdate], now: datetime,
-                  cluster_pk: int | None = None) -> IngestStats:
-    """Store a node agent's updates, in order (a trial's lines may span several)."""
-    store = TrialStore(now, cluster_pk=cluster_pk)
+                  cluster_pk: int | None = None, stats: IngestStats | None = None
+                  ) -> IngestStats:
+    """Store a trial-log collector's updates, in order (a trial's lines may span
+    several): a node agent's, or this host's (ingest.py; `stats`: the poll's so far)."""
+    store = TrialStore(now, stats, cluster_pk=cluster_pk)
     for start in range(0, len(updates), BATCH):
         batch = updates[start:start + BATCH]
         store.load((u.experiment[:255], u.trial_id[:255]) for u in batch)
