@@ -349,3 +349,30 @@ def test_a_trial_error_waits_for_rays_next_answer(small_search: Clock) -> None:
     detect.evaluate_trials(clock.now)
     assert [(i.subject.rsplit("/", 1)[-1], i.state) for i in errored] == [
         (name(7), Incident.FIRING)]
+
+
+def test_a_trial_that_finished_while_rays_view_was_stale_loses_its_process_later(
+        small_search: Clock) -> None:
+    """Trial 5 ends (Tune says TERMINATED) while Ray's view of the cluster is not current:
+    nothing is known gone then, so it keeps its process. Once Ray answers again without
+    its actor, the finished trial has no process: it is looked at again, finished or not."""
+    clock = small_search
+    ray_answered(clock.now)
+    detect.evaluate_trials(clock.now)
+    clock.now += timedelta(seconds=120)  # Ray's view goes stale
+    store_updates([replace(update(5, range(5, 6), clock.now), tune_status="TERMINATED")],
+                  clock.now)
+    detect.evaluate_trials(clock.now)
+    clock.now += timedelta(seconds=TICK_S)
+    detect.evaluate_trials(clock.now)  # a poll later, still stale: its end is old news
+    ended = Trial.objects.get(trial_id=name(5))
+    assert ended.status == Trial.TERMINATED and ended.process_alive is True
+
+    Actor.objects.filter(pid=30_005).update(state="DEAD")
+    clock.now += timedelta(seconds=TICK_S)
+    ray_answered(clock.now)
+    detect.evaluate_trials(clock.now)
+    ended.refresh_from_db()
+    assert ended.process_alive is False and ended.status == Trial.TERMINATED
+    # A trial still running beside it kept its process.
+    assert Trial.objects.get(trial_id=name(6)).process_alive is True

@@ -265,8 +265,11 @@ def trials_to_evaluate(since: datetime | None, now: datetime,
         return with_experiments(list(query.filter(can_have_findings()).distinct()))
     found = {t.pk: t for t in query.filter(Q(updated_at__gte=since) | Q(check_at__lte=now))}
     rebind = runs_to_bind(since)
+    # A finished trial is looked at again only while it still has a process: one that
+    # ended while Ray's view was not current keeps it until Ray says otherwise.
+    unfinished = ~Q(status__in=Trial.FINISHED) | Q(process_alive=True)
     for moved in [*liveness_changed(_last_live, live), *([rebind] if rebind else [])]:
-        for trial in query.filter(moved).exclude(status__in=Trial.FINISHED):
+        for trial in query.filter(moved).filter(unfinished):
             found.setdefault(trial.pk, trial)
     return with_experiments(list(found.values()))
 
