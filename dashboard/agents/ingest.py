@@ -35,6 +35,7 @@ from dashboard.gpus.models import Gpu, GpuNode
 from dashboard.trials import planner
 from dashboard.trials.push import push_updates
 from dashboard.trials.store import IngestStats, store_updates
+from dashboard.trials.tasks import evaluate_soon
 
 log = logging.getLogger("raywatch.agents")
 # What a report updates of its node's GpuNode row (registered_at: when it was created).
@@ -488,9 +489,11 @@ def _store_trial_logs(new: list[tuple[Report, list[Batch]]], now: datetime
 
 
 def _push(stats: IngestStats) -> None:
-    """Stored already: a push that fails loses a live update, not the results."""
+    """Stored already: a push that fails loses a live update, not the results; then the
+    detectors look at them (once committed), not a poll later."""
     if not stats.changed_trials:
         return
+    transaction.on_commit(evaluate_soon)
     try:
         push_updates(stats)
     except Exception as exc:  # the page catches up at its next load or poll push

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import threading
+
 from celery import shared_task
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
+from dashboard.core.background import run_soon
 from dashboard.core.health import source_poll
+from dashboard.core.locks import in_turn
 from dashboard.trials import lag
 from dashboard.trials.detect import evaluate_trials
 from dashboard.trials.ingest import IngestStats, ingest_logs
@@ -37,9 +42,37 @@ def poll_trial_logs() -> None:
                                      "directories (a first ingest of a long history, say); "
                                      "this poll left the reading to it, and its stalls "
                                      "wait for what it reads")
-    evaluation = evaluate_trials(timezone.now())
-    push_updates(stats or IngestStats(), evaluated=evaluation["trials"])
+    evaluate_and_push(stats or IngestStats())
+
+
+# The detectors run one evaluation at a time, across processes too: a poll's and one an
+# agent's report asked for (evaluate_soon) take turns.
+EVALUATION_LOCK = 7_261_003  # pg advisory lock id: "raywatch trial evaluation"
+_EVALUATING = threading.Lock()
+_ASKED_KEY = "raywatch:trials:evaluation-asked"
+ASKED_EXPIRES_S = 10  # an asked evaluation no worker took by then: the polls go on
+
+
+def evaluate_and_push(stats: IngestStats) -> None:
+    """Evaluate the trials, however their results arrived, and send what changed."""
+    with _EVALUATING, in_turn(EVALUATION_LOCK):
+        evaluation = evaluate_trials(timezone.now())
+    push_updates(stats, evaluated=evaluation["trials"])
     flush_experiments()
+
+
+@shared_task(name="dashboard.trials.tasks.evaluate_reported")
+def evaluate_reported() -> None:
+    cache.delete(_ASKED_KEY)  # what is stored from now on asks for the next one
+    evaluate_and_push(IngestStats())
+
+
+def evaluate_soon() -> None:
+    """Results an agent just reported reach the detectors now, not at the next poll: an
+    evaluation in the background, unless one is asked for and not begun (a hundred nodes
+    reporting at once ask for one, not a hundred)."""
+    if cache.add(_ASKED_KEY, 1, timeout=ASKED_EXPIRES_S):
+        run_soon(evaluate_reported, expires=ASKED_EXPIRES_S)
 
 
 @shared_task(name="dashboard.trials.tasks.take_trial_stack")
