@@ -7,6 +7,7 @@ their own through their node agent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -195,6 +196,24 @@ def ray_worker_pids(exclude: Iterable[int] = ()) -> Iterator[int]:
     for pid, cmdline in command_lines():
         if pid not in skip and cmdline.startswith(b"ray::"):
             yield pid
+
+
+def holding_open(paths: Iterable[str], pids: Iterable[int]) -> list[int]:
+    """Of `pids`, those that hold one of `paths` (real paths) open: Linux's
+    /proc/<pid>/fd; elsewhere, or for a process this user may not look into, none."""
+    wanted = set(paths)
+    found = []
+    for pid in pids:
+        try:
+            entries = list(os.scandir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if os.readlink(entry.path) in wanted:
+                    found.append(pid)
+                    break
+    return found
 
 
 def command_lines() -> Iterator[tuple[int, bytes]]:

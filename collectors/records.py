@@ -356,6 +356,10 @@ class TrialUpdate:
     search_metric: str | None = None
     search_mode: str | None = None
     framework: str = ""  # FRAMEWORKS; "": not said
+    # An RL run's: the pid of the one Ray worker on this node that holds the run's log
+    # file open (its trainer actor), when it changed. Only ever a tie-break between the
+    # trainer actors Ray lists on that node (dashboard/trials/runs.py).
+    writer_pid: int | None = None
 
     @classmethod
     def about(cls, trial_dir: TrialDir) -> TrialUpdate:

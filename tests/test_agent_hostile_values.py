@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from collectors.agent import wire
 from dashboard.agents import tokens
 from dashboard.agents.ingest import BatchRefused, ingest_sent
 from dashboard.agents.models import NodeProcess
@@ -72,3 +73,36 @@ def test_a_process_fact_raywatch_cannot_keep_refuses_its_batch(
     assert isinstance(refused, BatchRefused) and refused.seq == 1, refused
     assert f"batch 1: processes.processes[1].{said}" in refused.message, refused.message
     assert not NodeProcess.objects.exists() and not Gpu.objects.exists()
+
+
+@pytest.mark.parametrize(("writer", "said"), [
+    (2**40, "trial_log.writer_pid: expected an integer from 1 to"),
+    (-3, "trial_log.writer_pid: expected an integer from 1 to"),
+    ("1234", "trial_log.writer_pid: expected an integer from 1 to"),
+])
+def test_a_run_writer_pid_raywatch_cannot_keep_refuses_its_batch(writer: Any, said: str
+                                                                 ) -> None:
+    from collectors.agent.trialwire import encode_trial_log
+    from collectors.records import TrialUpdate
+    from dashboard.trials.models import Trial
+
+    now = timezone.now()
+    token = tokens.issue("gpu-a", None, now)[1]
+    run = TrialUpdate(experiment="verl_pair", experiment_dir="/r/verl_pair", trial_id="exp0",
+                      trainable="", directory="/r/verl_pair", tensorboard=False,
+                      framework="verl", writer_pid=4242)
+    good = encode_trial_log(run, now)
+    bad = {**encode_trial_log(run, now), "writer_pid": writer}
+
+    def body(seq: int, record: dict[str, Any]) -> dict[str, Any]:
+        at = good["at"]
+        return {"version": wire.VERSION, "agent": {"version": "test"},
+                "batches": [{"stream": "s1", "seq": seq, "at": at, "records": [record]}]}
+
+    [refused] = ingest_sent([sent(token, body(1, bad))], now)
+    assert isinstance(refused, BatchRefused) and refused.seq == 1, refused
+    assert said in refused.message, refused.message
+    assert not Trial.objects.exists()
+    [answer] = ingest_sent([sent(token, body(2, good))], timezone.now())
+    assert isinstance(answer, dict) and answer["stored"] == [2], answer
+    assert Trial.objects.get(trial_id="exp0").writer_pid == 4242

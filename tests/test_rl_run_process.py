@@ -7,6 +7,10 @@ trainers of one framework on one node are not told apart."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.utils import timezone
 
@@ -17,7 +21,7 @@ from dashboard.gpus.owners import owners_on_hosts
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.runs import bind, runs_by_job
 from tests.conftest import mark_ray_current, stop_node, wait_for
-from tests.test_ray_calls import start_run
+from tests.test_ray_calls import ROOT, start_run
 
 pytestmark = pytest.mark.both_backends
 
@@ -57,7 +61,7 @@ def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path
 
 
 @pytest.mark.django_db
-def test_two_live_trainers_on_one_node_are_not_told_apart() -> None:
+def test_two_live_trainers_on_one_node_are_told_apart_only_by_the_logs_writer() -> None:
     now = timezone.now()
     cluster = Cluster.objects.get(pk=settings_cluster_pk())
     experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
@@ -71,6 +75,13 @@ def test_two_live_trainers_on_one_node_are_not_told_apart() -> None:
     run.node_ip = "10.0.0.5"
     bind(run, {(cluster.pk, "10.0.0.5"): actors}, {(cluster.pk, "n1"): node})
     assert run.pid is None  # two TaskRunners there: which writes this run's log is unknown
+    run.writer_pid = 101  # its node's reader found which holds the run's log open
+    bind(run, {(cluster.pk, "10.0.0.5"): actors}, {(cluster.pk, "n1"): node})
+    assert (run.pid, run.hostname) == (101, "gpu-5")
+    run.pid, run.writer_pid = None, 999  # a pid no trainer there has: still not told apart
+    bind(run, {(cluster.pk, "10.0.0.5"): actors}, {(cluster.pk, "n1"): node})
+    assert run.pid is None
+    run.writer_pid = None
     bind(run, {(cluster.pk, "10.0.0.5"): actors[:1]}, {(cluster.pk, "n1"): node})
     assert (run.pid, run.hostname) == (100, "gpu-5")
     # An EasyR1 Runner is no verl run's trainer.
@@ -162,3 +173,39 @@ def test_a_run_whose_trainer_died_has_no_process_even_while_rays_view_is_stale()
     bind(run, {(cluster.pk, "10.0.0.5"): [runner]}, {(cluster.pk, "n1"): node})
     assert (run.tune_status, run.process_alive, run.process_gone_since) == (
         "TERMINATED", False, now)
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_two_verl_runs_on_one_node_each_follow_the_trainer_that_writes_their_log(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path) -> None:
+    """Two `TaskRunner` actors on one node, each writing one run's verl log: the reader
+    finds which process holds each file open, and each run is tied to its own."""
+    root, pids = tmp_path / "verl", tmp_path / "pids"
+    pids.mkdir()
+    settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(root)]
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "poll-trial-logs")})
+    scheduler.start()
+    runs = subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.verl_runs", ray_settings.gcs_address,
+         str(root), str(pids), "60"], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**os.environ, "RAY_AUTH_MODE": "token"},
+        start_new_session=True)
+    try:
+        bound = wait_for(lambda: dict(Trial.objects.filter(
+            framework="verl", status=Trial.RUNNING, pid__isnull=False).values_list(
+            "trial_id", "pid")) if Trial.objects.filter(
+            framework="verl", status=Trial.RUNNING, pid__isnull=False).count() == 2 else None,
+            120, 0.5, "both verl runs RUNNING, each tied to a TaskRunner",
+            explain=lambda: list(Trial.objects.values("trial_id", "framework", "status",
+                                                      "pid", "writer_pid")))
+        writers = {name: int((pids / name).read_text()) for name in ("exp0", "exp1")}
+        assert bound == writers
+        assert set(Actor.objects.filter(class_name="TaskRunner", state="ALIVE")
+                   .values_list("pid", flat=True)) == set(writers.values())
+    finally:
+        scheduler.stop()
+        stop_node(runs)

@@ -31,6 +31,7 @@ class TrialSent:
     tensorboard: str = ""  # "problem": event files but no tensorboard package, said once
     search: str = ""  # the search's objective as sent ("metric/mode")
     link: str = ""  # "problem": the trial dir is a link, not followed (said once)
+    writer: int = 0  # an RL run's: the pid holding its log open, as sent
 
 
 class CursorStore:
@@ -95,4 +96,5 @@ def _trial_sent(data: dict) -> TrialSent:
     return TrialSent(params=data.get("params", ""),
                      error=(error[0], error[1]) if error else None,
                      status=data.get("status", ""), tensorboard=data.get("tensorboard", ""),
-                     search=data.get("search", ""), link=data.get("link", ""))
+                     search=data.get("search", ""), link=data.get("link", ""),
+                     writer=data.get("writer", 0))

@@ -36,7 +36,8 @@ from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
 from collectors.logscan import RESCAN_PER_POLL, STALE_QUIET, LogScanner, stale
-from collectors.records import TB_EVENTS, TrialDir, TrialUpdate
+from collectors.procstat import holding_open, ray_worker_pids
+from collectors.records import TB_EVENTS, TENSORBOARD, VERL, TrialDir, TrialUpdate
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
 from collectors.runlogs import tail_log
 from collectors.tunelogs import (
@@ -58,6 +59,7 @@ POLL_BYTES = 8 << 20  # read a poll at most: a long history takes several polls
 SPOOL_SHARE = 4  # read nothing more while the spool is over a quarter full
 SETTLE_BATCH = 400  # trial dirs asked about at once (their TrialDirs built for it)
 FINISHED = ("TERMINATED", "ERROR")
+HOLD_THEIR_LOG = (VERL, TENSORBOARD)  # writers that keep the log file open (ray-facts.md)
 NO_TENSORBOARD = ("TensorBoard event files here, but the tensorboard package is not "
                   "installed for the agent (pip install tensorboard): not read")
 
@@ -202,9 +204,24 @@ class TrialLogCollector:
                     facts["error_text"], facts["error_at"] = error[1], error[2]
                 problems += [_problem(error[3])] if error[3] else []
         new = self._state_facts(trial_dir, new, facts)
+        writer = self._writer(trial_dir, sent.writer)
+        if writer and writer != sent.writer:
+            facts["writer_pid"], new = writer, replace(new, writer=writer)
         if new != sent:
             out.add(replace(base, problem_count=len(problems), **facts), problems,
                     sent={key: new})
+
+    def _writer(self, trial_dir: TrialDir, known: int) -> int:
+        """An RL run's writer: the one Ray worker of this node holding its log open
+        (verl's file logger and TensorBoard's writer keep theirs open), 0 when none or
+        several do. Looked for when its files changed, the known one first."""
+        if trial_dir.trial_id is not None or trial_dir.framework not in HOLD_THEIR_LOG:
+            return 0
+        files = [os.path.realpath(path) for _, path in trial_dir.logs()]
+        if known and holding_open(files, [known]):
+            return known
+        found = holding_open(files, ray_worker_pids())
+        return found[0] if len(found) == 1 else 0
 
     def _say_once(self, trial_dir: TrialDir, base: TrialUpdate, out: _Pending, what: str,
                   message: str) -> None:
@@ -351,13 +368,13 @@ def _encode(update: TrialUpdate, problems: list[dict[str, Any]], at: datetime) -
     half = len(update.results) // 2
     return [*_encode(replace(update, results=update.results[:half], problem_count=0,
                              params=None, error_text=None, tune_status=None,
-                             search_metric=None, search_mode=None), [], at),
+                             search_metric=None, search_mode=None, writer_pid=None), [], at),
             *_encode(replace(update, results=update.results[half:]), problems, at)]
 
 
 def _has_facts(update: TrialUpdate) -> bool:
     return bool(update.params is not None or update.error_text or update.tune_status
-                or update.search_metric or update.search_mode)
+                or update.search_metric or update.search_mode or update.writer_pid)
 
 
 def _problem(problem: ParseProblem) -> dict[str, Any]:

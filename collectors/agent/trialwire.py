@@ -43,6 +43,7 @@ def encode_trial_log(update: TrialUpdate, at: datetime,
         "tune_status": update.tune_status,
         "search": ({"metric": update.search_metric, "mode": update.search_mode}
                    if update.search_metric or update.search_mode else None),
+        "writer_pid": update.writer_pid,
     }
 
 
@@ -100,6 +101,8 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
                   if error and error.get("at") is not None else None),
         tune_status=status or None,
         search_metric=metric, search_mode=mode, framework=framework,
+        writer_pid=(_int(record["writer_pid"], f"{where}.writer_pid", 1)
+                    if record.get("writer_pid") is not None else None),
     )
 
 

@@ -49,6 +49,9 @@ class Trial(models.Model):
     config = models.JSONField(default=dict)
     attempt = models.PositiveIntegerField(default=1)
     pid = models.IntegerField(null=True)
+    # An RL run's log writer as its node's reader found it (the Ray worker holding the
+    # log file open): which of two trainer actors on one node is the run's.
+    writer_pid = models.IntegerField(null=True)
     node_ip = models.CharField(max_length=64, blank=True, default="")
     hostname = models.CharField(max_length=255, blank=True, default="")
     iteration = models.IntegerField(null=True)

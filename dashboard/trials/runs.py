@@ -6,8 +6,10 @@ node whose disk the run's log is on. Their log lines name no process, so a run i
 to the one live trainer actor of its framework on the node its log was read on (an
 agent's node, or raywatch's own host for its own reader): that actor's pid and node
 become the run's, and from there liveness, status, stacks and Stop work as for a Tune
-trial. Two live trainers of one framework on one node are not told apart: the run stays
-unbound, and says why. Once its trainer is gone, the run's status is its Ray job's.
+trial. Two live trainers of one framework on one node are told apart by the one that
+holds the run's log file open, as the node's reader found it (verl's file logger and
+TensorBoard's writer keep theirs open; EasyR1's opens it per line): otherwise the run
+stays unbound. Once its trainer is gone, the run's status is its Ray job's.
 
 A Ray Train V2 run (its log written by raywatch's callback in its `TrainController`, on
 the driver's node) runs its training function in a thread of each rank's
@@ -153,6 +155,8 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
     mine = [a for a in trainers.get((run.experiment.cluster_id, where), [])
             if trainer_class(a) in TRAINERS[run.framework]]
     alive = [a for a in mine if a.state == "ALIVE"]
+    if len(alive) > 1 and run.writer_pid:  # the one holding the run's log open
+        alive = [a for a in alive if a.pid == run.writer_pid] or alive
     if len(alive) == 1:
         actor = alive[0]
         node = nodes[(actor.cluster_id, actor.node_id)]

@@ -34,7 +34,7 @@ INGESTED_FIELDS = (
     "attempt", "iteration", "last_result_at", "last_ingested_at", "pid", "node_ip",
     "hostname", "last_metrics", "metric_range", "last_step_s", "config", "error_text",
     "error_attempt", "error_at", "tune_status", "parse_errors", "last_parse_error",
-    "framework", "updated_at",
+    "framework", "writer_pid", "updated_at",
 )
 
 
@@ -192,6 +192,8 @@ class TrialStore:
             trial.error_at, changed = update.error_at, True
         if update.tune_status and update.tune_status != trial.tune_status:
             trial.tune_status, changed = update.tune_status, True
+        if update.writer_pid and update.writer_pid != trial.writer_pid:
+            trial.writer_pid, changed = update.writer_pid, True
         if update.search_metric or update.search_mode:
             changed = _search(trial.experiment, update) or changed
         return changed
