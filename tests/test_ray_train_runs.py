@@ -237,6 +237,43 @@ def test_untracked_train_runs_say_how_to_turn_tracking_on() -> None:
     assert not TrainRun.objects.exists()
 
 
+@pytest.mark.both_backends
+@pytest.mark.django_db(transaction=True)
+def test_a_train_runs_page_follows_its_ranks_as_train_lists_them(  # type: ignore[no-untyped-def]
+        live_server_asgi, viewer) -> None:
+    """A restart's new attempt brings new rank processes: the open run page shows them
+    without a reload."""
+    from dashboard.trials.models import Experiment
+    from tests.test_agent_trial_logs import open_trial_page
+
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    experiment = Experiment.objects.create(name="raywatch-train", cluster=cluster,
+                                           paths=["/r/raywatch-train"])
+    run = Trial.objects.create(experiment=experiment, trial_id=train_run_dir("gloo-demo"),
+                               framework=RAYTRAIN)
+    ingest_train_runs(TrainListing(reply=TRAIN_REPLY), now, cluster)
+
+    def shown(page) -> dict:  # type: ignore[no-untyped-def]
+        while True:
+            message = json.loads(page.recv(timeout=15))
+            if message["topic"] == "train":
+                return message["data"]
+
+    with open_trial_page(live_server_asgi, viewer, run.pk) as page:
+        first = shown(page)
+        assert (first["attempts"], [w["pid"] for w in first["workers"]]) == (2, [32641, 32666])
+        attempt = {"attempt_id": "a3", "status": "RUNNING", "workers": [
+            {"world_rank": r, "pid": 40000 + r, "node_id": "7974", "status": "ALIVE"}
+            for r in (0, 1)]}
+        [listed] = [r for r in TRAIN_REPLY["train_runs"] if isinstance(r, dict) and "id" in r]
+        restarted = {"train_runs": [{**listed, "attempts": [*listed["attempts"], attempt]}]}
+        ingest_train_runs(TrainListing(reply=restarted), now + timedelta(seconds=10), cluster)
+        pushed = shown(page)
+        assert (pushed["attempts"], [w["pid"] for w in pushed["workers"]]) == (
+            3, [40000, 40001])
+
+
 def test_the_callback_writes_a_line_per_report_and_never_raises(tmp_path) -> None:  # type: ignore[no-untyped-def]
     callback = RaywatchCallback(tmp_path)
     context = SimpleNamespace(run_id="r1", get_run_config=lambda: SimpleNamespace(name="a/b"))

@@ -17,8 +17,10 @@ from django.db import transaction
 
 from collectors.raytrain import TrainListing, parse_train_runs
 from collectors.records import TrainRunRecord
+from collectors.runformats import train_run_dir
 from dashboard.cluster.models import Actor, Cluster, TrainRun
 from dashboard.cluster.workload import mirror
+from dashboard.core.push import jsonable, publish, train_group
 
 CONTROLLER = "TrainController"  # the actor that drives a Train V2 run, on its driver's node
 # A tracked run's controller starts Train's state actor and lists its run within its first
@@ -61,14 +63,38 @@ def _ingest(listing: TrainListing, now: datetime, cluster: Cluster) -> list[str]
         return [f"Ray Train's state API: {listing.problem}"]
     records = parse_train_runs(listing)
     incoming = {r.run_id: _fields(r) for r in records}
+    touched: set[str] = set()
     with transaction.atomic():
-        gone = mirror(TrainRun, "run_id", incoming, now, cluster, created=())
+        gone = mirror(TrainRun, "run_id", incoming, now, cluster, created=(),
+                      touched=touched)
         TrainRun.objects.filter(cluster=cluster, run_id__in=gone).delete()
+        # A run's page shows its workers as they change (a restart's new attempt).
+        names = {incoming[run_id]["name"] for run_id in touched}
+        for name in names:
+            publish(train_group(cluster.pk, train_run_dir(str(name))), "train",
+                    lambda name=name: train_payload(newest_run(cluster.pk, str(name))))
     unlisted = unlisted_controllers(cluster, {r.controller_actor_id for r in records}, now)
     if not unlisted:
         return []
     return [f"{len(unlisted)} Ray Train run(s) run on this cluster that Ray Train's state "
             f"API does not list: {TRACKING_HINT}"]
+
+
+def newest_run(cluster_pk: int, name: str) -> TrainRun | None:
+    """The run of this name a page shows: the newest (a name run again lists twice)."""
+    return TrainRun.objects.filter(cluster_id=cluster_pk, name=name).order_by(
+        "started_at", "pk").last()
+
+
+def train_payload(row: TrainRun | None) -> dict[str, object] | None:
+    """A run as its page shows it: status, attempts and its latest attempt's workers
+    (rank, node, pid, GPU ids)."""
+    if row is None:
+        return None
+    return jsonable({"run_id": row.run_id, "status": row.status,
+                     "status_detail": row.status_detail, "attempts": row.attempts,
+                     "started_at": row.started_at, "ended_at": row.ended_at,
+                     "workers": row.workers})
 
 
 def _fields(run: TrainRunRecord) -> dict[str, object]:

@@ -9,7 +9,6 @@ AppConfig.ready() (this app imports neither): the incidents firing in each clust
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +18,6 @@ from typing import Any
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
-from rest_framework.utils.encoders import JSONEncoder
 
 from dashboard.cluster.models import (
     Actor,
@@ -33,6 +31,7 @@ from dashboard.cluster.models import (
 )
 from dashboard.cluster.serializers import ClusterSerializer, DemandSerializer
 from dashboard.cluster.sessions import current_cluster
+from dashboard.core.push import jsonable
 
 # How many incidents fire in each cluster, by its pk.
 FiringCounts = Callable[[], Mapping[int, int]]
@@ -129,8 +128,7 @@ def cluster_payload(name: str | None = None, history: bool = False) -> dict[str,
     data = dict(ClusterSerializer(cluster_state(name, history)).data)
     if not history:
         del data["history"]  # a push: the page keeps the history it has
-    # Round-trip through DRF's encoder: datetimes to ISO strings, as the API does.
-    return json.loads(json.dumps(data, cls=JSONEncoder))
+    return jsonable(data)
 
 
 def totals(nodes: list[Node]) -> dict[str, Any]:
@@ -169,7 +167,7 @@ def demands_payload() -> list[dict[str, Any]]:
     """Pending demand as the API and the demand page show it."""
     data = DemandSerializer(Demand.objects.select_related("cluster"), many=True,
                             context={"now": timezone.now()}).data
-    return json.loads(json.dumps(data, cls=JSONEncoder))
+    return jsonable(data)
 
 
 # raywatch's own driver: `make run`'s local cluster is kept up by a process that called

@@ -7,6 +7,8 @@ on (re)connect, and nothing that must not be lost (alerts) relies on it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -17,6 +19,7 @@ from typing import Any, TypeVar
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
+from rest_framework.utils.encoders import JSONEncoder
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,6 +47,18 @@ def trial_group(pk: int) -> str:
 def job_group(cluster_pk: int, job_id: str) -> str:
     """A Ray job's running calls: the page of the RL run whose trainer is in the job."""
     return f"job-{cluster_pk}-{job_id[:64]}"
+
+
+def jsonable(data: Any) -> Any:
+    """A payload as the API and the pages get it: through DRF's encoder (datetimes as
+    ISO strings), and back."""
+    return json.loads(json.dumps(data, cls=JSONEncoder))
+
+
+def train_group(cluster_pk: int, run_dir: str) -> str:
+    """A Ray Train run as Train's state API lists it: the page of the run whose log is in
+    `run_dir` (its trial id; any text, so hashed into a group name)."""
+    return f"train-{cluster_pk}-{hashlib.sha1(run_dir.encode()).hexdigest()[:16]}"
 
 
 def user_group(pk: int) -> str:

@@ -16,6 +16,7 @@ from collectors.raylogs import MAX_LINES
 from collectors.tunelogs import MAX_KEY
 from dashboard.cluster.scope import CLUSTER_PARAMETER, scoped
 from dashboard.core.pagination import PAGE_PARAMETERS, paginated
+from dashboard.core.push import jsonable
 from dashboard.core.roles import IsOperator, IsViewer
 from dashboard.trials.curves import CurveRequest, experiment_curves
 from dashboard.trials.models import Experiment, Trial
@@ -31,7 +32,7 @@ from dashboard.trials.table import (
     TableQuery,
     trial_table,
 )
-from dashboard.trials.views_data import jsonable, results_payload
+from dashboard.trials.views_data import results_payload
 
 STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR", "UNKNOWN")
 

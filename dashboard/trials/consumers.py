@@ -4,8 +4,15 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
+from collectors.records import RAYTRAIN
 from dashboard.core.consumers import LiveConsumer
-from dashboard.core.push import EXPERIMENTS_GROUP, experiment_group, job_group, trial_group
+from dashboard.core.push import (
+    EXPERIMENTS_GROUP,
+    experiment_group,
+    job_group,
+    train_group,
+    trial_group,
+)
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.objective import objective_of
 from dashboard.trials.stacks import latest_stack, stack_payload
@@ -67,7 +74,8 @@ class ExperimentConsumer(LiveConsumer):
 class TrialConsumer(LiveConsumer):
     """A trial's page; an RL run's also hears its trainer's job's calls (what its step
     is doing now), as the job was when the socket opened (a run that binds later shows
-    them from its next reconnect or reload)."""
+    them from its next reconnect or reload), and a Ray Train run its listing (status,
+    attempts, workers) as it changes."""
 
     job_topics: tuple[str, ...] = ()
 
@@ -81,8 +89,12 @@ class TrialConsumer(LiveConsumer):
     def _job_topics(self) -> tuple[str, ...]:
         trial = Trial.objects.select_related("experiment").filter(
             pk=int(self.url_kwarg("pk"))).first()
-        job = run_job(trial) if trial is not None else None
-        return (job_group(*job),) if job else ()
+        if trial is None:
+            return ()
+        job = run_job(trial)
+        train = ((train_group(trial.experiment.cluster_id, trial.trial_id),)
+                 if trial.framework == RAYTRAIN else ())
+        return (*((job_group(*job),) if job else ()), *train)
 
     def page_snapshot(self) -> dict[str, Any]:
         trial = Trial.objects.select_related("experiment").filter(

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
 from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
-from rest_framework.utils.encoders import JSONEncoder
 
 from collectors.records import RAYTRAIN
 from dashboard.cluster.models import Cluster
+from dashboard.cluster.trainruns import train_payload
 from dashboard.cluster.views_data import calls_payload
+from dashboard.core.push import jsonable
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
 from dashboard.trials.runs import is_run, listed_train_runs, trainer_job
@@ -24,10 +24,6 @@ from dashboard.trials.serializers import (
 )
 
 INCIDENTS_SHOWN = 50  # a trial's newest incidents on its page
-
-
-def jsonable(data: Any) -> Any:
-    return json.loads(json.dumps(data, cls=JSONEncoder))
 
 
 def experiments_payload(cluster: str | None = None) -> list[dict[str, Any]]:
@@ -84,13 +80,8 @@ def train_run_payload(trial: Trial) -> dict[str, Any] | None:
     API does not list (state tracking off: the status strip says so)."""
     if trial.framework != RAYTRAIN:
         return None
-    row = listed_train_runs([trial]).get((trial.experiment.cluster_id, trial.trial_id))
-    if row is None:
-        return None
-    return jsonable({"run_id": row.run_id, "status": row.status,
-                     "status_detail": row.status_detail, "attempts": row.attempts,
-                     "started_at": row.started_at, "ended_at": row.ended_at,
-                     "workers": row.workers})
+    return train_payload(listed_train_runs([trial]).get(
+        (trial.experiment.cluster_id, trial.trial_id)))
 
 
 def results_payload(trial: Trial, limit: int = 20_000) -> list[dict[str, Any]]:
