@@ -116,3 +116,24 @@ def test_a_history_longer_than_one_read_is_read_whole_over_polls(db: None, logs:
     poll_trial_logs()
     trial = Trial.objects.get(trial_id="ab12c_00000")
     assert StepResult.objects.filter(trial=trial).count() == 12_000 and trial.iteration == 12_000
+
+
+def test_processes_taking_turns_at_the_reading_neither_lose_nor_double_a_line(
+        db: None, logs: Path) -> None:
+    """A Celery worker's children take turns at the polls: each reads on from where the
+    other left the cursors, not from where it last read itself."""
+    _, live = copies(logs)
+    write(live, line(1) + "{broken\n" + line(2))
+    poll_trial_logs()  # process A
+    first = ingest._HELD.pop("reader")
+    write(live, line(3) + "{broken again\n" + line(4))
+    poll_trial_logs()  # process B reads lines 3 and 4
+    second = ingest._HELD.pop("reader")
+    ingest._HELD["reader"] = first  # A's turn again: its memory says it read to line 2
+    write(live, line(5))
+    poll_trial_logs()
+    trial = Trial.objects.get(trial_id="ab12c_00000")
+    assert sorted(StepResult.objects.filter(trial=trial).values_list("iteration", flat=True)) \
+        == [1, 2, 3, 4, 5]
+    assert trial.parse_errors == 2  # each broken line counted once, by whoever read it
+    second.close()

@@ -139,15 +139,19 @@ def ingest_logs(roots: Sequence[Path], now: datetime,
 
 def _reader(roots: list[Path]) -> _Reader:
     """This process's collector, kept between polls (its memory of directory and file
-    mtimes is what lets a poll skip quiet history); built afresh when the roots, the
-    settings or the state dir changed, or when another process read since (its memory
-    of the cursors would be behind theirs)."""
+    mtimes is what lets a poll skip quiet history); built afresh when the roots or the
+    state dir changed. When another process read since (a Celery worker's children take
+    turns), the cursors it holds are forgotten and read again from the store as needed:
+    its scanner still sees what changed since it last looked, theirs included."""
     where = state_dir()
     key = (where, tuple(roots))
     held = _HELD.get("reader")
-    if held is not None and (held.key != key or _last_reader(where) != held.ident):
+    if held is not None and held.key != key:
         _HELD.pop("reader").close()
         held = None
+    if held is not None and _last_reader(where) != held.ident:
+        held.collector.files.clear()
+        held.collector.sent.clear()
     if held is None:
         where.mkdir(parents=True, exist_ok=True)
         sink = StoreSink()
