@@ -339,9 +339,10 @@ if RAY_ADDRESS and RAY_ADDRESS.lower() in {"auto", "local"}:
     )
 
 # --- trial logs (docs/trial-logs.md) -------------------------------------------------------
-# Whether raywatch reads trial log dirs on its own host. On: the embedded default, where
-# Ray, Tune and raywatch share a host. Off (docker-compose): node agents read each node's
-# dirs and send them (docs/agents.md); detection runs either way.
+# Whether raywatch reads trial log dirs on its own host (the node agent's collector, run
+# in raywatch's process; its cursors in RAYWATCH_DATA_DIR/trial-log-reader). On: the
+# embedded default, where Ray, Tune and raywatch share a host. Off (docker-compose): node
+# agents read each node's dirs and send them (docs/agents.md); detection runs either way.
 CENTRAL_LOGS = env_bool("RAYWATCH_CENTRAL_LOGS", True)
 # Colon-separated roots holding Tune experiments or TensorBoard runs; empty means
 # ~/ray_results plus every local Ray session's live driver_artifacts staging directories
