@@ -15,7 +15,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -75,6 +75,31 @@ _last_start: list[datetime] = []  # since when the next evaluation looks for cha
 _last_live: dict[int, dict[tuple[str, int], float]] = {}  # what Ray said then
 
 
+# Trials evaluated at once: a process's first evaluation after a long history was read
+# looks at thousands (every trial not derived finished yet), and all of them at once set
+# the process's high-water mark for good (~3 KB a trial). A poll's usual few are one chunk.
+EVALUATE_CHUNK = 500
+
+
+@dataclass
+class _Poll:
+    """What one evaluation knows of the world, and its budgets, across its chunks."""
+
+    now: datetime
+    started: datetime
+    since: datetime | None
+    live: dict[int, dict[tuple[str, int], float]]
+    restarted: dict[int, datetime]
+    th: Any
+    ended: set[int]
+    unreachable: set[int]
+    answered: dict[int, datetime]
+    asked: int = 0  # stack requests made (PROBES_PER_POLL a poll)
+    stalled: int = 0  # trials found stalled so far
+    result: dict[str, Any] = field(default_factory=lambda: {
+        "status_changes": 0, "evaluated": 0, "trials": set()})
+
+
 def evaluate_trials(now: datetime) -> dict[str, Any]:
     """Evaluate what changed or is due; the counts of what happened, and in "trials" the
     pks of the trials whose row or incidents changed (what the pages need again)."""
@@ -82,19 +107,41 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     since = changed_since(started)
     horizon = change_horizon(started)
     live = live_processes(now)
-    restarted = session_ends()
-    trials = trials_to_evaluate(since, now, live)
-    trials += of_ended_session_firing(restarted, {t.pk for t in trials})
+    poll = _Poll(
+        now=now, started=started, since=since, live=live, restarted=session_ends(),
+        th=thresholds(),
+        # A cluster that ended (torn down, head lost) runs nothing, and neither does a
+        # session that a restarted head ended: their trials' incidents resolve.
+        ended=set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True)),
+        unreachable=set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
+                        .values_list("pk", flat=True)),
+        answered=dict(Cluster.objects.filter(last_seen_at__isnull=False)
+                      .values_list("pk", "last_seen_at")))
+    pks = trials_to_evaluate(since, now, live)
+    pks += of_ended_session_firing(poll.restarted, set(pks))
+    query = Trial.objects.defer(*UNREAD_BY_RULES)
+    for start in range(0, max(len(pks), 1), EVALUATE_CHUNK):
+        chunk = pks[start:start + EVALUATE_CHUNK]
+        trials = with_experiments(list(query.filter(pk__in=chunk))) if chunk else []
+        # The first chunk also speaks for the incidents no trial has (none stays open).
+        _evaluate(trials, poll, with_trialless=start == 0)
+    _last_start[:] = [horizon]
+    _last_live.clear()
+    _last_live.update(live)
+    return poll.result
+
+
+def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
+    now, th, started = poll.now, poll.th, poll.started
     bound = bind_runs(trials)  # RL runs: their trainer actor's process, or job's end
     update_rows(Trial, [t for t in trials if t.pk in bound],
                 ["pid", "node_ip", "hostname", "tune_status", "process_alive",
                  "process_gone_since"])
-    changed = [t for t in trials if reconcile(t, live, now) or t.pk in bound]
+    changed = [t for t in trials if reconcile(t, poll.live, now) or t.pk in bound]
     for trial in changed:
         trial.updated_at = started
     update_rows(Trial, changed, ["status", "status_reason", "process_alive", "gpus",
                                  "process_gone_since", "updated_at"])
-    th = thresholds()
     steps = recent_steps([t for t in trials if t.status == Trial.RUNNING], th.slow_window)
     baselines = slow_baselines(trials)
     firing = history_firing(trials)
@@ -102,22 +149,15 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     context: dict[str, dict[str, Any]] = {}
     stalled: list[Trial] = []
     checks: dict[int, datetime | None] = {}
-    # A cluster that ended (torn down, head lost) runs nothing, and neither does a session
-    # that a restarted head ended: their trials' incidents resolve.
-    ended = set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True))
-    unreachable = set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
-                      .values_list("pk", flat=True))
-    answered = dict(Cluster.objects.filter(last_seen_at__isnull=False)
-                    .values_list("pk", "last_seen_at"))
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     # The stacks taken in each quiet running trial's silence, and their verdict (hung or
     # busy): only those silent at least hang_min_s can have had theirs sampled.
     quiet = now - timedelta(seconds=th.hang_min_s)
     sampled = stacks_of_stalls([t for t in trials if t.status == Trial.RUNNING
                                 and t.last_result_at and t.last_result_at < quiet])
-    asked = 0
     for trial in trials:
-        if trial.experiment.cluster_id in ended or of_ended_session(trial, restarted):
+        if trial.experiment.cluster_id in poll.ended or of_ended_session(trial,
+                                                                          poll.restarted):
             checks[trial.pk] = None
             continue
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
@@ -135,20 +175,21 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
             # Past its usual step by far: is it hung? Its node's agent samples its stacks
             # (once a silence), and it is looked at each poll until they are in.
             stack = sampled.get(trial.pk)
-            if stack is None and asked < PROBES_PER_POLL:
+            if stack is None and poll.asked < PROBES_PER_POLL:
                 stack, _ = request_stack(trial, now)
-                asked += 1
+                poll.asked += 1
             sampling = stack is None or (stack.state == TrialStack.PENDING
                                          and now - stack.requested_at < give_up_after())
         if stalled_now and not waits_on_call:
             stalled.append(trial)
-            snapshot = with_activity(snapshot, activity_of(trial, now) if len(stalled)
+            poll.stalled += 1
+            snapshot = with_activity(snapshot, activity_of(trial, now) if poll.stalled
                                      <= PROBES_PER_POLL else TOO_MANY_STALLS)
         found = evaluate_trial(snapshot, th, now)
         if waits_on_call:  # call_overdue names the hang; looked at again each poll
             found = [f for f in found if f.kind != "trial_stalled"]
         kept = held_while_unreachable(found, snapshot) \
-            if awaits_ray(trial, unreachable, answered) else found
+            if awaits_ray(trial, poll.unreachable, poll.answered) else found
         findings.extend(kept)
         # Only a held error is looked at again each poll, not every trial of the cluster.
         checks[trial.pk] = now if len(kept) < len(found) or waits_on_call or sampling \
@@ -157,24 +198,27 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)
     findings = [with_stack(f, context[f.subject]["trial"], stacks, now) for f in findings]
-    covered = None if since is None else (Q(trial__isnull=True) | Q(trial__in=trials))
+    covered = Q(trial__in=trials)
+    if with_trialless:
+        covered |= Q(trial__isnull=True)
     touched: set[str] = set()
-    result: dict[str, Any] = sync_findings(TRIAL_KINDS, findings, now, context,
-                                           among=covered, touched=touched)
-    for trial in stalled[:PROBES_PER_POLL]:
+    counts = sync_findings(TRIAL_KINDS, findings, now, context, among=covered,
+                           touched=touched)
+    # Stack requests for stalls that just opened: the first PROBES_PER_POLL of the poll.
+    first = max(0, PROBES_PER_POLL - (poll.stalled - len(stalled)))
+    for trial in stalled[:first]:
         if trial.pk not in stacks:  # its incident just opened: where does it hang?
             request_stack(trial, now)
     schedule(trials, checks)
     forget_windows(trials)
-    result["status_changes"] = len(changed)
-    result["evaluated"] = len(trials)
+    result = poll.result
+    for name, count in counts.items():
+        result[name] = result.get(name, 0) + count
+    result["status_changes"] += len(changed)
+    result["evaluated"] += len(trials)
     by_subject = {subject: c["trial"].pk for subject, c in context.items()}
-    result["trials"] = {t.pk for t in changed} | {
+    result["trials"] |= {t.pk for t in changed} | {
         by_subject[s] for s in touched if s in by_subject}
-    _last_start[:] = [horizon]
-    _last_live.clear()
-    _last_live.update(live)
-    return result
 
 
 def session_ends() -> dict[int, datetime]:
@@ -205,7 +249,7 @@ def held_while_unreachable(found: list[Finding], snapshot: TrialSnapshot) -> lis
     return [f for f in found if f.kind != "trial_errored" or snapshot.errored_firing]
 
 
-def of_ended_session_firing(ends: dict[int, datetime], known: set[int]) -> list[Trial]:
+def of_ended_session_firing(ends: dict[int, datetime], known: set[int]) -> list[int]:
     """Trials of an ended session that still have a firing incident, besides `known`: a
     finding made before raywatch saw the new session (an error.txt the dying driver
     wrote) resolves though nothing new comes of the trial. Only firing ones are read."""
@@ -214,7 +258,7 @@ def of_ended_session_firing(ends: dict[int, datetime], known: set[int]) -> list[
     firing = (Trial.objects.select_related("experiment__cluster").defer(*UNREAD_BY_RULES)
               .filter(experiment__cluster_id__in=list(ends), incidents__state=Incident.FIRING)
               .distinct())
-    return [t for t in firing if t.pk not in known and of_ended_session(t, ends)]
+    return [t.pk for t in firing if t.pk not in known and of_ended_session(t, ends)]
 
 
 def of_ended_session(trial: Trial, ends: dict[int, datetime]) -> bool:
@@ -257,21 +301,22 @@ def silences(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
 
 
 def trials_to_evaluate(since: datetime | None, now: datetime,
-                       live: dict[int, dict[tuple[str, int], float]]) -> list[Trial]:
-    # The rules read neither a trial's config nor its latest metrics (JSON each, tens of
-    # keys in a real search): left in the database unless something asks for them.
-    query = Trial.objects.defer(*UNREAD_BY_RULES)
+                       live: dict[int, dict[tuple[str, int], float]]) -> list[int]:
+    """The pks of the trials to look at: every one that can have a finding (a process's
+    first evaluation), else what changed, is due, or whose process Ray says moved."""
     if since is None:
-        return with_experiments(list(query.filter(can_have_findings()).distinct()))
-    found = {t.pk: t for t in query.filter(Q(updated_at__gte=since) | Q(check_at__lte=now))}
+        return list(Trial.objects.filter(can_have_findings()).distinct()
+                    .order_by("pk").values_list("pk", flat=True))
+    found = set(Trial.objects.filter(Q(updated_at__gte=since) | Q(check_at__lte=now))
+                .values_list("pk", flat=True))
     rebind = runs_to_bind(since)
     # A finished trial is looked at again only while it still has a process: one that
     # ended while Ray's view was not current keeps it until Ray says otherwise.
     unfinished = ~Q(status__in=Trial.FINISHED) | Q(process_alive=True)
     for moved in [*liveness_changed(_last_live, live), *([rebind] if rebind else [])]:
-        for trial in query.filter(moved).filter(unfinished):
-            found.setdefault(trial.pk, trial)
-    return with_experiments(list(found.values()))
+        found.update(Trial.objects.filter(moved).filter(unfinished)
+                     .values_list("pk", flat=True))
+    return sorted(found)
 
 
 def with_experiments(trials: list[Trial]) -> list[Trial]:
