@@ -177,12 +177,19 @@ class Appender:
 
 # --- the database ------------------------------------------------------------------------
 def reset_trial_tables() -> None:
-    """Empty the trial tables (and what references them: incidents) of the bench database."""
+    """Empty the trial tables (and what references them: incidents) of the bench database,
+    and the reader's cursors (as if raywatch had never read these files)."""
+    import shutil
+
     from django.db import connection
 
+    from dashboard.trials import ingest
+
     with connection.cursor() as cur:
-        cur.execute("TRUNCATE trials_experiment, trials_trial, trials_stepresult, "
-                    "trials_logcursor RESTART IDENTITY CASCADE")
+        cur.execute("TRUNCATE trials_experiment, trials_trial, trials_stepresult "
+                    "RESTART IDENTITY CASCADE")
+    ingest.forget_reader()
+    shutil.rmtree(ingest.state_dir(), ignore_errors=True)
 
 
 def settle_tables() -> None:
@@ -191,7 +198,7 @@ def settle_tables() -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE trials_stepresult, trials_trial, trials_logcursor")
+        cur.execute("VACUUM ANALYZE trials_stepresult, trials_trial")
 
 
 def stored_results() -> int:

@@ -105,11 +105,22 @@ def firing_errors() -> int:
 
 
 @contextmanager
-def counting(root: Path, tables: tuple[str, ...] = ("trials_logcursor", "trials_trial"),
+def counting(root: Path, tables: tuple[str, ...] = ("trials_trial",), cursors: bool = True,
              ) -> Iterator[dict[str, int]]:
     """Counts, during a poll, the stat and listing calls under `root` and the rows read
-    from `tables` (by default the trial and cursor tables)."""
+    from `tables` (by default the trial table) and, with `cursors`, from the reader's
+    cursor store (a file's cursor, a trial dir's sent state)."""
+    from collectors.agent.cursors import CursorStore
+
     counts = {"fs": 0, "rows": 0}
+    real_file, real_trial = CursorStore.file, CursorStore.trial
+
+    def looked_up(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Any, path: str) -> Any:
+            found = real(self, path)
+            counts["rows"] += found is not None
+            return found
+        return call
     real_stat, real_scandir = os.stat, os.scandir
 
     def fs(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,6 +136,10 @@ def counting(root: Path, tables: tuple[str, ...] = ("trials_logcursor", "trials_
         return result
 
     with mock.patch("os.stat", fs(real_stat)), mock.patch("os.scandir", fs(real_scandir)), \
+            mock.patch.object(CursorStore, "file", looked_up(real_file) if cursors
+                              else real_file), \
+            mock.patch.object(CursorStore, "trial", looked_up(real_trial) if cursors
+                              else real_trial), \
             connection.execute_wrapper(rows):
         yield counts
 
@@ -188,7 +203,8 @@ def test_lines_a_failed_store_could_not_keep_are_read_at_the_next_poll(history: 
 def test_failed_history_costs_a_poll_no_rows_per_failed_trial(failed_history: Path) -> None:
     """Failed trials keep their incident, but a poll neither reloads them nor their
     incidents to find that out again."""
-    with counting(failed_history, ("trials_trial", "incidents_incident")) as counts:
+    with counting(failed_history, ("trials_trial", "incidents_incident"), cursors=False
+                  ) as counts:
         poll_trial_logs()
     assert counts["rows"] < QUIET_TRIALS // ERRORED_EVERY // 4, counts
     assert firing_errors() == QUIET_TRIALS // ERRORED_EVERY
