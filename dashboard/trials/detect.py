@@ -88,10 +88,9 @@ class _Poll:
 
     now: datetime
     started: datetime
-    since: datetime | None
     live: dict[int, dict[tuple[str, int], float]]
     restarted: dict[int, datetime]
-    th: Any
+    th: Thresholds
     ended: set[int]
     unreachable: set[int]
     answered: dict[int, datetime]
@@ -109,7 +108,7 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     horizon = change_horizon(started)
     live = live_processes(now)
     poll = _Poll(
-        now=now, started=started, since=since, live=live, restarted=session_ends(),
+        now=now, started=started, live=live, restarted=session_ends(),
         th=thresholds(),
         # A cluster that ended (torn down, head lost) runs nothing, and neither does a
         # session that a restarted head ended: their trials' incidents resolve.

@@ -90,8 +90,7 @@ class StoreSink:
 
 @dataclass
 class _Reader:
-    key: tuple[Path, tuple[Path, ...]]
-    roots: list[Path]
+    key: tuple[Path, tuple[Path, ...]]  # its state dir and roots
     collector: TrialLogCollector
     sink: StoreSink
     ident: str  # written to state_dir()/reader after each poll: who read last
@@ -155,14 +154,12 @@ def _reader(roots: list[Path]) -> _Reader:
     if held is None:
         where.mkdir(parents=True, exist_ok=True)
         sink = StoreSink()
-        held = _Reader(key, roots, None, sink, uuid.uuid4().hex)  # type: ignore[arg-type]
-        holder = held
-        held.collector = TrialLogCollector(
-            lambda: holder.roots, sink, CursorStore(where / "cursors.sqlite3"),  # type: ignore[arg-type]
+        collector = TrialLogCollector(
+            lambda: roots, sink, CursorStore(where / "cursors.sqlite3"),  # type: ignore[arg-type]
             settings.LOG_QUIET_S, settings.LOG_RESCAN_S,
             rescan_per_poll=settings.LOG_RESCAN_PER_POLL,
             caps=Caps.mb(settings.LOG_FILE_MAX_MB, settings.LOG_JSON_FILE_MAX_MB))
-        _HELD["reader"] = held
+        held = _HELD["reader"] = _Reader(key, collector, sink, uuid.uuid4().hex)
     scanner = held.collector.scanner
     scanner.quiet_after_s, scanner.rescan_s = settings.LOG_QUIET_S, settings.LOG_RESCAN_S
     scanner.rescan_per_poll = settings.LOG_RESCAN_PER_POLL
