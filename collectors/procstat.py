@@ -198,22 +198,22 @@ def ray_worker_pids(exclude: Iterable[int] = ()) -> Iterator[int]:
             yield pid
 
 
-def holding_open(paths: Iterable[str], pids: Iterable[int]) -> list[int]:
-    """Of `pids`, those that hold one of `paths` (real paths) open: Linux's
-    /proc/<pid>/fd; elsewhere, or for a process this user may not look into, none."""
-    wanted = set(paths)
-    found = []
+def open_files_of(pids: Iterable[int]) -> dict[str, list[int]]:
+    """Every file (real path) that one of `pids` holds open, with the pids holding it:
+    Linux's /proc/<pid>/fd; elsewhere, or for a process this user may not look into, none."""
+    held: dict[str, list[int]] = {}
     for pid in pids:
         try:
             entries = list(os.scandir(f"/proc/{pid}/fd"))
         except OSError:
             continue
+        targets = set()
         for entry in entries:
             with contextlib.suppress(OSError):
-                if os.readlink(entry.path) in wanted:
-                    found.append(pid)
-                    break
-    return found
+                targets.add(os.readlink(entry.path))
+        for target in targets:
+            held.setdefault(target, []).append(pid)
+    return held
 
 
 def command_lines() -> Iterator[tuple[int, bytes]]:

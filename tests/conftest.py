@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import uvicorn
 from channels.layers import channel_layers
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group, User
 from django.db import connection as db_connection
 from django.test import Client
@@ -60,6 +61,36 @@ CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A loaded CI machine (several pytest processes, Ray and Chromium on two cores) can take
+    # more than Playwright's 5 s to answer a fetch; an assertion's outcome stays the same.
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=15_000)
+
+
+# Users made by the tests are hashed with PBKDF2 at few iterations: the suite creates and
+# logs in hundreds, and the shipped count costs about a third of a second each. The
+# algorithm is Django's own, so servers the tests start as processes check them as usual.
+class QuickPBKDF2(PBKDF2PasswordHasher):
+    iterations = 1_000
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_password_hashing() -> Iterator[None]:
+    from django.conf import settings as django_settings
+    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+
+    shipped = django_settings.PASSWORD_HASHERS
+    django_settings.PASSWORD_HASHERS = ["tests.conftest.QuickPBKDF2", *shipped]
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
+    yield
+    django_settings.PASSWORD_HASHERS = shipped
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
 
 
 # --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
@@ -411,13 +442,26 @@ STALL_MIN_S = 6.0
 def start_search(
     cluster: LocalCluster, storage: Path, name: str, scenario: str
 ) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.tune_scripts.search", cluster.gcs_address, str(storage),
-         name, scenario],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True,
-    )
+    """A Tune driver running `scenario` as search `name`; what it prints goes to a file
+    beside `storage`, which `search_said` shows when a wait on it times out."""
+    said = storage.parent / f"{name}-driver.log"
+    with said.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.tune_scripts.search", cluster.gcs_address,
+             str(storage), name, scenario],
+            cwd=Path(__file__).resolve().parent.parent, stdout=sink, stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True,
+        )
+    process.said = said  # type: ignore[attr-defined]
+    return process
+
+
+def search_said(process: subprocess.Popen, tail: int = 3000) -> str:
+    """The end of what a driver from `start_search` printed, and whether it still runs."""
+    said = getattr(process, "said", None)
+    text = said.read_text(errors="replace")[-tail:] if said and said.exists() else ""
+    return f"driver {'running' if process.poll() is None else f'exited {process.returncode}'}" \
+        f", it printed: {text!r}"
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.trials.models import Trial
-from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
+from tests.conftest import LiveServer, login, search_said, start_search, stop_node, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -27,7 +27,9 @@ def test_trial_charts_grow_while_tune_runs(  # type: ignore[no-untyped-def]
         healthy = wait_for(lambda: Trial.objects.filter(experiment__name=name,
                                                         config__behaviour="healthy",
                                                         iteration__gte=2).first(),
-                           90, 0.5, "the healthy trial's first results")
+                           180, 0.5, "the healthy trial's first results",
+                           lambda: (list(Trial.objects.filter(experiment__name=name).values_list(
+                               "trial_id", "status", "iteration")), search_said(search)))
         login(page, live_server_asgi, viewer, f"/experiments/{healthy.experiment_id}/")
         row = page.locator(f'#trials tbody tr[data-trial-id="{healthy.trial_id}"]')
         expect(row).to_be_visible()

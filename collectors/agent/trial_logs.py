@@ -36,7 +36,7 @@ from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
 from collectors.logscan import RESCAN_PER_POLL, STALE_QUIET, LogScanner, stale
-from collectors.procstat import holding_open, ray_worker_pids
+from collectors.procstat import open_files_of, ray_worker_pids
 from collectors.records import TB_EVENTS, TENSORBOARD, VERL, TrialDir, TrialUpdate
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
 from collectors.runlogs import tail_log
@@ -97,11 +97,15 @@ class TrialLogCollector:
         self.states = TuneStates()
         self.poll_states: dict[Path, dict[str, TuneTrialState]] = {}  # this poll's reads
         self.poll_searches: dict[Path, SearchObjective | None] = {}
+        # Which Ray worker holds which file open, looked up at most once a poll, and only
+        # when a run's writer is not its known one: the cost stays one walk of the workers'
+        # open files a poll, however many runs no worker writes.
+        self.poll_writers: dict[str, list[int]] | None = None
         self.tensorboard = importlib.util.find_spec("tensorboard") is not None
 
     # --- one poll --------------------------------------------------------------------------
     def poll(self) -> PollStats:
-        self.poll_states, self.poll_searches = {}, {}
+        self.poll_states, self.poll_searches, self.poll_writers = {}, {}, None
         self.scanner.roots = self.roots()
         self._settle()
         scan = self.scanner.scan()
@@ -218,10 +222,12 @@ class TrialLogCollector:
         if trial_dir.trial_id is not None or trial_dir.framework not in HOLD_THEIR_LOG:
             return 0
         files = [os.path.realpath(path) for _, path in trial_dir.logs()]
-        if known and holding_open(files, [known]):
+        if known and not open_files_of([known]).keys().isdisjoint(files):
             return known
-        found = holding_open(files, ray_worker_pids())
-        return found[0] if len(found) == 1 else 0
+        if self.poll_writers is None:
+            self.poll_writers = open_files_of(ray_worker_pids())
+        found = {pid for path in files for pid in self.poll_writers.get(path, ())}
+        return found.pop() if len(found) == 1 else 0
 
     def _say_once(self, trial_dir: TrialDir, base: TrialUpdate, out: _Pending, what: str,
                   message: str) -> None:
