@@ -7,6 +7,8 @@ a job. Django-free, like every collector.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from collectors.http import SourceError, post_json
 from collectors.raygrpc import call
 from collectors.raystate import RayEndpoint
@@ -43,6 +45,22 @@ def actor_state(gcs_address: str, token: str | None, actor_id: str,
                  pb2.GetActorInfoRequest(actor_id=bytes.fromhex(actor_id)), token, timeout_s,
                  f"cannot reach the Ray GCS at {gcs_address}")
     return ACTOR_STATES.get(reply.actor_table_data.state, "UNKNOWN")
+
+
+@dataclass(frozen=True)
+class GcsActor:
+    """One actor, and the GCS (and its token) that answers for it: resolved once, where an
+    action starts, then asked and told as often as the action needs."""
+
+    gcs_address: str
+    token: str | None
+    actor_id: str
+
+    def state(self) -> str:
+        return actor_state(self.gcs_address, self.token, self.actor_id)
+
+    def kill(self, force: bool) -> None:
+        kill_actor(self.gcs_address, self.token, self.actor_id, force)
 
 
 def stop_job(endpoint: RayEndpoint, submission_id: str) -> bool:

@@ -23,11 +23,12 @@ from django.utils import timezone
 
 from collectors import raykill
 from collectors.http import SourceError
+from collectors.raykill import GcsActor
 from dashboard.actions.audit import advance, step
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.remote import RemoteProcess
 from dashboard.actions.settle import queue_limit, settle
-from dashboard.cluster.endpoint import endpoint_of, gcs_of
+from dashboard.cluster.endpoint import actor_of, endpoint_of
 from dashboard.cluster.models import Actor, Cluster, Job
 from dashboard.cluster.state import current_clusters
 from dashboard.trials.models import Trial
@@ -85,21 +86,20 @@ def through_agent(entry: AuditEntry, t: dict[str, Any]) -> RemoteProcess | None:
 def terminate_trial(entry: AuditEntry) -> None:
     t = entry.target
     where = f"pid {t['pid']} on {t['hostname'] or t['node_ip']}"
+    actor = actor_of(t.get("cluster"), t.get("actor_id"))  # asked of its cluster's GCS
     remote = through_agent(entry, t)
     if remote:
         # The agent's word alone does not end a trial: a token that took the node's
         # address could answer "gone" for a process it never saw. Ray confirms it.
-        gone, how = confirmed_by_ray(remote.gone, t), remote.send(signal.SIGTERM)
-        advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
+        gone, how = confirmed_by_ray(remote.gone, t, actor), remote.send(signal.SIGTERM)
+    elif actor:
+        actor.kill(force=False)
+        gone, how = (lambda: actor.state() == "DEAD"), (
+            f"graceful kill of actor {actor.actor_id} ({where}) asked of the GCS")
     else:
-        address, token = gcs_of(t.get("cluster")), endpoint_of(t.get("cluster")).token
-        if not (address and t["actor_id"]):
-            raise SourceError("no agent of the trial's node answers and no GCS address or "
-                              "actor is known: set RAY_GCS_ADDRESS (or the cluster's --gcs)")
-        gone = actor_dead(address, token, t["actor_id"])
-        raykill.kill_actor(address, token, t["actor_id"], force=False)
-        advance(entry, AuditEntry.SIGNALLED, timezone.now(),
-                f"graceful kill of actor {t['actor_id']} ({where}) asked of the GCS")
+        raise SourceError("no agent of the trial's node answers and no GCS address or "
+                          "actor is known: set RAY_GCS_ADDRESS (or the cluster's --gcs)")
+    advance(entry, AuditEntry.SIGNALLED, timezone.now(), how)
     # Tune records this kill as the attempt's error: the operator's doing, not an alarm.
     Trial.objects.filter(pk=t["trial_pk"], attempt=t["attempt"]).update(
         terminated_by=entry.username, terminated_attempt=t["attempt"],
@@ -110,8 +110,8 @@ def terminate_trial(entry: AuditEntry) -> None:
              f"still alive after {settings.TERMINATE_GRACE_S:g} s: forcing")
         if remote:
             remote.send(signal.SIGKILL)
-        else:
-            force_trial(t)
+        elif actor:  # the GCS's forced kill of the actor's worker
+            actor.kill(force=True)
         took = wait_until(gone, settings.FORCE_WAIT_S)
         if took is None:
             advance(entry, AuditEntry.FAILED, timezone.now(),
@@ -126,19 +126,18 @@ def terminate_trial(entry: AuditEntry) -> None:
     step(entry, name, timezone.now(), detail)
 
 
-def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any]) -> Callable[[], bool]:
+def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any],
+                     actor: GcsActor | None) -> Callable[[], bool]:
     """Gone when the agent says so and Ray no longer lists the trial's actor alive (asked
     of the GCS when its address is known, else as the Ray poll last stored it, when that
     is current). With no current word from Ray, the agent's answer stands."""
-    address = gcs_of(t.get("cluster"))
 
     def gone() -> bool:
         if not agent_says():
             return False
-        if address and t.get("actor_id"):
+        if actor:
             try:
-                return raykill.actor_state(address, endpoint_of(t.get("cluster")).token,
-                                           t["actor_id"]) != "ALIVE"
+                return actor.state() != "ALIVE"
             except SourceError:
                 pass
         cluster = Cluster.objects.filter(name=t.get("cluster")).first()
@@ -147,18 +146,6 @@ def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any]) -> Calla
         return not Actor.objects.filter(cluster=cluster, actor_id=t.get("actor_id"),
                                         state="ALIVE").exists()
     return gone
-
-
-def force_trial(t: dict[str, Any]) -> None:
-    """The GCS's forced kill of the actor's worker (a node without an agent)."""
-    address = gcs_of(t.get("cluster"))
-    if t["actor_id"] and address:
-        raykill.kill_actor(address, endpoint_of(t.get("cluster")).token, t["actor_id"],
-                           force=True)
-
-
-def actor_dead(address: str, token: str | None, actor_id: str) -> Callable[[], bool]:
-    return lambda: raykill.actor_state(address, token, actor_id) == "DEAD"
 
 
 def tune_outcome(t: dict[str, Any], wait_s: float = 20.0) -> tuple[str, str]:

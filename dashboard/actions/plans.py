@@ -8,13 +8,12 @@ from typing import Any
 
 from django.db.models import Q
 
-from collectors import raykill
 from collectors.http import SourceError, get_json
 from dashboard.actions import targets
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
 from dashboard.actions.targets import TargetError
-from dashboard.cluster.endpoint import endpoint_of, gcs_of
+from dashboard.cluster.endpoint import actor_of, endpoint_of
 from dashboard.cluster.models import Job
 from dashboard.core.roles import ADMIN, OPERATOR
 from dashboard.gpus.models import GpuProcess
@@ -38,16 +37,15 @@ def trial_plan(pk: int, now: datetime) -> Plan:
 def trial_unreachable(target: dict[str, Any]) -> str | None:
     if target["agent_node"]:
         return None  # signalled by the node's agent
-    address = gcs_of(target.get("cluster"))
-    if not address:
+    actor = actor_of(target.get("cluster"), target.get("actor_id"))
+    if not actor:
         where = target.get("hostname") or target.get("node_ip") or "the trial's node"
         return (f"no raywatch agent of {where} has answered lately and raywatch knows no "
-                "GCS address to kill its actor through (start the node's agent, set "
+                "GCS address, or no actor, to kill it through (start the node's agent, set "
                 f"RAY_GCS_ADDRESS, or give cluster {target.get('cluster')}'s with "
                 "`manage.py cluster add --gcs`)")
     try:
-        raykill.actor_state(address, endpoint_of(target.get("cluster")).token,
-                            target["actor_id"])
+        actor.state()
     except SourceError as exc:
         return exc.message
     return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from collectors import rayaddress
+from collectors.raykill import GcsActor
 from collectors.raystate import RayEndpoint, read_token
 from dashboard.cluster.models import Cluster
 
@@ -51,7 +52,20 @@ def gcs_of(name: str | None) -> str | None:
     one an admin gave (`cluster add --gcs`, `cluster approve --gcs`) or its head agent
     announced when it registered the cluster for another (a later announcement only
     claims one: registry.announce)."""
+    return _gcs(name, named(name))
+
+
+def actor_of(name: str | None, actor_id: str | None) -> GcsActor | None:
+    """The named cluster's actor as its GCS answers for it, None when the GCS's address
+    or the actor is not known (an action then has only the node's agent)."""
     cluster = named(name)
+    address = _gcs(name, cluster)
+    if not (address and actor_id):
+        return None
+    return GcsActor(address, ray_endpoint(cluster).token, actor_id)
+
+
+def _gcs(name: str | None, cluster: Cluster | None) -> str | None:
     if cluster is None:
         return gcs_address() if not name or name == settings.CLUSTER_NAME else None
     return cluster.gcs_address or None
