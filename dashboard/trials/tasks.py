@@ -10,6 +10,7 @@ from django.utils import timezone
 from dashboard.core.background import run_soon
 from dashboard.core.health import source_poll
 from dashboard.core.locks import in_turn
+from dashboard.core.memory import give_back_freed
 from dashboard.trials import lag
 from dashboard.trials.detect import evaluate_trials
 from dashboard.trials.ingest import IngestStats, ingest_logs
@@ -59,6 +60,12 @@ def evaluate_and_push(stats: IngestStats) -> None:
         evaluation = evaluate_trials(timezone.now())
     push_updates(stats, evaluated=evaluation["trials"])
     flush_experiments()
+    if stats.results >= LARGE_POLL or evaluation["evaluated"] >= LARGE_POLL:
+        give_back_freed()  # a first ingest's peak is not kept for the server's life
+
+
+# Results read, or trials evaluated, from which a poll's freed memory is handed back.
+LARGE_POLL = 1_000
 
 
 @shared_task(name="dashboard.trials.tasks.evaluate_reported")
