@@ -32,6 +32,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -191,6 +192,11 @@ def run_suite(argv: list[str]) -> int:
         reports = [scratch / "main.xml", scratch / "beside.xml"]
         print(slowest(reports), flush=True)
         print(totals(reports), flush=True)
+        for name, code in zip(("main", "beside"), codes, strict=True):
+            if code < 0:
+                print(f"[make test] ERROR: the {name} pytest process was ended by "
+                      f"{signal.Signals(-code).name} (its output above says where)",
+                      flush=True)
         return verdict(codes)
 
 
@@ -241,7 +247,10 @@ def pytest_run(args: list[str], db_url: str, redis_url: str, stdout: Any = None
     env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
            "RAYWATCH_DATA_DIR": tempfile.mkdtemp(prefix="raywatch-test-data-"),
            # Server threads in the tests must not hold the test database open.
-           "RAYWATCH_DB_CONN_MAX_AGE": "0"}
+           "RAYWATCH_DB_CONN_MAX_AGE": "0",
+           # A crash, even after the last test (while the interpreter shuts down), prints
+           # every thread's Python stack.
+           "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-m", "pytest", *args], env=env, stdout=stdout,
                             stderr=subprocess.STDOUT if stdout is not None else None)
 
@@ -298,7 +307,8 @@ def verdict(codes: list[int]) -> int:
         print("[make test] ERROR: pytest collected no tests: that is a failure",
               file=sys.stderr, flush=True)
         return 1
-    return next((code for code in codes if code != 0), 0)
+    failed = next((code for code in codes if code != 0), 0)
+    return 128 - failed if failed < 0 else failed  # as a shell says a signal: 128 + n
 
 
 if __name__ == "__main__":
