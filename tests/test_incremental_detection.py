@@ -20,7 +20,9 @@ import pytest
 from django.utils import timezone
 
 from collectors.records import ResultLine, TrialUpdate
+from dashboard.cluster import tasks
 from dashboard.cluster.models import Actor, Cluster, Node, settings_cluster_pk
+from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core import push
 from dashboard.core.health import record
 from dashboard.core.models import SourceHealth
@@ -37,6 +39,7 @@ from dashboard.trials import detect
 from dashboard.trials.models import Trial
 from dashboard.trials.store import store_updates
 from dashboard.trials.tasks import poll_trial_logs
+from tests.raystandin import RayStandIn, cluster_of
 
 TRIALS = 10_000
 NODES = 50
@@ -347,6 +350,44 @@ def test_a_trial_error_waits_for_rays_next_answer(small_search: Clock) -> None:
     clock.now += timedelta(seconds=TICK_S)  # Ray answers: the same session, still there
     Cluster.objects.filter(pk=settings_cluster_pk()).update(last_seen_at=clock.now)
     detect.evaluate_trials(clock.now)
+    assert [(i.subject.rsplit("/", 1)[-1], i.state) for i in errored] == [
+        (name(7), Incident.FIRING)]
+
+
+def test_an_error_read_while_a_ray_poll_is_out_waits_for_an_answer_asked_after_it(
+        small_search: Clock, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's answer counts from when raywatch asked. On a loaded machine a Ray poll takes
+    seconds; the error.txt a dying driver wrote while it was out is read meanwhile, and
+    that poll's answer (asked before) says nothing of whether the head is still there:
+    the error waits for the next one, and opens when that one comes from the same head."""
+    clock = small_search
+    ray = RayStandIn(cluster_of(live_actors=1, jobs=1))
+    asked_ray = tasks.fetch_cluster
+    with ray.running() as url:
+        settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS = None, url
+        settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH = None, None
+        poll_ray_state()
+        detect.evaluate_trials(clock.now)
+
+        def slow_poll(*args: Any, **kwargs: Any) -> Any:
+            reply = asked_ray(*args, **kwargs)
+            clock.now += timedelta(seconds=TICK_S)  # the poll is still out: the error comes
+            store_updates([replace(update(7, range(5, 6), clock.now),
+                                   error_text="RuntimeError: boom", error_at=clock.now,
+                                   tune_status="ERROR")], clock.now)
+            clock.now += timedelta(seconds=TICK_S)
+            return reply
+
+        monkeypatch.setattr(tasks, "fetch_cluster", slow_poll)
+        poll_ray_state()
+        detect.evaluate_trials(clock.now)
+        errored = Incident.objects.filter(kind="trial_errored")
+        assert not errored.exists()
+
+        monkeypatch.setattr(tasks, "fetch_cluster", asked_ray)
+        clock.now += timedelta(seconds=TICK_S)
+        poll_ray_state()  # asked after the error: the same head answers
+        detect.evaluate_trials(clock.now)
     assert [(i.subject.rsplit("/", 1)[-1], i.state) for i in errored] == [
         (name(7), Incident.FIRING)]
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
@@ -67,9 +68,13 @@ def poll_one(cluster: Cluster | None) -> None:
         known = Actor.objects.filter(start_time__isnull=False, cluster__name=name
                                      ).values_list("actor_id", flat=True)
         endpoint = ray_endpoint(cluster)
+        # Ray's answer counts from when it was asked: a poll that took seconds (a loaded
+        # machine, thousands of actors) says nothing of what happened while it ran, such as
+        # the error.txt a dying driver wrote as its head went down (trials/detect.awaits_ray).
+        asked = timezone.now()
         try:
             reply = fetch_cluster(endpoint, start_times_known=set(known),
-                                  train=train_due(name, timezone.now()))
+                                  train=train_due(name, asked))
         except SourceError as exc:
             with held(timezone.now(), name) as row:
                 if row is not None and note_failure(row, exc.message, timezone.now()):
@@ -77,7 +82,7 @@ def poll_one(cluster: Cluster | None) -> None:
             raise
         with held(timezone.now(), name) as row:
             if row is not None:  # else another poll of this cluster is storing
-                store(row, reply, endpoint.dashboard_url, poll.warnings)
+                store(row, reply, endpoint.dashboard_url, poll.warnings, asked)
 
 
 # Added clusters whose poll runs in this process: a slow one is not sent again until its
@@ -102,14 +107,13 @@ def _done(pk: int) -> None:
 
 
 def store(cluster: Cluster, reply: ClusterReply, dashboard_url: str,
-          warnings: list[str]) -> None:
+          warnings: list[str], asked: datetime) -> None:
     session = parse_session(reply)
     previous = cluster.last_seen_at  # its answer before this one
     if session is None:
         warnings.append("Ray's /api/version names no session: a restarted head cannot be "
                         "told from the one before")
-    new_state = session is not None and note_answer(cluster, session, dashboard_url,
-                                                    timezone.now())
+    new_state = session is not None and note_answer(cluster, session, dashboard_url, asked)
     records = parse_nodes(reply)
     alive = [r for r in records if r.state == "ALIVE"]
     if alive and all(u.used is None for r in alive for u in r.resources.values()):

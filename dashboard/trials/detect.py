@@ -231,15 +231,18 @@ def session_ends() -> dict[int, datetime]:
 
 
 def awaits_ray(trial: Trial, unreachable: set[int], answered: dict[int, datetime]) -> bool:
-    """Whether what came of the trial waits for Ray's next answer: its cluster does not
-    answer, or has not answered since the trial's row last changed. A head going down
-    kills the driver, which writes error.txt for every trial, often before raywatch's next
-    Ray poll finds the head gone; one answer later says which it was (a poll at most)."""
+    """Whether the trial's error waits for Ray's next answer: its cluster does not answer,
+    or no answer was asked for after raywatch read the error. A head going down kills the
+    driver, which writes error.txt for every trial, often before raywatch's next Ray poll
+    finds the head gone; one answer asked later says which it was (a poll at most). An
+    answer counts from when it was asked (cluster/tasks.poll_one): a slow poll already
+    out when the error was read says nothing of it."""
     cluster = trial.experiment.cluster_id
     if cluster in unreachable:
         return True
     last = answered.get(cluster)  # None: a cluster never heard from (logs alone): no wait
-    return last is not None and trial.updated_at is not None and last < trial.updated_at
+    read = trial.error_read_at or trial.updated_at  # rows stored before error_read_at
+    return last is not None and read is not None and last < read
 
 
 def held_while_unreachable(found: list[Finding], snapshot: TrialSnapshot) -> list[Finding]:

@@ -64,6 +64,9 @@ class Trial(models.Model):
     error_text = models.TextField(blank=True, default="")
     error_attempt = models.PositiveIntegerField(default=0)  # the attempt error.txt was about
     error_at = models.DateTimeField(null=True)  # when error.txt was written (its mtime)
+    # When raywatch read that error: it waits for a Ray answer asked after this
+    # (trials/detect.awaits_ray); the mtime is the node's clock, this is raywatch's.
+    error_read_at = models.DateTimeField(null=True)
     parse_errors = models.PositiveIntegerField(default=0)
     last_parse_error = models.TextField(blank=True, default="")
     process_alive = models.BooleanField(null=True)  # None: Ray could not tell

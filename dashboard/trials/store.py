@@ -33,7 +33,7 @@ BATCH = 400  # trials per batch of row loads: IN (...) lists stay under SQLite's
 INGESTED_FIELDS = (
     "attempt", "iteration", "last_result_at", "last_ingested_at", "pid", "node_ip",
     "hostname", "last_metrics", "metric_range", "last_step_s", "config", "error_text",
-    "error_attempt", "error_at", "tune_status", "parse_errors", "last_parse_error",
+    "error_attempt", "error_at", "error_read_at", "tune_status", "parse_errors", "last_parse_error",
     "framework", "writer_pid", "updated_at",
 )
 
@@ -189,7 +189,7 @@ class TrialStore:
             trial.config, changed = update.params, True
         if update.error_text and update.error_text != trial.error_text:
             trial.error_text, trial.error_attempt = update.error_text, trial.attempt
-            trial.error_at, changed = update.error_at, True
+            trial.error_at, trial.error_read_at, changed = update.error_at, self.now, True
         if update.tune_status and update.tune_status != trial.tune_status:
             trial.tune_status, changed = update.tune_status, True
         if update.writer_pid and update.writer_pid != trial.writer_pid:
