@@ -354,6 +354,41 @@ def test_a_trial_error_waits_for_rays_next_answer(small_search: Clock) -> None:
         (name(7), Incident.FIRING)]
 
 
+def test_an_actor_that_died_waits_out_the_gone_grace_of_the_same_head(
+        small_search: Clock) -> None:
+    """`ray stop` ends the head's raylet and trials first: the dying driver writes Ray's
+    "the actor died unexpectedly" into error.txt for every trial while the head's
+    dashboard still answers for a second or more. An actor that died waits for an answer
+    asked RAYWATCH_GONE_GRACE_S after raywatch read it; an exception the trial raised
+    (trial 8) needs only one answer asked after it."""
+    clock = small_search
+    detect.evaluate_trials(clock.now)
+    clock.now += timedelta(seconds=TICK_S)
+    died = ("Failure # 1 (occurred at 2026-11-28_15-18-49)\n"
+            f"{detect.ACTOR_DIED}\n\tclass_name: ImplicitFunc\n"
+            "The actor is dead because its owner has died. Owner's node has crashed.")
+    raised = "ray.exceptions.RayTaskError(ValueError): ray::ImplicitFunc.train()\nValueError: nan"
+    store_updates([replace(update(7, range(5, 6), clock.now), error_text=died,
+                           error_at=clock.now, tune_status="ERROR"),
+                   replace(update(8, range(5, 6), clock.now), error_text=raised,
+                           error_at=clock.now, tune_status="ERROR")], clock.now)
+    read_at = clock.now
+    errored = Incident.objects.filter(kind="trial_errored")
+
+    def answered_at(at: datetime) -> list[str]:
+        clock.now = at
+        Cluster.objects.filter(pk=settings_cluster_pk()).update(last_seen_at=at)
+        detect.evaluate_trials(at)
+        return sorted(i.subject.rsplit("/", 1)[-1] for i in errored.all())
+
+    # The same head answers a second after the read: the raised error is news, the
+    # actor that died is not yet.
+    assert answered_at(read_at + timedelta(seconds=1)) == [name(8)]
+    assert answered_at(read_at + timedelta(seconds=GONE_GRACE_S - 1)) == [name(8)]
+    # Still the same head, the grace later: its actor died on a head that stayed.
+    assert answered_at(read_at + timedelta(seconds=GONE_GRACE_S + 1)) == [name(7), name(8)]
+
+
 def test_an_error_read_while_a_ray_poll_is_out_waits_for_an_answer_asked_after_it(
         small_search: Clock, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray's answer counts from when raywatch asked. On a loaded machine a Ray poll takes

@@ -149,6 +149,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
     context: dict[str, dict[str, Any]] = {}
     stalled: list[Trial] = []
     checks: dict[int, datetime | None] = {}
+    held: set[int] = set()  # errors that wait for Ray: looked at again, finished or not
     agents = silences([t for t in trials if t.status == Trial.RUNNING], now)
     # The stacks taken in each quiet running trial's silence, and their verdict (hung or
     # busy): only those silent at least hang_min_s can have had theirs sampled.
@@ -189,10 +190,12 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
         if waits_on_call:  # call_overdue names the hang; looked at again each poll
             found = [f for f in found if f.kind != "trial_stalled"]
         kept = held_while_unreachable(found, snapshot) \
-            if awaits_ray(trial, poll.unreachable, poll.answered) else found
+            if awaits_ray(trial, poll.unreachable, poll.answered, th.gone_grace_s) else found
         findings.extend(kept)
+        if len(kept) < len(found):
+            held.add(trial.pk)
         # Only a held error is looked at again each poll, not every trial of the cluster.
-        checks[trial.pk] = now if len(kept) < len(found) or waits_on_call or sampling \
+        checks[trial.pk] = now if trial.pk in held or waits_on_call or sampling \
             else next_check(snapshot, kept, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
@@ -209,7 +212,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
     for trial in stalled[:first]:
         if trial.pk not in stacks:  # its incident just opened: where does it hang?
             request_stack(trial, now)
-    schedule(trials, checks)
+    schedule(trials, checks, held)
     forget_windows(trials)
     result = poll.result
     for name, count in counts.items():
@@ -230,19 +233,34 @@ def session_ends() -> dict[int, datetime]:
                 .values_list("cluster_id", "end"))
 
 
-def awaits_ray(trial: Trial, unreachable: set[int], answered: dict[int, datetime]) -> bool:
+# What Ray says when an actor died rather than raised (ray/exceptions.py, Ray 2.60:
+# ActorDiedError.BASE_ERROR_MSG); Tune writes it into error.txt. It is what a head going
+# down leaves for every trial ("... its owner has died ... Owner's node has crashed").
+ACTOR_DIED = "The actor died unexpectedly before finishing this task."
+
+
+def awaits_ray(trial: Trial, unreachable: set[int], answered: dict[int, datetime],
+               grace_s: float) -> bool:
     """Whether the trial's error waits for Ray's next answer: its cluster does not answer,
     or no answer was asked for after raywatch read the error. A head going down kills the
     driver, which writes error.txt for every trial, often before raywatch's next Ray poll
     finds the head gone; one answer asked later says which it was (a poll at most). An
     answer counts from when it was asked (cluster/tasks.poll_one): a slow poll already
-    out when the error was read says nothing of it."""
+    out when the error was read says nothing of it. An actor that died (not one that
+    raised) waits for an answer asked `grace_s` (RAYWATCH_GONE_GRACE_S) after the read:
+    a head being stopped still answers for a second or more after its trials died
+    (measured: the error 0.9 s into `ray stop`, the dashboard gone at 1.6 s, longer under
+    load)."""
     cluster = trial.experiment.cluster_id
     if cluster in unreachable:
         return True
     last = answered.get(cluster)  # None: a cluster never heard from (logs alone): no wait
     read = trial.error_read_at or trial.updated_at  # rows stored before error_read_at
-    return last is not None and read is not None and last < read
+    if last is None or read is None:
+        return False
+    if ACTOR_DIED in trial.error_text:
+        read += timedelta(seconds=grace_s)
+    return last < read
 
 
 def held_while_unreachable(found: list[Finding], snapshot: TrialSnapshot) -> list[Finding]:
@@ -357,11 +375,13 @@ def liveness_changed(before: dict[int, dict[tuple[str, int], float]],
     return found
 
 
-def schedule(trials: list[Trial], checks: dict[int, datetime | None]) -> None:
-    """Store each evaluated trial's next deadline where it moved (a finished trial has none)."""
+def schedule(trials: list[Trial], checks: dict[int, datetime | None], held: set[int]) -> None:
+    """Store each evaluated trial's next deadline where it moved. A finished trial has
+    none, unless its error waits for Ray (`held`): an errored trial is finished."""
     due = []
     for trial in trials:
-        check = None if trial.status in Trial.FINISHED else checks.get(trial.pk)
+        check = checks.get(trial.pk) if (trial.pk in held or trial.status
+                                         not in Trial.FINISHED) else None
         if check != trial.check_at:
             trial.check_at = check
             due.append(trial)
