@@ -17,6 +17,20 @@ ACTOR_STATES = {0: "DEPENDENCIES_UNREADY", 1: "PENDING_CREATION", 2: "ALIVE", 3:
                 4: "DEAD"}
 
 
+ACTOR_ID_BYTES = 16  # Ray's ActorID: 12 unique bytes and the 4 of its job's id
+
+
+def _id_bytes(actor_id: str) -> bytes:
+    """The id as the GCS takes it; an id Ray could not have given is refused here."""
+    try:
+        raw = bytes.fromhex(actor_id)
+    except ValueError:
+        raw = b""
+    if len(raw) != ACTOR_ID_BYTES:
+        raise SourceError(f"not an actor id: {actor_id[:80]!r}")
+    return raw
+
+
 def kill_actor(gcs_address: str, token: str | None, actor_id: str, force: bool,
                timeout_s: float = 5.0) -> None:
     """Ask the GCS to kill the actor: force=False lets its running task finish first
@@ -24,11 +38,8 @@ def kill_actor(gcs_address: str, token: str | None, actor_id: str, force: bool,
     from ray.core.generated import gcs_service_pb2 as pb2
     from ray.core.generated.gcs_service_pb2_grpc import ActorInfoGcsServiceStub
 
-    try:
-        request = pb2.KillActorViaGcsRequest(actor_id=bytes.fromhex(actor_id),
-                                             force_kill=force, no_restart=True)
-    except ValueError:
-        raise SourceError(f"not an actor id: {actor_id!r}") from None
+    request = pb2.KillActorViaGcsRequest(actor_id=_id_bytes(actor_id), force_kill=force,
+                                         no_restart=True)
     reply = call(gcs_address, ActorInfoGcsServiceStub, "KillActorViaGcs", request, token,
                  timeout_s, f"the Ray GCS at {gcs_address} refused the kill")
     if reply.status.code != 0:
@@ -42,7 +53,7 @@ def actor_state(gcs_address: str, token: str | None, actor_id: str,
     from ray.core.generated.gcs_service_pb2_grpc import ActorInfoGcsServiceStub
 
     reply = call(gcs_address, ActorInfoGcsServiceStub, "GetActorInfo",
-                 pb2.GetActorInfoRequest(actor_id=bytes.fromhex(actor_id)), token, timeout_s,
+                 pb2.GetActorInfoRequest(actor_id=_id_bytes(actor_id)), token, timeout_s,
                  f"cannot reach the Ray GCS at {gcs_address}")
     return ACTOR_STATES.get(reply.actor_table_data.state, "UNKNOWN")
 

@@ -54,6 +54,10 @@ _ASKED_KEY = "raywatch:trials:evaluation-asked"
 ASKED_EXPIRES_S = 10  # an asked evaluation no worker took by then: the polls go on
 
 
+# Results read, or trials evaluated, from which a poll's freed memory is handed back.
+LARGE_POLL = 1_000
+
+
 def evaluate_and_push(stats: IngestStats) -> None:
     """Evaluate the trials, however their results arrived, and send what changed."""
     with _EVALUATING, in_turn(EVALUATION_LOCK):
@@ -63,9 +67,6 @@ def evaluate_and_push(stats: IngestStats) -> None:
     if stats.results >= LARGE_POLL or evaluation["evaluated"] >= LARGE_POLL:
         give_back_freed()  # a first ingest's peak is not kept for the server's life
 
-
-# Results read, or trials evaluated, from which a poll's freed memory is handed back.
-LARGE_POLL = 1_000
 
 
 @shared_task(name="dashboard.trials.tasks.evaluate_reported")
