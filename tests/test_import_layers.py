@@ -33,7 +33,8 @@ DASHBOARD_LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 COLLECTORS_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "http", "rootfiles", "pystack", "hostinfo", "localray"),
+    ("__init__", "http", "rootfiles", "pystack", "hostinfo", "localray",
+     "memory"),  # memory: handing a large poll's freed heap back
     ("records", "tunesearch", "raygrpc", "rayaddress"),  # records: the plain record types
     ("procstat", "nvml", "raylists", "raygpus", "runformats",  # runformats: recognising runs
      "raytrain"),  # raytrain: Ray Train V2 runs from its state API

@@ -30,6 +30,7 @@ from collectors.agent.trial_logs import TrialLogCollector
 from collectors.hostinfo import host_name, node_ip_address
 from collectors.http import SourceError
 from collectors.logscan import default_log_dirs
+from collectors.memory import give_back_after
 from collectors.nvml import NvmlSource, load_nvml_module
 from collectors.procstat import ProcessWatcher, with_ancestors
 from collectors.records import GpuPoll
@@ -174,7 +175,7 @@ class Agent:
             while not self.stop.is_set():
                 try:
                     collector = collector or self.trial_log_collector()
-                    collector.poll()
+                    give_back_after(collector.poll().records)  # a first read of history
                     self.trial_log_error = None
                 except Exception as exc:  # the loop goes on; the next poll retries
                     message = f"{type(exc).__name__}: {exc}"

@@ -7,10 +7,10 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from collectors.memory import give_back_after
 from dashboard.core.background import run_soon
 from dashboard.core.health import source_poll
 from dashboard.core.locks import in_turn
-from dashboard.core.memory import give_back_freed
 from dashboard.trials import lag
 from dashboard.trials.detect import evaluate_trials
 from dashboard.trials.ingest import IngestStats, ingest_logs
@@ -54,18 +54,14 @@ _ASKED_KEY = "raywatch:trials:evaluation-asked"
 ASKED_EXPIRES_S = 10  # an asked evaluation no worker took by then: the polls go on
 
 
-# Results read, or trials evaluated, from which a poll's freed memory is handed back.
-LARGE_POLL = 1_000
-
-
 def evaluate_and_push(stats: IngestStats) -> None:
     """Evaluate the trials, however their results arrived, and send what changed."""
     with _EVALUATING, in_turn(EVALUATION_LOCK):
         evaluation = evaluate_trials(timezone.now())
     push_updates(stats, evaluated=evaluation["trials"])
     flush_experiments()
-    if stats.results >= LARGE_POLL or evaluation["evaluated"] >= LARGE_POLL:
-        give_back_freed()  # a first ingest's peak is not kept for the server's life
+    # A first ingest's peak is not kept for the server's life.
+    give_back_after(max(stats.results, evaluation["evaluated"]))
 
 
 

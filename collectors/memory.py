@@ -2,9 +2,11 @@
 
 CPython frees what a first ingest of a long history or an evaluation of thousands of
 trials held, but glibc's malloc keeps the freed pages of its heap for the process unless
-told otherwise, so a server that read months of history on its first start would carry
-that peak for as long as it runs. `malloc_trim` hands them back; elsewhere (musl, macOS)
-there is nothing to call and nothing is done.
+told otherwise, so a server or node agent that read months of history on its first
+start would carry that peak for as long as it runs. `malloc_trim` hands them back;
+elsewhere (musl, macOS) there is nothing to call and nothing is done. Django-free: the
+server (dashboard/trials/tasks.py) and the node agent (collectors/agent/main.py) both
+call it.
 """
 
 from __future__ import annotations
@@ -28,3 +30,13 @@ def give_back_freed() -> bool:
     """Return the heap's free pages to the system: True when some were."""
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False
+
+
+# Records read, or trials evaluated, in one poll from which its freed memory is handed
+# back: a first read of a long history, not the polls that follow it.
+LARGE_POLL = 1_000
+
+
+def give_back_after(count: int) -> bool:
+    """give_back_freed() after a poll that read or evaluated `count`, if that was large."""
+    return count >= LARGE_POLL and give_back_freed()
