@@ -60,6 +60,16 @@ HANG_AT = 4  # steps 1-3 are reported, then the ranks wait on each other
 SYNC_CALL = "SynchronizationActor.broadcast_from_rank_zero"
 
 
+def bound_to_rank_0(trial: Trial | None) -> Trial | None:
+    """The run once its process is rank 0's. Until Train's state API lists the run (it is
+    asked less often than Ray's other lists), raywatch ties it to its TrainController, as
+    any run to its trainer actor: that pid comes first, then rank 0's."""
+    listed = TrainRun.objects.filter(name=NAME).first()
+    rank_0 = next((w["pid"] for w in listed.workers if w.get("rank") == 0), None) \
+        if listed is not None else None
+    return trial if trial is not None and rank_0 and trial.pid == rank_0 else None
+
+
 def start_train(cluster, log_dir: Path, storage: Path) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.train_scripts.gloo_run", cluster.gcs_address,
@@ -94,9 +104,9 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
                                     node_ip, gpus=0), tmp_path / "agent.log")
     agent.__enter__()
     try:
-        trial = wait_for(lambda: Trial.objects.filter(
+        trial = wait_for(lambda: bound_to_rank_0(Trial.objects.filter(
             framework=RAYTRAIN, iteration__gte=HANG_AT - 1, status=Trial.RUNNING,
-            pid__isnull=False).first(), 150, 0.5,
+            pid__isnull=False).first()), 150, 0.5,
             "the run's steps before the hang, RUNNING with rank 0's process",
             explain=lambda: (list(Trial.objects.values("trial_id", "framework", "status",
                                                        "iteration", "pid")),
