@@ -175,6 +175,31 @@ def test_a_run_whose_trainer_died_has_no_process_even_while_rays_view_is_stale()
         "TERMINATED", False, now)
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("own_writer", [None, 201])
+def test_a_run_is_not_tied_to_the_trainer_writing_another_runs_log(
+        own_writer: int | None) -> None:
+    """Two verl runs on one node, and Ray lists only the first one's TaskRunner yet (seen
+    in CI: the second was tied to it for a while). The second run, whose writer is not
+    known yet or is another process, waits for its own; the first is tied to its own."""
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    node = Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5",
+                               hostname="gpu-5", state=Node.ALIVE, last_seen_at=now)
+    first, second = (
+        Trial.objects.create(experiment=Experiment.objects.create(
+            name=f"verl_{n}", cluster=cluster, paths=["/data/verl"]), trial_id=f"exp{n}",
+            framework="verl", attempt=1, node_ip="10.0.0.5", status=Trial.RUNNING,
+            writer_pid=writer) for n, writer in ((0, 200), (1, own_writer)))
+    trainer = Actor.objects.create(cluster=cluster, actor_id="t0", class_name="TaskRunner",
+                                   pid=200, node_id="n1", job_id="02000000", state="ALIVE",
+                                   first_seen_at=now, updated_at=now)
+    trainers = {(cluster.pk, "10.0.0.5"): [trainer]}
+    bind(second, trainers, {(cluster.pk, "n1"): node})
+    bind(first, trainers, {(cluster.pk, "n1"): node})
+    assert (first.pid, second.pid) == (200, None)
+
+
 @pytest.mark.ray
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(300)

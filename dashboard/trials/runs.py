@@ -155,6 +155,8 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
     mine = [a for a in trainers.get((run.experiment.cluster_id, where), [])
             if trainer_class(a) in TRAINERS[run.framework]]
     alive = [a for a in mine if a.state == "ALIVE"]
+    taken = writing_others(run, where, alive)
+    alive = [a for a in alive if a.pid not in taken]
     if len(alive) > 1 and run.writer_pid:  # the one holding the run's log open
         alive = [a for a in alive if a.pid == run.writer_pid] or alive
     if len(alive) == 1:
@@ -176,6 +178,19 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
         if run.process_alive is not False:
             run.process_alive = False
             run.process_gone_since = run.process_gone_since or gone.ended_at or gone.updated_at
+
+
+def writing_others(run: Trial, where: str, alive: list[Actor]) -> set[int]:
+    """The pids among `alive` that hold another run's log open on that node (and not this
+    run's too: one trainer may write a file log and a TensorBoard run): that run's
+    trainer, never this one's, though it be the only trainer Ray lists there yet."""
+    pids = {a.pid for a in alive} - {run.writer_pid}
+    if not pids:
+        return set()
+    return set(Trial.objects.filter(experiment__cluster_id=run.experiment.cluster_id,
+                                    writer_pid__in=pids)
+               .filter(Q(node_ip=where) | Q(node_ip="")).exclude(pk=run.pk)
+               .values_list("writer_pid", flat=True))
 
 
 def run_address(run: Trial) -> str:
