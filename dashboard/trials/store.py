@@ -33,8 +33,8 @@ BATCH = 400  # trials per batch of row loads: IN (...) lists stay under SQLite's
 INGESTED_FIELDS = (
     "attempt", "iteration", "last_result_at", "last_ingested_at", "pid", "node_ip",
     "hostname", "last_metrics", "metric_range", "last_step_s", "config", "error_text",
-    "error_attempt", "error_at", "error_read_at", "tune_status", "parse_errors", "last_parse_error",
-    "framework", "writer_pid", "updated_at",
+    "error_attempt", "error_at", "error_read_at", "tune_status", "parse_errors",
+    "last_parse_error", "framework", "writer_pid", "updated_at",
 )
 
 

@@ -64,7 +64,6 @@ def evaluate_and_push(stats: IngestStats) -> None:
     give_back_after(max(stats.results, evaluation["evaluated"]))
 
 
-
 @shared_task(name="dashboard.trials.tasks.evaluate_reported")
 def evaluate_reported() -> None:
     cache.delete(_ASKED_KEY)  # what is stored from now on asks for the next one
