@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from channels.layers import channel_layers
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group, User
@@ -28,6 +27,7 @@ from rest_framework.test import APIClient
 
 from collectors.localray import LocalCluster, LocalRay, free_port
 from dashboard.celery import app as celery_app
+from dashboard.core import stopping
 from dashboard.core.scheduler import EmbeddedScheduler
 from tests import embedded
 from tests.receivers import Receiver
@@ -160,6 +160,21 @@ def _flush_past_sqlite_audit_triggers() -> Iterator[None]:
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
     yield
     DatabaseOperations.sql_flush = original  # type: ignore[method-assign]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):  # type: ignore[no-untyped-def]
+    """pytest-django's, and before it drops the test database: the connections that the
+    in-process background pool's threads still hold are ended (only their threads could
+    close them), else Postgres refuses the drop after a 5 s wait and the database stays."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
 # --- personas ------------------------------------------------------------------------
@@ -375,9 +390,10 @@ class LiveServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config("dashboard.asgi:application", host="127.0.0.1", port=self.port,
-                                lifespan="off", log_level="warning")
-        self.server = uvicorn.Server(config)
+        # serve's own uvicorn: a stop ends agents' long-polls at once instead of waiting
+        # them out (up to 25 s) while the thread holds the test database; a test's page
+        # or socket still open then is cut after a short grace.
+        self.server = stopping.Server("127.0.0.1", self.port, grace_s=0.5)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def start(self) -> LiveServer:

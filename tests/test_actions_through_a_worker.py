@@ -5,6 +5,7 @@ raywatch's own host as on another node: the actions reach the processes they end
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 
 from collectors.hostinfo import host_name
 from dashboard.trials.models import Trial
@@ -35,13 +37,21 @@ def worker(settings, tmp_path, monkeypatch) -> Iterator[subprocess.Popen]:  # ty
     monkeypatch.setenv("RAYWATCH_AGENT_COMMAND_SECRET", settings.AGENT_COMMAND_SECRET)
     process = start_worker(settings.NOTIFY_QUEUE, tmp_path)
     yield process
-    os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(ProcessLookupError):  # a test may have stopped it
+        os.killpg(process.pid, signal.SIGTERM)
     process.wait(30)
 
 
 def finished(api, action_id: int) -> dict | None:  # type: ignore[no-untyped-def]
     action = api.get(f"/api/actions/{action_id}/").json()
     return action if action["state"] not in ("requested", "signalled") else None
+
+
+def told_by_tune(api, action_id: int) -> dict[str, str] | None:  # type: ignore[no-untyped-def]
+    """The action's steps once it holds what Tune made of the trial."""
+    steps = {s["step"]: s["detail"]
+             for s in api.get(f"/api/actions/{action_id}/").json()["steps"]}
+    return steps if {"retried", "errored", "ended", "unknown"} & set(steps) else None
 
 
 def test_a_trial_is_terminated_by_a_worker(  # type: ignore[no-untyped-def]
@@ -54,13 +64,17 @@ def test_a_trial_is_terminated_by_a_worker(  # type: ignore[no-untyped-def]
         assert reply.status_code == 202, reply.json()
         wait_for(lambda: hung_process.poll() is not None, 60, 0.2,
                  "the worker to end the process", explain=lambda: log.read_text()[-2000:])
-        Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR)
         action = wait_for(lambda: finished(api, reply.json()["action_id"]), 30, 0.2,
                           "the outcome")
+        # Tune starts the trial's next attempt: the worker writes down what Tune made of
+        # it (it waits up to 20 s for that, and a worker that is stopped waits with it).
+        Trial.objects.filter(pk=trial.pk).update(attempt=F("attempt") + 1)
+        steps = wait_for(lambda: told_by_tune(api, reply.json()["action_id"]), 30, 0.2,
+                         "what Tune made of it")
     assert action["state"] == "succeeded"
     assert hung_process.returncode == -signal.SIGTERM
-    steps = {s["step"]: s["detail"] for s in action["steps"]}
     assert f"by the agent of {host_name()}" in steps["signalled"]
+    assert steps["retried"] == f"Tune retried the trial: attempt {trial.attempt + 1}"
 
 
 def test_a_process_on_another_node_is_signalled_through_its_agent(  # type: ignore[no-untyped-def]
@@ -86,3 +100,24 @@ def test_a_process_on_another_node_is_signalled_through_its_agent(  # type: igno
     assert "SIGTERM sent" in steps["signalled"]
     assert steps["agent_result"].startswith(f"agent of {NODE}")
     assert "SIGTERM sent to pid" in steps["agent_result"]
+
+
+def test_a_worker_stopped_while_waiting_on_tune_writes_why_and_exits(  # type: ignore[no-untyped-def]
+        worker, live_server_asgi: LiveServer, tmp_path: Path, operator, hung_process) -> None:
+    """A warm shutdown (SIGTERM, as docker stop and serve's Ctrl-C send) waits for the
+    running action, which by then waits only for Tune's word on the trial (up to 20 s):
+    it stops waiting, says so in the audit, and the worker exits."""
+    trial = hung_trial(hung_process.pid)
+    api = token_client(operator)
+    with node_agent(live_server_asgi.url, tmp_path, pid=hung_process.pid) as log:
+        reply = api.post(f"/api/trials/{trial.pk}/terminate",
+                         {"reason": "silent for 5 min"}, format="json")
+        assert reply.status_code == 202, reply.json()
+        action = wait_for(lambda: finished(api, reply.json()["action_id"]), 60, 0.2,
+                          "the outcome", explain=lambda: log.read_text()[-2000:])
+        assert action["state"] == "succeeded"
+        os.killpg(worker.pid, signal.SIGTERM)  # Tune has said nothing of the trial yet
+        worker.wait(60)
+        steps = told_by_tune(api, reply.json()["action_id"])
+    assert steps is not None, "the worker exited without writing down Tune's outcome"
+    assert steps["unknown"] == "raywatch stopped before Tune reported the trial's new state"

@@ -31,6 +31,7 @@ from dashboard.actions.settle import queue_limit, settle
 from dashboard.cluster.endpoint import actor_of, endpoint_of
 from dashboard.cluster.models import Actor, Cluster, Job
 from dashboard.cluster.state import current_clusters
+from dashboard.core import stopping
 from dashboard.trials.models import Trial
 
 log = logging.getLogger(__name__)
@@ -150,19 +151,21 @@ def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any],
 
 def tune_outcome(t: dict[str, Any], wait_s: float = 20.0) -> tuple[str, str]:
     """What Tune made of it once the trial logs say: retried (a new attempt), or
-    errored. An errored trial may still be retried, so that is only final at the end."""
+    errored. An errored trial may still be retried, so that is only final at the end,
+    or when raywatch stops (a Ctrl-C does not wait 20 s on this last step)."""
     deadline = time.monotonic() + wait_s
     status = ""
-    while time.monotonic() < deadline:
-        trial = Trial.objects.filter(pk=t["trial_pk"]).first()
-        if trial is None:
-            break
+    while trial := Trial.objects.filter(pk=t["trial_pk"]).first():
         if trial.attempt > t["attempt"]:
             return "retried", f"Tune retried the trial: attempt {trial.attempt}"
         status = trial.status
+        if stopping.winding_down.is_set() or time.monotonic() >= deadline:
+            break
         time.sleep(0.5)
     if status in Trial.FINISHED:
         return "errored" if status == Trial.ERROR else "ended", f"Tune marked the trial {status}"
+    if stopping.winding_down.is_set():
+        return "unknown", "raywatch stopped before Tune reported the trial's new state"
     return "unknown", "Tune has not reported the trial's new state yet"
 
 

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from dashboard.celery import app as celery_app
+from dashboard.core import stopping
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ def _pool() -> ThreadPoolExecutor:
 def finish() -> None:
     """Let the tasks running in the in-process pool (an action recording its last steps)
     finish, and drop those not started: at exit, before Python stops its threads."""
+    stopping.winding_down.set()
     if _pool.cache_info().currsize:
         _pool().shutdown(wait=True, cancel_futures=True)
         _pool.cache_clear()

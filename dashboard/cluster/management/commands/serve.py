@@ -17,7 +17,6 @@ import time
 from contextlib import ExitStack, suppress
 from typing import Any
 
-import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -28,17 +27,6 @@ from collectors.raystate import fetch_cluster
 from dashboard.celery import app as celery_app
 from dashboard.core import background, stopping
 from dashboard.core.scheduler import EmbeddedScheduler
-
-SHUTDOWN_GRACE_S = 3  # how long Ctrl-C lets open requests finish
-
-
-class _Server(uvicorn.Server):
-    """uvicorn that tells waiting requests (agents' long-polls) it is stopping, so they
-    answer within the shutdown's grace instead of being cancelled at its end."""
-
-    async def shutdown(self, sockets: Any = None) -> None:
-        stopping.announce()
-        await super().shutdown(sockets)
 
 
 class Command(BaseCommand):
@@ -79,19 +67,15 @@ class Command(BaseCommand):
             url = f"http://{host}:{port}/"
             self.stdout.write(self.style.SUCCESS(f"raywatch on {url}  (Ctrl-C stops)"))
             sys.stdout.flush()
-            config = uvicorn.Config(
-                "dashboard.asgi:application", host=host, port=port, lifespan="off",
-                log_level="warning", ws_ping_interval=20, ws_ping_timeout=20,
-                forwarded_allow_ips=settings.TRUSTED_PROXIES,
-                # Ctrl-C must not wait out open pages' websockets and agents' 25 s
-                # command long-polls (an agent asks again; a page reconnects).
-                timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-            )
+            # Ctrl-C does not wait out open pages' websockets and agents' 25 s command
+            # long-polls (stopping.Server).
+            server = stopping.Server(host, port, ws_ping_interval=20, ws_ping_timeout=20,
+                                     forwarded_allow_ips=settings.TRUSTED_PROXIES)
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the
             # signal; turn both into KeyboardInterrupt so the cleanup below runs.
             signal.signal(signal.SIGTERM, _interrupt)
             with suppress(KeyboardInterrupt):
-                _Server(config).run()
+                server.run()
             self.stdout.write("stopping collectors" + (
                 "" if settings.RAY_ADDRESS or settings.RAY_API_SERVER_ADDRESS
                 else " and the local Ray cluster") + "…")
