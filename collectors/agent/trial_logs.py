@@ -222,8 +222,11 @@ class TrialLogCollector:
         if trial_dir.trial_id is not None or trial_dir.framework not in HOLD_THEIR_LOG:
             return 0
         files = [os.path.realpath(path) for _, path in trial_dir.logs()]
-        if known and not open_files_of([known]).keys().isdisjoint(files):
-            return known
+        if known:  # from this poll's map of the workers' files when another run made it
+            held = (open_files_of([known]) if self.poll_writers is None
+                    else self.poll_writers)
+            if any(known in held.get(path, ()) for path in files):
+                return known
         if self.poll_writers is None:
             self.poll_writers = open_files_of(ray_worker_pids())
         found = {pid for path in files for pid in self.poll_writers.get(path, ())}
