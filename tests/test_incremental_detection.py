@@ -17,11 +17,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
-from collectors.records import ResultLine, TrialUpdate
+from collectors.records import RaySession, ResultLine, TrialUpdate
 from dashboard.cluster import tasks
 from dashboard.cluster.models import Actor, Cluster, Node, settings_cluster_pk
+from dashboard.cluster.sessions import note_answer, note_failure
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core import push
 from dashboard.core.health import record
@@ -387,6 +389,46 @@ def test_an_actor_that_died_waits_out_the_gone_grace_of_the_same_head(
     assert answered_at(read_at + timedelta(seconds=GONE_GRACE_S - 1)) == [name(8)]
     # Still the same head, the grace later: its actor died on a head that stayed.
     assert answered_at(read_at + timedelta(seconds=GONE_GRACE_S + 1)) == [name(7), name(8)]
+
+
+def test_results_after_the_last_answer_of_a_head_that_restarted_are_its_sessions(
+        small_search: Clock) -> None:
+    """On a loaded machine the last Ray poll a head answered can be seconds before it went
+    down, and its trials reported until then. Their "actor died" errors, held while the
+    head did not answer, are of the session that ended when a poll first found it down:
+    a new head answering (a new session) opens nothing for them."""
+    clock = small_search
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    with transaction.atomic():
+        note_answer(cluster, RaySession("session_old"), "http://head:8265", clock.now)
+    detect.evaluate_trials(clock.now)
+    clock.now += timedelta(seconds=1.5)  # reported after the head's last answer
+    store_updates([update(7, range(5, 6), clock.now)], clock.now)
+    clock.now += timedelta(seconds=0.5)  # `ray stop`: the next poll finds no head
+    cluster.refresh_from_db()
+    note_failure(cluster, "connection refused", clock.now)
+    clock.now += timedelta(seconds=0.2)  # the dying driver's error.txt
+    died = f"Failure # 1\n{detect.ACTOR_DIED}\n\tclass_name: ImplicitFunc"
+    store_updates([replace(update(7, range(5, 6), clock.now), results=(), error_text=died,
+                           error_at=clock.now, tune_status="ERROR")], clock.now)
+    detect.evaluate_trials(clock.now)
+    clock.now += timedelta(seconds=GONE_GRACE_S + 2)  # `ray start --head`: a new session
+    cluster.refresh_from_db()
+    with transaction.atomic():
+        note_answer(cluster, RaySession("session_new"), "http://head:8265", clock.now)
+    detect.evaluate_trials(clock.now)
+    assert not Incident.objects.filter(kind="trial_errored").exists()
+    # The same error from a head that answered again as itself is news.
+    clock.now += timedelta(seconds=1)
+    store_updates([replace(update(8, range(5, 6), clock.now), error_text=died,
+                           error_at=clock.now, tune_status="ERROR")], clock.now)
+    clock.now += timedelta(seconds=GONE_GRACE_S + 1)
+    cluster.refresh_from_db()
+    with transaction.atomic():
+        note_answer(cluster, RaySession("session_new"), "http://head:8265", clock.now)
+    detect.evaluate_trials(clock.now)
+    assert [i.subject.rsplit("/", 1)[-1] for i in Incident.objects.filter(
+        kind="trial_errored")] == [name(8)]
 
 
 def test_an_error_read_while_a_ray_poll_is_out_waits_for_an_answer_asked_after_it(

@@ -47,6 +47,9 @@ def note_answer(cluster: Cluster, session: RaySession, dashboard_url: str,
                 now: datetime) -> bool:
     """The cluster answered as `session`; True when that changed what an operator sees
     (a new session, the cluster back from unreachable or ended)."""
+    # Since when its head did not answer (a poll failed), if it did not: the session
+    # that answered before ended by then.
+    down_since = cluster.state_since if cluster.state == Cluster.UNREACHABLE else None
     changed = _reachable(cluster, session, dashboard_url, now)
     current = cluster.sessions.filter(ended_at__isnull=True).first()
     if current is not None and current.session_name == session.session_name:
@@ -54,7 +57,8 @@ def note_answer(cluster: Cluster, session: RaySession, dashboard_url: str,
         current.save(update_fields=["last_seen_at"])
         return changed
     if current is not None:
-        _end_session(current, f"the head restarted: a new session, {session.session_name}")
+        _end_session(current, f"the head restarted: a new session, {session.session_name}",
+                     down_since)
         # Its nodes went with it (the new session's raylets have new ids): history, as
         # when a cluster ends, not nodes that died one by one.
         # Nodes Ray already called dead as the head went ("expected termination") too.
@@ -103,8 +107,14 @@ def _end(cluster: Cluster, now: datetime) -> None:
         updated_at=now)
 
 
-def _end_session(session: ClusterSession, reason: str) -> None:
-    session.ended_at, session.end_reason = session.last_seen_at, reason
+def _end_session(session: ClusterSession, reason: str,
+                 found_down: datetime | None = None) -> None:
+    """It ended by its last answer, or, when a poll found its head not answering after
+    that, by then: its trials reported up to the moment the head went, which on a loaded
+    machine can be seconds after the last poll that it answered (trials/detect.py,
+    of_ended_session)."""
+    ended = max(session.last_seen_at, found_down) if found_down else session.last_seen_at
+    session.ended_at, session.end_reason = ended, reason
     session.save(update_fields=["ended_at", "end_reason"])
 
 

@@ -107,16 +107,20 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     since = changed_since(started)
     horizon = change_horizon(started)
     live = live_processes(now)
+    # Ray's answers before the sessions they ended (one transaction writes both,
+    # cluster/sessions.note_answer): an answer from a restarted head is never read
+    # without the end of the session before it.
+    answered = dict(Cluster.objects.filter(last_seen_at__isnull=False)
+                    .values_list("pk", "last_seen_at"))
+    unreachable = set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
+                      .values_list("pk", flat=True))
     poll = _Poll(
         now=now, started=started, live=live, restarted=session_ends(),
         th=thresholds(),
         # A cluster that ended (torn down, head lost) runs nothing, and neither does a
         # session that a restarted head ended: their trials' incidents resolve.
         ended=set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True)),
-        unreachable=set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
-                        .values_list("pk", flat=True)),
-        answered=dict(Cluster.objects.filter(last_seen_at__isnull=False)
-                      .values_list("pk", "last_seen_at")))
+        unreachable=unreachable, answered=answered)
     pks = trials_to_evaluate(since, now, live)
     pks += of_ended_session_firing(poll.restarted, set(pks))
     query = Trial.objects.defer(*UNREAD_BY_RULES)
