@@ -132,8 +132,11 @@ def main() -> int:
                 RAYWATCH_DATA_DIR=str(work / "data"))
             polls = quiet_history_bench.measure_polls(history, empty)
             quiet_history_bench.close_django()
+            # The history's topology starts where the polls above left it: their database
+            # and their data dir, which holds the log reader's cursors (a restart, not a
+            # new host re-reading 5,000,000 results).
             envs = {"empty": topology_env(empty_database, empty, work / "data-empty"),
-                    "history": topology_env(database, history, work / "data-history")}
+                    "history": topology_env(database, history, work / "data")}
             topology: dict[str, Any] | None = None
             if TOPOLOGY:
                 for env in envs.values():
