@@ -135,6 +135,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os._exit(config.stash[EXIT_STATUS])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _migrated_once() -> Iterator[None]:
+    """tests/served.py's `migrate` keeps one migrated database per backend: removed here."""
+    from tests import served
+
+    yield
+    served.forget_migrated()
+
+
 # --- the embedded default's append-only audit -----------------------------------------
 @pytest.fixture(scope="session", autouse=True)
 def _flush_past_sqlite_audit_triggers() -> Iterator[None]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -58,10 +60,74 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+# What this pytest process's first `manage.py migrate` on each backend made, from an empty
+# database: a SQLite file, or a Postgres database to create others from (TEMPLATE).
+_MIGRATED: dict[str, str] = {}
+_TEMPLATE_DIR = Path(tempfile.gettempdir()) / f"raywatch-migrated-{os.getpid()}"
+
+
+def migrate(env: dict[str, str]) -> None:
+    """`manage.py migrate --noinput` for a raywatch the test starts, on env's empty database.
+
+    The first on each backend in this pytest process runs it, from the empty database (what
+    docs/deploying.md's first start does); later ones get a copy of what it made, which is
+    the same schema and rows (the migrations are deterministic). A run of all 74 migrations
+    costs about 5 CPU s, and the suite starts some thirty raywatch processes: that was more
+    CPU than all of its Postgres. A database that is not empty is migrated as usual."""
+    url = env.get("DATABASE_URL", "")
+    if not url:
+        target = Path(env["RAYWATCH_DATA_DIR"]) / "raywatch.sqlite3"
+        template = _MIGRATED.get("sqlite")
+        if template and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template, target)
+            return
+        fresh = not target.exists()
+        manage(env, "migrate", "--noinput", "-v", "0")
+        if fresh and not template:
+            _TEMPLATE_DIR.mkdir(exist_ok=True)
+            _MIGRATED["sqlite"] = str(shutil.copyfile(target, _TEMPLATE_DIR / "raywatch.sqlite3"))
+        return
+    if not url.startswith("postgres"):
+        manage(env, "migrate", "--noinput", "-v", "0")
+        return
+    parsed = urlparse(url)
+    name, admin_url = parsed.path.lstrip("/"), urlunparse(parsed._replace(path="/postgres"))
+    template, fresh = _MIGRATED.get("postgres"), not _has_tables(url)
+    if template and fresh:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        return
+    manage(env, "migrate", "--noinput", "-v", "0")
+    if fresh and not template:
+        template = f"raywatch_migrated_{os.getpid()}"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{template}"')
+            conn.execute(f'CREATE DATABASE "{template}" TEMPLATE "{name}"')
+        _MIGRATED["postgres"] = template
+        _MIGRATED["postgres_admin"] = admin_url
+
+
+def _has_tables(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT 1 FROM pg_tables WHERE schemaname = 'public' LIMIT 1"
+                            ).fetchone() is not None
+
+
+def forget_migrated() -> None:
+    """Remove what `migrate` kept (at the end of the session): the machine as it was."""
+    shutil.rmtree(_TEMPLATE_DIR, ignore_errors=True)
+    if "postgres" in _MIGRATED:
+        with psycopg.connect(_MIGRATED["postgres_admin"], autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{_MIGRATED["postgres"]}" WITH (FORCE)')
+    _MIGRATED.clear()
+
+
 def first_run(env: dict[str, str]) -> tuple[str, str]:
     """What the documented first start does (`migrate`, `ensure_admin`): the admin's API token
     and the password `ensure_admin` wrote down."""
-    manage(env, "migrate", "--noinput", "-v", "0")
+    migrate(env)
     manage(env, "ensure_admin")
     password = (Path(env["RAYWATCH_DATA_DIR"]) / "admin-password.txt").read_text().split()[1]
     return manage(env, "drf_create_token", "admin").split()[2], password

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.served import embedded_env, manage, scratch_database
+from tests.served import embedded_env, manage, migrate, scratch_database
 
 # Runs inside `manage.py shell` of a raywatch whose REDIS_URL answers nothing.
 SCRIPT = """
@@ -32,7 +32,7 @@ def test_an_action_no_worker_can_take_fails_with_why(tmp_path: Path) -> None:
     with scratch_database(os.environ["DATABASE_URL"]) as database:
         env = {**embedded_env(tmp_path), "DATABASE_URL": database,
                "REDIS_URL": "redis://127.0.0.1:1/0"}  # nothing listens on port 1
-        manage(env, "migrate", "-v0")
+        migrate(env)
         first, second = json.loads(manage(env, "shell", "-c", SCRIPT).splitlines()[-1])
     assert first["state"] == "failed" and first["steps"] == ["requested", "failed"]
     assert first["outcome"].startswith("could not start the action: ")

@@ -88,7 +88,7 @@ def spooled(spool: Path) -> int:
 def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: ignore[no-untyped-def]
         raywatch_env: dict[str, str], tmp_path: Path, ray_worker_process) -> None:
     env = raywatch_env
-    manage(env, "migrate", "--noinput", "-v", "0")
+    served.migrate(env)
     manage(env, "ensure_admin")
     api_token = manage(env, "drf_create_token", "admin").split()[2]
     node_token = manage(env, "agent_token", NODE, "--ip", NODE_IP).strip()

@@ -160,7 +160,7 @@ def test_a_server_stopping_while_agents_wait_ends_their_waits_cleanly(
                 served.scratch_database(os.environ["DATABASE_URL"])),
                 REDIS_URL=os.environ["REDIS_URL"],
                 RAYWATCH_CHANNEL_PREFIX=f"stop-{uuid.uuid4().hex[:6]}")
-        manage(env, "migrate", "--noinput", "-v", "0")
+        served.migrate(env)
         tokens_ = manage(env, "shell", "-v", "0", "-c", ISSUE_TWELVE).split()
         port, log = free_port(), tmp_path / "serve.log"
         server = start_serve(env, port, log)

@@ -31,7 +31,7 @@ from dashboard.agents import tokens
 from dashboard.trials.models import Experiment, StepResult, Trial
 from tests.agents import agent_env, running_agent, stop_agent
 from tests.conftest import LiveServer, start_search, token_client, wait_for
-from tests.served import api_get, embedded_env, manage, start_serve, stop_serve
+from tests.served import api_get, embedded_env, manage, migrate, start_serve, stop_serve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NAME = "agent_search"
@@ -310,7 +310,7 @@ def test_on_the_embedded_default_with_central_reading_off(  # type: ignore[no-un
     env = embedded_env(tmp_path / "data", RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{free_port()}",
                        RAYWATCH_GPU_SOURCE="off", RAYWATCH_CENTRAL_LOGS="0",
                        RAYWATCH_LOG_DIRS=str(logs), RAYWATCH_POLL_LOGS_S="0.5")
-    manage(env, "migrate", "--noinput", "-v", "0")
+    migrate(env)
     manage(env, "ensure_admin")
     api_token = manage(env, "drf_create_token", "admin").split()[2]
     node_token = manage(env, "agent_token", "gpu-a").strip()

@@ -14,7 +14,7 @@ import pytest
 from collectors.localray import free_port
 from dashboard.core.staticfinders import PLOTLY_JS
 from tests.conftest import wait_for
-from tests.served import embedded_env, manage, start_serve, stop_serve
+from tests.served import embedded_env, manage, migrate, start_serve, stop_serve
 
 pytestmark = pytest.mark.browser
 HASHED = re.compile(r"/static/vendor/plotly\.min\.[0-9a-f]{12}\.js$")
@@ -36,8 +36,8 @@ def answers(url: str) -> bool:
 def test_plotly_is_served_compressed_and_cached_for_good(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     env = embedded_env(tmp_path, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}",
                        RAYWATCH_GPU_SOURCE="off")
-    for command in (["migrate", "--noinput", "-v", "0"], ["ensure_admin"],
-                    ["collectstatic", "--noinput", "-v", "0"]):  # what `make run` does
+    migrate(env)  # what `make run` does
+    for command in (["ensure_admin"], ["collectstatic", "--noinput", "-v", "0"]):
         manage(env, *command)
     password = (tmp_path / "admin-password.txt").read_text().split()[1]
     port, log = free_port(), tmp_path / "serve.log"

@@ -83,7 +83,7 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         "RAYWATCH_LOG_DIRS": str(tmp_path / "logs"),
     })
     (tmp_path / "logs").mkdir()
-    manage(env, "migrate", "--noinput", "-v", "0")
+    served.migrate(env)
     manage(env, "ensure_admin")
     token = manage(env, "drf_create_token", "admin").split()[2]
     port = free_port()

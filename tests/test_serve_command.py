@@ -19,7 +19,15 @@ import pytest
 
 from collectors.localray import free_port
 from tests.conftest import wait_for
-from tests.served import ROOT, api_get, embedded_env, fake_gpu_spec, manage, nodes_or_none
+from tests.served import (
+    ROOT,
+    api_get,
+    embedded_env,
+    fake_gpu_spec,
+    manage,
+    migrate,
+    nodes_or_none,
+)
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray]
 
@@ -38,7 +46,7 @@ def ray_processes_of(session_dir: str) -> list[psutil.Process]:
 def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) -> None:
     env = embedded_env(tmp_path, RAYWATCH_NVML_MODULE="tests.fake_pynvml",
                        FAKE_NVML_SPEC=fake_gpu_spec(tmp_path / "gpus.json", "here", 2))
-    manage(env, "migrate", "--noinput", "-v", "0")
+    migrate(env)
     created = manage(env, "ensure_admin")
     assert "created admin login" in created and (tmp_path / "admin-password.txt").exists()
     assert "admin login: admin" in manage(env, "ensure_admin")  # second run keeps it
@@ -99,7 +107,7 @@ def test_unreachable_postgres_fails_at_start_with_a_clear_message(tmp_path: Path
 
 def test_unreachable_redis_fails_at_start_with_a_clear_message(tmp_path: Path) -> None:
     env = embedded_env(tmp_path, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
-    manage(env, "migrate", "--noinput", "-v", "0")
+    migrate(env)
     result = subprocess.run([sys.executable, "manage.py", "serve", "--port", str(free_port())],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
@@ -109,7 +117,7 @@ def test_unreachable_redis_fails_at_start_with_a_clear_message(tmp_path: Path) -
 
 def test_wrong_ray_address_warns_at_start_and_keeps_serving(tmp_path: Path) -> None:
     env = embedded_env(tmp_path, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}")
-    manage(env, "migrate", "--noinput", "-v", "0")
+    migrate(env)
     port = free_port()
     server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE,

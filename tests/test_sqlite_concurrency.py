@@ -24,6 +24,7 @@ from tests.served import (
     embedded_env,
     fake_gpu_spec,
     manage,
+    migrate,
     start_serve,
     stop_serve,
 )
@@ -59,7 +60,7 @@ def test_concurrent_requests_while_the_scheduler_writes(tmp_path: Path, database
         FAKE_NVML_SPEC=fake_gpu_spec(tmp_path / "gpus.json", "busy", 8),
         RAYWATCH_POLL_GPU_S="0.2", RAYWATCH_POLL_RAY_S="0.2", RAYWATCH_POLL_LOGS_S="0.2",
         RAYWATCH_LOG_DIRS=str(tmp_path / "ray_results"), **extra)
-    manage(env, "migrate", "--noinput", "-v", "0")
+    migrate(env)
     manage(env, "ensure_admin")
     token = manage(env, "drf_create_token", "admin").split()[2]
     port, log = free_port(), tmp_path / "serve.log"
