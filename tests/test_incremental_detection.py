@@ -1,5 +1,5 @@
 """Detectors at the size of a big search: each poll looks only at the trials that reported,
-whose deadline came, or whose process Ray now reports otherwise; a hang among 10,000
+whose deadline came, or whose process Ray now reports otherwise; a hang among 2,000
 running trials is still caught within its stall limit plus a poll, a process that went
 away is still caught after its grace period, and a poll pushes the rows that changed,
 not every running trial.
@@ -43,11 +43,14 @@ from dashboard.trials.store import store_updates
 from dashboard.trials.tasks import poll_trial_logs
 from tests.raystandin import RayStandIn, cluster_of
 
-TRIALS = 10_000
+# 2,000: the rules hold at any size (each poll's share of the trials is what is asserted);
+# 10,000 running trials, and how long their polls take, is bench/running_trials_bench.py.
+# At 10,000 this test alone took 2.5 minutes of one core, a tenth of the suite's main run.
+TRIALS = 2_000
 NODES = 50
 EVERY_S = 10  # each trial reports every 10 s
 TICK_S = 2  # a poll every 2 s of moved time
-HUNG, GONE = 4321, 8765
+HUNG, GONE = 1321, 1765
 STALL_MIN_S, GONE_GRACE_S = 30, 10
 
 
@@ -87,7 +90,7 @@ class Clock:
 @pytest.fixture
 def big_search(transactional_db: None, settings: Any,
                monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    """10,000 RUNNING trials, each with 4 results at 10 s intervals, their latest spread
+    """2,000 RUNNING trials, each with 4 results at 10 s intervals, their latest spread
     over the last 10 s; one live actor for each; Ray's view current."""
     yield from running_search(TRIALS, settings, monkeypatch)
 
@@ -131,7 +134,7 @@ def ray_answered(at: datetime) -> None:
     SourceHealth.objects.filter(source="ray", scope="").update(last_success_at=at)
 
 
-def test_a_hang_among_10000_running_trials_is_caught_and_a_poll_looks_at_what_changed(
+def test_a_hang_among_2000_running_trials_is_caught_and_a_poll_looks_at_what_changed(
         big_search: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = big_search
     t0 = t1 = clock.now
@@ -172,7 +175,7 @@ def test_a_hang_among_10000_running_trials_is_caught_and_a_poll_looks_at_what_ch
             "kind", "subject"))
         if stall_at is None and ("trial_stalled", f"trial:big_asha/{name(HUNG)}") in firing:
             stall_at = clock.now
-            # What went out: the rows of the trials this poll changed, not 10,000.
+            # What went out: the rows of the trials this poll changed, not 2,000.
             rows = [m for m in sent if m[1] == "trial"]
             assert f"trial-{Trial.objects.get(trial_id=name(HUNG)).pk}" in {g for g, _, _
                                                                          in sent}
@@ -185,14 +188,14 @@ def test_a_hang_among_10000_running_trials_is_caught_and_a_poll_looks_at_what_ch
                           ("trial_process_gone", f"trial:big_asha/{name(GONE)}")}, firing
 
     hung_last = t0 - timedelta(seconds=HUNG % EVERY_S)
-    assert stall_at is not None, "the hang among 10,000 trials was never caught"
+    assert stall_at is not None, "the hang among 2,000 trials was never caught"
     # Its limit is max(stall minimum, 2 x its 10 s interval) = 30 s: caught at the first
     # poll past it, within the stall minimum + 15 s.
     assert STALL_MIN_S < (stall_at - hung_last).total_seconds() <= STALL_MIN_S + TICK_S
     assert gone_at is not None, "the trial whose process went away was never caught"
     assert GONE_GRACE_S <= (gone_at - t1).total_seconds() <= GONE_GRACE_S + 2 * TICK_S + 1
     # Each poll looked at the trials that reported (1 in 5 a 2 s tick) and the few that
-    # were due, not at all 10,000; but the first after the process's first poll, which
+    # were due, not at all 2,000; but the first after the process's first poll, which
     # marked every trial's process alive and so saved every row once.
     assert max(looked_at[1:]) < TRIALS // 4, looked_at
 
