@@ -244,7 +244,12 @@ def show_collection(title: str, args: list[str], env: dict[str, str]) -> tuple[i
 
 def pytest_run(args: list[str], db_url: str, redis_url: str, stdout: Any = None
                ) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
+    # Python's bytecode caches (__pycache__/, ignored by git) are written as on any Python
+    # run: where the machine sets PYTHONDONTWRITEBYTECODE, each of the suite's hundreds of
+    # Python processes (manage.py, agents, Celery, benches) compiled raywatch's modules
+    # again, about 0.15 CPU s each, and pytest rewrote every test file's asserts again.
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {**inherited, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
            "RAYWATCH_DATA_DIR": tempfile.mkdtemp(prefix="raywatch-test-data-"),
            # Server threads in the tests must not hold the test database open.
            "RAYWATCH_DB_CONN_MAX_AGE": "0",
