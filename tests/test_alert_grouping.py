@@ -145,3 +145,22 @@ def test_escalation_is_news_and_routing_respects_minimum_severity(paced, receive
     made = route(s(t0, 330))
     assert sorted(d.channel.name for d in made) == ["chat", "pager"]
     assert all(d.message["incidents"][0]["severity"] == "critical" for d in made)
+
+
+def test_an_evaluation_costs_the_same_queries_for_200_findings_as_for_20(  # type: ignore[no-untyped-def]
+        django_assert_max_num_queries) -> None:
+    """A search that falls over sends every evaluation 200 findings with no cluster named
+    (the one RAY_ADDRESS points at): their cluster is looked up once, not once each."""
+    from dashboard.incidents.findings import Finding
+    from dashboard.incidents.service import sync_findings
+
+    def findings(count: int) -> list[Finding]:
+        return [Finding(kind="test_stalled", subject=f"trial:asha/t{n:03d}",
+                        severity="critical", summary="stalled") for n in range(count)]
+
+    now = timezone.now()
+    for count in (20, 200):  # opened first, then the same again: nothing changes
+        sync_findings(["test_stalled"], findings(count), now)
+        with django_assert_max_num_queries(12):
+            assert sync_findings(["test_stalled"], findings(count), now) == {
+                "opened": 0, "updated": 0, "resolved": 0}
