@@ -234,3 +234,26 @@ def test_two_verl_runs_on_one_node_each_follow_the_trainer_that_writes_their_log
     finally:
         scheduler.stop()
         stop_node(runs)
+
+
+@pytest.mark.django_db
+def test_a_run_whose_trainer_died_after_the_live_view_was_read_is_not_called_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evaluation reads Ray's live processes first and the trainer actors later; a Ray
+    poll that stored the trainer's death in between (a loaded machine) made an ended run
+    TERMINATED "as Tune's experiment state reports" with its process still alive, until
+    the next evaluation. The trainer's death is the newer news: the run's process is gone."""
+    from dashboard.trials import detect
+
+    now = timezone.now()
+    mark_ray_current()
+    cluster, run = stored_verl_run(now)
+    Actor.objects.filter(actor_id="t").update(state="DEAD", updated_at=now)
+    Job.objects.create(cluster=cluster, key="01000000", job_id="01000000", type="DRIVER",
+                       status="SUCCEEDED", updated_at=now)
+    stale = detect.live_processes(now)
+    stale[cluster.pk][("10.0.0.5", 100)] = 0.0  # read while the trainer still lived
+    monkeypatch.setattr(detect, "live_processes", lambda now: stale)
+    detect.evaluate_trials(now)
+    run.refresh_from_db()
+    assert (run.status, run.process_alive) == (Trial.TERMINATED, False), run.status_reason

@@ -137,11 +137,17 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
 
 def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
     now, th, started = poll.now, poll.th, poll.started
+    alive_before = {t.pk: t.process_alive for t in trials}
     bound = bind_runs(trials)  # RL runs: their trainer actor's process, or job's end
     update_rows(Trial, [t for t in trials if t.pk in bound],
                 ["pid", "node_ip", "hostname", "tune_status", "process_alive",
                  "process_gone_since"])
-    changed = [t for t in trials if reconcile(t, poll.live, now) or t.pk in bound]
+    # Ray's live processes were read before the trainers: a run whose trainer bind_runs
+    # just found dead is gone, though that older view may still list its pid.
+    gone = {t.pk for t in trials if t.pk in bound and t.process_alive is False
+            and alive_before[t.pk] is not False}
+    changed = [t for t in trials
+               if reconcile(t, poll.live, now, gone=t.pk in gone) or t.pk in bound]
     for trial in changed:
         trial.updated_at = started
     update_rows(Trial, changed, ["status", "status_reason", "process_alive", "gpus",
@@ -481,12 +487,14 @@ def live_processes(now: datetime) -> dict[int, dict[tuple[str, int], float]]:
 
 
 def reconcile(trial: Trial, live: dict[int, dict[tuple[str, int], float]],
-              now: datetime) -> bool:
+              now: datetime, gone: bool = False) -> bool:
+    """Its status and liveness from `live` (Ray's live processes); `gone`: its process is
+    known gone from newer news than `live` (a run's trainer listed dead)."""
     before = (trial.status, trial.status_reason, trial.process_alive, trial.process_gone_since,
               trial.gpus)
     of_cluster = live.get(trial.experiment.cluster_id)
     alive = None if of_cluster is None or trial.pid is None else \
-        (trial.node_ip, trial.pid) in of_cluster
+        not gone and (trial.node_ip, trial.pid) in of_cluster
     if alive:  # what its actor asked Ray for: the GPU-hours per experiment count on it
         trial.gpus = of_cluster[(trial.node_ip, trial.pid)]  # type: ignore[index]
     if alive is not None:
