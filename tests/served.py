@@ -63,6 +63,7 @@ def manage(env: dict[str, str], *args: str) -> str:
 # What this pytest process's first `manage.py migrate` on each backend made, from an empty
 # database: a SQLite file, or a Postgres database to create others from (TEMPLATE).
 _MIGRATED: dict[str, str] = {}
+SQLITE_FILE = "raywatch.sqlite3"  # the embedded default's database in its data dir (settings.py)
 _TEMPLATE_DIR = Path(tempfile.gettempdir()) / f"raywatch-migrated-{os.getpid()}"
 
 
@@ -76,7 +77,7 @@ def migrate(env: dict[str, str]) -> None:
     CPU than all of its Postgres. A database that is not empty is migrated as usual."""
     url = env.get("DATABASE_URL", "")
     if not url:
-        target = Path(env["RAYWATCH_DATA_DIR"]) / "raywatch.sqlite3"
+        target = Path(env["RAYWATCH_DATA_DIR"]) / SQLITE_FILE
         template = _MIGRATED.get("sqlite")
         if template and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +87,7 @@ def migrate(env: dict[str, str]) -> None:
         manage(env, "migrate", "--noinput", "-v", "0")
         if fresh and not template:
             _TEMPLATE_DIR.mkdir(exist_ok=True)
-            _MIGRATED["sqlite"] = str(shutil.copyfile(target, _TEMPLATE_DIR / "raywatch.sqlite3"))
+            _MIGRATED["sqlite"] = str(shutil.copyfile(target, _TEMPLATE_DIR / SQLITE_FILE))
         return
     if not url.startswith("postgres"):
         manage(env, "migrate", "--noinput", "-v", "0")
