@@ -272,7 +272,8 @@ GPU_MEMORY_HIGH_S = env_number("RAYWATCH_GPU_MEMORY_HIGH_S", 300.0, minimum=0)
 # worker, actor or job driver before it is flagged.
 ORPHAN_GRACE_S = env_number("RAYWATCH_ORPHAN_GRACE_S", 60.0, minimum=0)
 # demand_pending: seconds an actor, task shape or placement group that could fit has
-# waited before it is flagged (naming what holds the resources).
+# waited behind other work before it is flagged (naming what holds the resources). A
+# search's trials queued behind its own running trials are not flagged.
 PENDING_S = env_number("RAYWATCH_PENDING_S", 120.0, minimum=0)
 # demand_infeasible: Ray says "infeasible" at once: alert after this short grace (against
 # flapping), not after PENDING_S.

@@ -325,8 +325,10 @@ def worker_ports(slot: int) -> list[str]:
 
 
 @pytest.fixture
-def add_worker_node(ray_cluster: LocalCluster) -> Iterator[Callable[..., subprocess.Popen]]:
-    """Start extra Ray nodes on this host (`ray start --block`, own ports); stopped after."""
+def add_worker_node(ray_cluster: LocalCluster, tmp_path: Path
+                    ) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start extra Ray nodes on this host (`ray start --block`, own ports); stopped after.
+    What `ray start` prints goes to a file: `search_said(process)` tells it."""
     started: list[subprocess.Popen] = []
 
     def start(num_cpus: int = 1, hostname: str | None = None,
@@ -345,10 +347,13 @@ def add_worker_node(ray_cluster: LocalCluster) -> Iterator[Callable[..., subproc
             cmd.append(f"--node-ip-address={node_ip}")
         if hostname:
             cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *cmd]
-        process = subprocess.Popen(
-            cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "RAY_AUTH_MODE": "token"},
-        )
+        said = tmp_path / f"ray-start-{len(started)}.log"
+        with said.open("wb") as sink:
+            process = subprocess.Popen(
+                cmd, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT,
+                env={**os.environ, "RAY_AUTH_MODE": "token"},
+            )
+        process.said = said  # type: ignore[attr-defined]
         started.append(process)
         return process
 
@@ -501,7 +506,8 @@ def start_search(
 
 
 def search_said(process: subprocess.Popen, tail: int = 3000) -> str:
-    """The end of what a driver from `start_search` printed, and whether it still runs."""
+    """The end of what a driver from `start_search` (or a node from `add_worker_node`)
+    printed, and whether it still runs."""
     said = getattr(process, "said", None)
     text = said.read_text(errors="replace")[-tail:] if said and said.exists() else ""
     return f"driver {'running' if process.poll() is None else f'exited {process.returncode}'}" \

@@ -327,9 +327,15 @@ def test_pending_page_explains_and_follows_demand(  # type: ignore[no-untyped-de
                    "resources": {"GPU": 1}}],
         first_seen_at=now - timedelta(seconds=20), updated_at=now,
     )
+    Demand.objects.create(
+        kind="placement_group", key="pg-8e1b", job_id="02000000", bundles=[{"GPU": 1}],
+        feasible=True, queued=True,
+        explanation="queued behind its own job's trials: trial t_0002 (GPU: 1 on 10.0.0.1)",
+        first_seen_at=now - timedelta(seconds=600), updated_at=now,
+    )
     login(page, live_server_asgi, viewer, "/demands/")
     rows = page.locator("#demands tbody tr")
-    expect(rows).to_have_count(2)
+    expect(rows).to_have_count(3)
     expect(page.locator("a.current")).to_have_text("Pending")
     never = page.locator('tr[data-demand="placement_group:pg-7f3a"]')
     expect(never.locator(".verdict-infeasible")).to_have_text(
@@ -341,6 +347,9 @@ def test_pending_page_explains_and_follows_demand(  # type: ignore[no-untyped-de
     expect(waits.locator(".verdict-waits")).to_have_text("waits")
     expect(waits.locator(".blockers li")).to_have_text("trial t_0002 holds GPU: 1 on 10.0.0.1")
     expect(waits.locator(".blockers a")).to_have_attribute("href", f"/nodes/{'ef' * 28}/")
+    queue = page.locator('tr[data-demand="placement_group:pg-8e1b"]')
+    expect(queue.locator(".verdict-queued")).to_have_text("queued")
+    expect(queue).to_contain_text("queued behind its own job's trials")
     expect(never.locator("td.waiting")).to_have_text(re.compile(r"^1 min( \d+ s)?$"))
     ticking = never.locator("td.waiting").inner_text()
     wait_for(lambda: never.locator("td.waiting").inner_text() != ticking, 5, 0.2,

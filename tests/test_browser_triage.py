@@ -62,6 +62,11 @@ def seed() -> dict[str, object]:
                           bundles=[{"CPU": 1.0, "GPU": 1.0}], feasible=True,
                           explanation="waits for resources held by trial train_0a1b2_00001",
                           first_seen_at=now - timedelta(minutes=2), updated_at=now)
+    # The search's next trial, queued behind its own running one: counted, not listed.
+    Demand.objects.create(kind="placement_group", key="f" * 40, job_id="03000000",
+                          bundles=[{"CPU": 1.0, "GPU": 1.0}], feasible=True, queued=True,
+                          explanation="queued behind its own job's trials: trial x",
+                          first_seen_at=now - timedelta(minutes=30), updated_at=now)
     poll = GpuPoll(node="gpu-a", at=now, gpus=(gpu(0, 85, (4242,)), gpu(1, 0, (4343,))),
                    simulated=True)
     off_the_loop(ingest_gpu_poll, poll, "10.0.0.7", now)
@@ -113,6 +118,8 @@ def test_home_shows_what_needs_an_operator_and_where_to_act(  # type: ignore[no-
     expect(group).to_contain_text(f"placement group {TUNE_GROUP[:8]}… of job 02000000")
     expect(group).not_to_contain_text(TUNE_GROUP)
     expect(group).to_have_attribute("title", TUNE_GROUP)
+    expect(page.locator('[data-card="demands"] p')).to_have_text(
+        "2 (1 infeasible), 1 queued in a search")
 
     # GPUs: the idle one held by a process needs a look, the busy one does not; the
     # data is simulated and says so.
@@ -157,5 +164,6 @@ def test_the_triage_api_is_for_viewers_only(viewer) -> None:  # type: ignore[no-
     assert [r["severity"] for r in body["incidents"]["rows"]] == ["critical", "warning"]
     assert [t["problems"] for t in body["trials"]] == [["stalled"]]
     assert body["demands"]["rows"][0]["infeasible"] is True
+    assert len(body["demands"]["rows"]) == 2 and body["demands"]["queued"] == 1
     assert body["gpus"]["states"] == {"busy": 1, "idle": 1}
     assert body["simulated"] is True

@@ -4,13 +4,13 @@ clears. Ray's side is stored rows here (the real-cluster tests cover collecting 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.utils import timezone
 
 from collectors.records import DemandRecord
-from dashboard.cluster.models import Actor, Node
+from dashboard.cluster.models import Actor, Demand, Node
 from dashboard.cluster.workload import ingest_demands
 from dashboard.gpus.detect import evaluate_resources
 from dashboard.gpus.models import Gpu, GpuProcess
@@ -290,6 +290,54 @@ def test_feasible_demand_names_what_it_waits_behind(settings) -> None:  # type: 
     ingest_demands([], now)  # placed: no longer pending
     evaluate_resources(now)
     assert firing("demand_pending") == []
+
+
+def test_trials_a_search_queues_behind_its_own_running_trials_raise_nothing(settings) -> None:  # type: ignore[no-untyped-def]
+    # A Tune search with more trials than room: Tune asks for a placement group per
+    # pending trial, and it waits behind the search's running trials (one job). Working
+    # as meant; a hang ahead is trial_stalled's. The same group behind an actor no
+    # detector watches, or behind another job's trial, is contention: demand_pending,
+    # PENDING_S after it began to wait behind them.
+    settings.PENDING_S = 120
+    node(cpus=2, cpu_used=2.0)
+    running_trial(5000, last_result_ago_s=1)
+    actor(5000, required_resources={"CPU": 1.0}, job_id="02000000")
+    sampler = actor(5001, state="DEAD", required_resources={"CPU": 1.0}, repr_name="Sampler",
+                    job_id="02000000")
+    now = timezone.now()
+
+    def waits(job_id: str, at: datetime) -> Demand:
+        ingest_demands([DemandRecord(kind="placement_group", key="pg1", name="",
+                                     bundles=({"CPU": 1.0},), job_id=job_id)], at)
+        return Demand.objects.get()
+
+    demand = waits("02000000", now - timedelta(minutes=30))
+    mark_ray_current()
+    evaluate_resources(now)
+    assert demand.queued and demand.explanation.startswith("queued behind its own job's trials")
+    assert "trial abc_00000 (grpo)" in demand.explanation
+    assert firing("demand_pending") == []
+
+    Actor.objects.filter(pk=sampler.pk).update(state="ALIVE")  # its job's untracked actor
+    demand = waits("02000000", now)
+    assert not demand.queued and "Sampler" in demand.explanation
+    evaluate_resources(now)  # waiting 30 min, but behind others only from now
+    assert firing("demand_pending") == []
+    later = now + timedelta(seconds=121)
+    mark_ray_current(at=later)
+    evaluate_resources(later)
+    [incident] = firing("demand_pending")
+    assert "Sampler" in incident.summary
+
+    Demand.objects.all().delete()
+    Actor.objects.filter(pk=sampler.pk).update(state="DEAD")
+    demand = waits("03000000", now - timedelta(minutes=30))  # another job's group
+    assert not demand.queued
+    Incident.objects.all().delete()
+    mark_ray_current()
+    evaluate_resources(now)
+    [incident] = firing("demand_pending")
+    assert "held by trial abc_00000 (grpo)" in incident.summary
 
 
 def test_dead_node_and_spilling_node(settings) -> None:  # type: ignore[no-untyped-def]

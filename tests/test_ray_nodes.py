@@ -8,17 +8,17 @@ from django.test import Client
 from dashboard.cluster.models import Node
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core.models import SourceHealth
-from tests.conftest import api_token, stop_ray_start, wait_for
+from tests.conftest import api_token, search_said, stop_ray_start, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
 
-def poll_until(predicate, what: str, timeout_s: float = 60):  # type: ignore[no-untyped-def]
+def poll_until(predicate, what: str, timeout_s: float = 60, explain=None):  # type: ignore[no-untyped-def]
     def attempt():  # type: ignore[no-untyped-def]
         poll_ray_state()
         return predicate()
 
-    return wait_for(attempt, timeout_s, 0.5, what)
+    return wait_for(attempt, timeout_s, 0.5, what, explain)
 
 
 def test_head_node_with_its_resources(ray_settings) -> None:  # type: ignore[no-untyped-def]
@@ -55,9 +55,11 @@ def test_cpu_in_use_follows_the_cluster_load(ray_settings, monkeypatch) -> None:
 
 def test_worker_node_joins_and_dies(ray_settings, add_worker_node, viewer) -> None:  # type: ignore[no-untyped-def]
     worker = add_worker_node(num_cpus=1)
+    # A loaded machine starts a node's raylet, dashboard agent and runtime-env agent
+    # slowly: a CI run once took over 60 s.
     joined = poll_until(
-        lambda: Node.objects.filter(is_head=False, state="ALIVE").first(), "the worker to join"
-    )
+        lambda: Node.objects.filter(is_head=False, state="ALIVE").first(), "the worker to join",
+        120, explain=lambda: search_said(worker))
     api = Client(HTTP_AUTHORIZATION=f"Token {api_token(viewer)}")
     listed = api.get("/api/nodes/").json()
     assert {n["is_head"] for n in listed if n["state"] == "ALIVE"} == {True, False}

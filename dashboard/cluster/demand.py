@@ -21,11 +21,14 @@ class NodeCapacity:
 
 @dataclass(frozen=True)
 class Holder:
-    """Something that holds resources on a node: an actor (a trial) or a placement group."""
+    """Something that holds resources on a node: an actor (a trial) or a placement group.
+    `trial`: raywatch watches it as a trial (its own detectors say when it hangs)."""
 
     label: str
     node_id: str
     resources: dict[str, float]
+    job_id: str = ""
+    trial: bool = False
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Verdict:
     feasible: bool | None
     explanation: str
     blockers: list[dict] = field(default_factory=list)
+    # It waits only behind trials of its own job: a search with more trials than room
+    # queues them, by design. Not a fault; a stuck trial ahead is the trial detectors'.
+    queued: bool = False
 
 
 def base_resources(bundle: dict[str, float]) -> dict[str, float]:
@@ -81,7 +87,8 @@ def _spread(bundles: Sequence[dict[str, float]], nodes: Sequence[NodeCapacity]) 
 
 
 def judge(bundles: Sequence[dict[str, float]], strategy: str | None, ray_infeasible: bool | None,
-          nodes: Sequence[NodeCapacity], holders: Sequence[Holder]) -> Verdict:
+          nodes: Sequence[NodeCapacity], holders: Sequence[Holder], job_id: str | None = None
+          ) -> Verdict:
     plain = [base_resources(b) for b in bundles]
     if not nodes:
         return Verdict(None, "no alive node is known")
@@ -90,16 +97,23 @@ def judge(bundles: Sequence[dict[str, float]], strategy: str | None, ray_infeasi
     candidates = [n for n in nodes if any(fits(b, n) for b in plain)]
     wanted = {name for b in plain for name in b}
     blockers = _blockers(candidates, holders, wanted)
+    # Behind its own job's trials only, it is that search's queue moving: also in the
+    # poll or two after a trial ends and before Ray places the next one ("free now").
+    queued = bool(blockers) and bool(job_id) and all(
+        b["trial"] and b["job_id"] == job_id for b in blockers)
     free_now = [n for n in candidates if all(n.free(k) >= v for b in plain for k, v in b.items())]
     if free_now:
         where = ", ".join(n.node_ip for n in free_now[:3])
         return Verdict(True, f"resources are free now on {where}; Ray has not placed it yet",
-                       blockers)
+                       blockers, queued)
     if not blockers:
         return Verdict(True, f"fits on {len(candidates)} node(s) once resources free up")
     named = "; ".join(f"{b['label']} ({_shape(b['resources'])} on {b['node_ip']})"
                       for b in blockers[:5])
     more = f" and {len(blockers) - 5} more" if len(blockers) > 5 else ""
+    if queued:
+        return Verdict(True, f"queued behind its own job's trials: {named}{more}", blockers,
+                       queued)
     return Verdict(True, f"waits for resources held by {named}{more}", blockers)
 
 
@@ -130,7 +144,8 @@ def _blockers(candidates: Sequence[NodeCapacity], holders: Sequence[Holder],
         held = {k: v for k, v in base_resources(holder.resources).items() if k in wanted and v}
         if held:
             found.append({"label": holder.label, "node_id": holder.node_id,
-                          "node_ip": ips[holder.node_id], "resources": held})
+                          "node_ip": ips[holder.node_id], "resources": held,
+                          "job_id": holder.job_id, "trial": holder.trial})
     return sorted(found, key=lambda b: (-sum(b["resources"].values()), b["label"]))
 
 

@@ -356,6 +356,11 @@ class Demand(models.Model):
     feasible = models.BooleanField(null=True)  # our verdict: could any node ever fit it
     explanation = models.TextField(blank=True, default="")
     blockers = models.JSONField(default=list)  # who holds what it needs
+    # It waits only behind its own job's trials: a search's queue (dashboard.cluster.demand).
+    queued = models.BooleanField(default=False)
+    # When it last stopped being queued: it has waited behind others since (a trial's new
+    # process not yet known for a poll or two must not count as hours of waiting).
+    queue_left_at = models.DateTimeField(null=True)
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -159,7 +159,7 @@ class DemandSerializer(serializers.ModelSerializer):
     class Meta:
         model = Demand
         fields = ["cluster", "kind", "key", "name", "label", "bundles", "count", "strategy",
-                  "job_id", "ray_infeasible", "feasible", "explanation", "blockers",
+                  "job_id", "ray_infeasible", "feasible", "queued", "explanation", "blockers",
                   "first_seen_at", "waiting_s"]
 
     def get_label(self, demand: Demand) -> str:

@@ -157,13 +157,14 @@ def ingest_demands(records: Iterable[DemandRecord], now: datetime,
     holders = resource_holders(cluster_pk)
     incoming = {}
     for r in records:
-        verdict = judge(r.bundles, r.strategy, r.infeasible, nodes, holders)
+        verdict = judge(r.bundles, r.strategy, r.infeasible, nodes, holders, r.job_id)
         incoming[f"{r.kind}:{r.key}"[:500]] = {
             "kind": r.kind, "key": r.key[:500], "name": r.name[:500],
             "bundles": [dict(b) for b in r.bundles], "count": r.count,
             "strategy": r.strategy or "", "job_id": r.job_id or "",
             "ray_infeasible": r.infeasible, "feasible": verdict.feasible,
             "explanation": verdict.explanation, "blockers": verdict.blockers,
+            "queued": verdict.queued,
         }
     with transaction.atomic():
         existing = {f"{d.kind}:{d.key}": d for d in Demand.objects.filter(cluster_id=cluster_pk)}
@@ -172,6 +173,8 @@ def ingest_demands(records: Iterable[DemandRecord], now: datetime,
         changed = bool(gone)
         for name, values in incoming.items():
             row = existing.get(name)
+            if row is not None and row.queued and not values["queued"]:
+                values["queue_left_at"] = now
             if row is None:
                 Demand.objects.create(cluster_id=cluster_pk, first_seen_at=now, updated_at=now,
                                       **values)
@@ -218,7 +221,8 @@ def resource_holders(cluster_pk: int | None = None) -> list[Holder]:
         names.update(named([a.pid for a in actors if a.pid]))
     holders = []
     for actor in actors:
-        label = (names.get((ips.get(actor.node_id, ""), actor.pid))
-                 or f"actor {actor.label} {actor.actor_id[:8]}")
-        holders.append(Holder(label, actor.node_id, actor.required_resources))
+        name = names.get((ips.get(actor.node_id, ""), actor.pid))
+        holders.append(Holder(name or f"actor {actor.label} {actor.actor_id[:8]}",
+                              actor.node_id, actor.required_resources, actor.job_id,
+                              trial=name is not None))
     return holders

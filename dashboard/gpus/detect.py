@@ -310,7 +310,8 @@ def host_views(gpus: dict[int, Gpu], now: datetime) -> list[HostView]:
 def demand_view(d: Demand) -> DemandView:
     return DemandView(kind=d.kind, key=d.key, name=d.name, bundles=d.bundles, count=d.count,
                       feasible=d.feasible, first_seen_at=d.first_seen_at,
-                      explanation=d.explanation, blockers=d.blockers)
+                      explanation=d.explanation, blockers=d.blockers, queued=d.queued,
+                      queue_left_at=d.queue_left_at)
 
 
 def node_view(n: Node) -> NodeView:

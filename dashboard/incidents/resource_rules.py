@@ -106,6 +106,8 @@ class DemandView:
     first_seen_at: datetime
     explanation: str = ""
     blockers: Sequence[dict[str, Any]] = field(default_factory=tuple)
+    queued: bool = False  # only behind its own job's trials (dashboard.cluster.demand)
+    queue_left_at: datetime | None = None  # since when it waits behind others, if it was
 
 
 @dataclass(frozen=True)
@@ -236,11 +238,13 @@ def gpu_count_mismatch(host: HostView, th: ResourceThresholds, now: datetime
 def demand_waiting(demand: DemandView, th: ResourceThresholds, now: datetime
                    ) -> Finding | None:
     """demand_infeasible (no node could ever fit it: alert after a short grace against
-    flapping) or demand_pending (it could fit but waits: alert after pending_s)."""
+    flapping) or demand_pending (it could fit but waits: alert after pending_s). A search
+    that queues its own trials behind its running ones is working as meant: no alert."""
     waited = (now - demand.first_seen_at).total_seconds()
-    if demand.feasible is None:
+    if demand.feasible is None or (demand.feasible and demand.queued):
         return None
-    if waited < (th.pending_s if demand.feasible else th.infeasible_grace_s):
+    behind_others = (now - (demand.queue_left_at or demand.first_seen_at)).total_seconds()
+    if (behind_others < th.pending_s) if demand.feasible else (waited < th.infeasible_grace_s):
         return None
     asks = " + ".join(_shape(b) for b in demand.bundles) or "nothing"
     count = f"{demand.count} x " if demand.count > 1 else ""

@@ -99,14 +99,15 @@ def _unhealthy_trials(firing: list[Incident], now: datetime) -> list[dict[str, A
 
 
 def _demands(cluster: str | None) -> dict[str, Any]:
-    """Pending demand, never-placeable first, then the longest waiting."""
-    demands = demands_payload()
+    """Pending demand, never-placeable first, then the longest waiting. A search's trials
+    queued behind its own running ones need nobody: counted, not listed."""
+    demands = [d for d in demands_payload() if not cluster or d["cluster"] == cluster]
     rows = [{"kind": d["kind"], "name": d["label"], "key": d["key"], "bundles": d["bundles"],
              "count": d["count"], "infeasible": d["feasible"] is False or bool(d["ray_infeasible"]),
              "explanation": d["explanation"], "waiting_s": d["waiting_s"]}
-            for d in demands if not cluster or d["cluster"] == cluster]
+            for d in demands if not d["queued"]]
     rows.sort(key=lambda r: (not r["infeasible"], -r["waiting_s"]))
-    return {"rows": rows, "url": reverse("demands")}
+    return {"rows": rows, "queued": len(demands) - len(rows), "url": reverse("demands")}
 
 
 def _gpus(gpus: list[dict[str, Any]], firing: list[Incident]) -> dict[str, Any]:

@@ -34,6 +34,8 @@
     const td = el("td", { class: "verdict" });
     if (d.feasible === false) {
       td.append(el("span", { class: "verdict-infeasible" }, "infeasible — no node can ever fit it"));
+    } else if (d.feasible === true && d.queued) {
+      td.append(el("span", { class: "verdict-queued" }, "queued"));
     } else if (d.feasible === true) {
       td.append(el("span", { class: "verdict-waits" }, "waits"));
     } else {

@@ -107,7 +107,8 @@
       sev.critical > 0);
     card("trials", String(t.trials.length), t.trials.length > 0);
     const infeasible = t.demands.rows.filter(d => d.infeasible).length;
-    card("demands", t.demands.rows.length + (infeasible ? " (" + infeasible + " infeasible)" : ""), infeasible > 0);
+    card("demands", t.demands.rows.length + (infeasible ? " (" + infeasible + " infeasible)" : "") +
+      (t.demands.queued ? ", " + t.demands.queued + " queued in a search" : ""), infeasible > 0);
     const states = t.gpus.states;
     card("gpus", t.gpus.total === 0 ? "none reported" :
       (states.busy || 0) + " busy of " + t.gpus.total +

@@ -19,8 +19,9 @@ healthy one; "grown" runs one grown trial; "stacks" runs a hang and a spin trial
 "quick" runs three short healthy trials; "objective" names its metric and mode
 (reward_mean, max) and runs lr 0.5 and 2.0 healthy for 8 steps and lr 3.0 that hangs;
 "node_b" runs a hang and a long healthy trial
-on the node with the `node_b` resource. STORAGE_DIR "-" keeps Tune's default storage
-(~/ray_results of the driver's node).
+on the node with the `node_b` resource; "queue" runs three healthy trials of one CPU each,
+so that on the test cluster's two CPUs the third waits for one of the first two to end.
+STORAGE_DIR "-" keeps Tune's default storage (~/ray_results of the driver's node).
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ def main() -> None:
         # Long enough to be running when the test restarts the cluster under it.
         space = {"behaviour": tune.grid_search(["healthy", "healthy"]), "steps": 1000}
         scheduler = None
+    elif scenario == "queue":
+        space = {"behaviour": "healthy", "lr": tune.grid_search([1.0, 0.5, 0.1]), "steps": 40}
+        scheduler, resources = None, {"cpu": 1}
     elif scenario == "quick":
         space = {"behaviour": "healthy", "lr": tune.grid_search([1.0, 0.5, 0.1]), "steps": 6}
         scheduler = None
