@@ -23,7 +23,9 @@ Needs Chromium (/usr/bin/chromium) and Playwright; no Postgres, Redis or Ray.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -106,6 +108,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     data = Path(tempfile.mkdtemp(prefix="raywatch-page-load-"))
+    atexit.register(shutil.rmtree, data, True)  # its database and collected static files
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(RAYWATCH_DATA_DIR=str(data), RAY_ADDRESS=f"http://127.0.0.1:{free_port()}",
                RAYWATCH_GPU_SOURCE="off", RAYWATCH_SECRET_KEY=harness.BENCH_SECRET_KEY)

@@ -175,17 +175,25 @@ def run_suite(argv: list[str]) -> int:
         if not answers(parsed.hostname or "127.0.0.1", parsed.port or 6379):
             redis_url = start_throwaway_redis(stack)
         say(f"Postgres {urlparse(db_url).netloc}, Redis {urlparse(redis_url).netloc}")
+        # Everything the run writes to a temporary place (pytest's tmp_path, data dirs,
+        # JUnit reports, the clusters' and servers' temp files, the pymp-* dirs Ray's
+        # dashboard leaves behind when its cluster stops) lives under one dir, removed
+        # when the run passes: a run leaves the machine as it found it. Short: Ray's
+        # socket paths can live under it.
+        scratch = Path(tempfile.mkdtemp(prefix="rwtest-"))
+        stack.callback(tidy, scratch, codes := [])
         if as_asked(argv):
-            return verdict([pytest_run(argv, db_url, redis_url).wait()])
-        scratch = Path(tempfile.mkdtemp(prefix="raywatch-test-runs-"))
+            codes.append(pytest_run(argv, db_url, redis_url, scratch / "run").wait())
+            return verdict(codes)
         say("the files marked `beside` (they wait on processes of their own) run beside the "
             f"rest; their output follows the main run's (as it goes: {scratch / 'beside.log'})")
         with (scratch / "beside.log").open("wb") as sink:
             beside = pytest_run([*argv, f"--junitxml={scratch / 'beside.xml'}", *BESIDE_RUN],
-                                other_database(db_url), other_redis_db(redis_url), sink)
+                                other_database(db_url), other_redis_db(redis_url),
+                                scratch / "beside", sink)
             main_run = pytest_run([*argv, f"--junitxml={scratch / 'main.xml'}", *MAIN_RUN],
-                                  db_url, redis_url)
-            codes = [main_run.wait(), beside.wait()]
+                                  db_url, redis_url, scratch / "main")
+            codes += [main_run.wait(), beside.wait()]
         print(f"\n[make test] ===== beside the main run ({' '.join(BESIDE_RUN)}) =====",
               flush=True)
         print((scratch / "beside.log").read_text(errors="replace"), flush=True)
@@ -242,15 +250,25 @@ def show_collection(title: str, args: list[str], env: dict[str, str]) -> tuple[i
     return done.returncode, files
 
 
-def pytest_run(args: list[str], db_url: str, redis_url: str, stdout: Any = None
+def tidy(scratch: Path, codes: list[int]) -> None:
+    """Remove the run's temporary files when it passed; keep them for a look otherwise."""
+    if codes and all(code == 0 for code in codes):
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        say(f"kept the run's temporary files for a look (tmp_path of each test, logs, JUnit "
+            f"reports): {scratch}")
+
+
+def pytest_run(args: list[str], db_url: str, redis_url: str, tmp: Path, stdout: Any = None
                ) -> subprocess.Popen[bytes]:
     # Python's bytecode caches (__pycache__/, ignored by git) are written as on any Python
     # run: where the machine sets PYTHONDONTWRITEBYTECODE, each of the suite's hundreds of
     # Python processes (manage.py, agents, Celery, benches) compiled raywatch's modules
     # again, about 0.15 CPU s each, and pytest rewrote every test file's asserts again.
     inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    (tmp / "data").mkdir(parents=True)
     env = {**inherited, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
-           "RAYWATCH_DATA_DIR": tempfile.mkdtemp(prefix="raywatch-test-data-"),
+           "TMPDIR": str(tmp), "RAYWATCH_DATA_DIR": str(tmp / "data"),
            # Server threads in the tests must not hold the test database open.
            "RAYWATCH_DB_CONN_MAX_AGE": "0",
            # A crash, even after the last test (while the interpreter shuts down), prints
