@@ -151,14 +151,20 @@ def confirmed_by_ray(agent_says: Callable[[], bool], t: dict[str, Any],
 
 def tune_outcome(t: dict[str, Any], wait_s: float = 20.0) -> tuple[str, str]:
     """What Tune made of it once the trial logs say: retried (a new attempt), or
-    errored. An errored trial may still be retried, so that is only final at the end,
-    or when raywatch stops (a Ctrl-C does not wait 20 s on this last step)."""
+    errored. Tune writes error.txt before it decides whether to retry, so an errored trial
+    may still be retried until Tune's experiment state says ERROR or TERMINATED (it
+    writes those only for a trial it will not retry: docs/ray-facts.md). Otherwise that
+    is only final at the end, or when raywatch stops (a Ctrl-C does not wait 20 s on
+    this last step)."""
     deadline = time.monotonic() + wait_s
     status = ""
     while trial := Trial.objects.filter(pk=t["trial_pk"]).first():
         if trial.attempt > t["attempt"]:
             return "retried", f"Tune retried the trial: attempt {trial.attempt}"
         status = trial.status
+        if trial.tune_status in Trial.FINISHED:
+            status = trial.tune_status
+            break
         if stopping.winding_down.is_set() or time.monotonic() >= deadline:
             break
         time.sleep(0.5)
