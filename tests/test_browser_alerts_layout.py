@@ -135,3 +135,45 @@ def test_a_storm_of_incidents_is_paged(narrow, live_server_asgi: LiveServer, vie
     expect(narrow.locator("#alerts-next")).to_be_disabled()
     narrow.click("#alerts-prev")
     expect(total).to_have_text("101\u2013200 of 250")
+
+
+
+def test_an_older_read_answering_last_does_not_show_the_wrong_page(  # type: ignore[no-untyped-def]
+        narrow, live_server_asgi: LiveServer, viewer) -> None:
+    """A push's re-read of page 1 still on its way when the operator goes to page 2 (an
+    incident storm while paging) answers after page 2's: page 2 stays, rows and label."""
+    def open_(count: int, first: int = 0) -> None:
+        sync_findings({"trial_stalled"}, [
+            Finding("trial_stalled", f"trial:storm/t_{n:03d}", "critical",
+                    f"t_{n:03d}: no result for 9 min") for n in range(first, first + count)],
+            timezone.now(), {})
+
+    off_the_loop(open_, 150)
+    login(narrow, live_server_asgi, viewer, "/alerts/")
+    rows = narrow.locator("#alerts tbody tr")
+    total = narrow.locator("#alert-total")
+    expect(total).to_have_text("1\u2013100 of 150")
+    first_page = {row.get_attribute("data-incident") for row in rows.all()}
+    held: list = []
+
+    def hold(route) -> None:  # type: ignore[no-untyped-def]
+        held.append(route)  # (Playwright wants a function of its own, not a bound method)
+
+    narrow.route(re.compile(r".*/api/alerts/\?(?!.*page=).*"), hold)  # page 1's reads
+    off_the_loop(open_, 1, 150)  # a push: the page reads page 1 again
+    for _ in range(100):
+        if held:
+            break
+        narrow.wait_for_timeout(100)
+    assert held, "the push's re-read of page 1"
+    narrow.click("#alerts-next")
+    expect(total).to_have_text("101\u2013151 of 151")
+    second_page = [row.get_attribute("data-incident") for row in rows.all()]
+    with narrow.expect_response(lambda r: r.request == held[0].request):
+        held[0].continue_()
+    narrow.wait_for_timeout(500)  # the old answer's rendering, had it been let through
+    expect(total).to_have_text("101\u2013151 of 151")
+    assert [row.get_attribute("data-incident") for row in rows.all()] == second_page
+    assert second_page == [str(i["id"]) for i in narrow.request.get(live_server_asgi.url +
+        "/api/alerts/?page_size=100&page=2").json()]
+    assert len(first_page - set(second_page)) == 99  # the new incident moved one over

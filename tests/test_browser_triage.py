@@ -119,7 +119,7 @@ def test_home_shows_what_needs_an_operator_and_where_to_act(  # type: ignore[no-
     expect(group).not_to_contain_text(TUNE_GROUP)
     expect(group).to_have_attribute("title", TUNE_GROUP)
     expect(page.locator('[data-card="demands"] p')).to_have_text(
-        "2 (1 infeasible), 1 queued in a search")
+        "1 infeasible, 1 waiting, 1 queued in a search")
 
     # GPUs: the idle one held by a process needs a look, the busy one does not; the
     # data is simulated and says so.

@@ -99,7 +99,7 @@
     return tr;
   }
 
-  function renderList(incidents, total) {
+  function renderList(incidents, total, page) {
     const table = document.getElementById("alerts");
     const canAct = table.dataset.canAct === "1";
     const body = table.tBodies[0];
@@ -113,7 +113,7 @@
     document.getElementById("no-alerts").hidden = incidents.length > 0;
     const n = (v) => Number(v).toLocaleString("en-US");
     listPages = Math.max(1, Math.ceil(total / LIST_PAGE));
-    const from = (listPage - 1) * LIST_PAGE + 1;
+    const from = (page - 1) * LIST_PAGE + 1;
     const firing = incidents.filter((i) => i.state === "firing").length;
     document.getElementById("alert-total").textContent = !incidents.length ? "none"
       : listPages > 1 ? n(from) + "–" + n(from + incidents.length - 1) + " of " + n(total)
@@ -174,27 +174,34 @@
   const listTable = document.getElementById("alerts");
   const incidentBox = document.getElementById("incident");
   let pending = null;
+  let asked = 0;  // reads asked for: only the newest one's answer is shown
 
   async function refresh() {
+    const mine = ++asked;
+    const page = listPage;
     let url;
     if (listTable) {
       const params = new URLSearchParams(new FormData(document.getElementById("alert-filters")));
       for (const [k, v] of [...params]) if (!v) params.delete(k);
       params.set("page_size", LIST_PAGE);
-      if (listPage > 1) params.set("page", listPage);
+      if (page > 1) params.set("page", page);
       url = "/api/alerts/?" + params;
     } else {
       url = "/api/alerts/" + incidentBox.dataset.id + "/";
     }
     const reply = await fetch(url, { credentials: "same-origin" });
-    if (listTable && reply.status === 404 && listPage > 1) {  // fewer pages now: the last
+    // A read asked for since (the next page clicked while a push's read was on its way)
+    // answers for itself: an older answer arriving last must not show the wrong page.
+    if (mine !== asked) return;
+    if (listTable && reply.status === 404 && page > 1) {  // fewer pages now: the last
       listPage = 1;
       refresh();
       return;
     }
     if (!reply.ok) return;
     const data = await reply.json();
-    if (listTable) renderList(data, Number(reply.headers.get("X-Total-Count") || data.length));
+    if (mine !== asked) return;
+    if (listTable) renderList(data, Number(reply.headers.get("X-Total-Count") || data.length), page);
     else renderIncident(data);
   }
   // Bursts of pushes (200 incidents opening) become one re-read.
