@@ -300,8 +300,9 @@ def test_trials_a_search_queues_behind_its_own_running_trials_raise_nothing(sett
     # PENDING_S after it began to wait behind them.
     settings.PENDING_S = 120
     node(cpus=2, cpu_used=2.0)
-    running_trial(5000, last_result_ago_s=1)
-    actor(5000, required_resources={"CPU": 1.0}, job_id="02000000")
+    trial = running_trial(5000, last_result_ago_s=1)
+    Trial.objects.filter(pk=trial.pk).update(trainable="train")
+    actor(5000, required_resources={"CPU": 1.0}, job_id="02000000", repr_name="train")
     sampler = actor(5001, state="DEAD", required_resources={"CPU": 1.0}, repr_name="Sampler",
                     job_id="02000000")
     now = timezone.now()
@@ -319,8 +320,13 @@ def test_trials_a_search_queues_behind_its_own_running_trials_raise_nothing(sett
     assert firing("demand_pending") == []
 
     Actor.objects.filter(pk=sampler.pk).update(state="ALIVE")  # its job's untracked actor
+    # A result line naming the Sampler's pid does not make it a trial's: it does not run
+    # the trial's trainable (as the terminate action ties them).
+    Trial.objects.create(experiment=trial.experiment, trial_id="abc_00001", trainable="train",
+                         status=Trial.RUNNING, node_ip="10.0.0.5", pid=5001)
     demand = waits("02000000", now)
-    assert not demand.queued and "Sampler" in demand.explanation
+    assert not demand.queued and "actor Sampler" in demand.explanation
+    assert "abc_00001" not in demand.explanation
     evaluate_resources(now)  # waiting 30 min, but behind others only from now
     assert firing("demand_pending") == []
     later = now + timedelta(seconds=121)

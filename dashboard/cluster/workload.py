@@ -4,7 +4,7 @@ groups, and the demand Ray cannot place yet (explained by dashboard.cluster.dema
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -196,10 +196,11 @@ def capacities(cluster_pk: int | None = None) -> list[NodeCapacity]:
     return out
 
 
-# Who a process is to a person, by (node IP, pid), among the pids asked about: registered
-# in AppConfig.ready() by the apps above this one, which it does not import
-# (dashboard.trials: "trial T (experiment)"). Names what a pending demand waits behind.
-ProcessNames = Callable[[list[int]], Mapping[tuple[str, int], str]]
+# Who an actor is to a person, by actor id, among the (actor, node IP) pairs asked about:
+# registered in AppConfig.ready() by the apps above this one, which it does not import
+# (dashboard.trials: "trial T (experiment)"). Names what a pending demand waits behind;
+# an actor it names counts as a watched trial (dashboard.cluster.demand: "queued").
+ProcessNames = Callable[[Sequence[tuple[Actor, str]]], Mapping[str, str]]
 _process_names: list[ProcessNames] = []
 
 
@@ -216,12 +217,12 @@ def resource_holders(cluster_pk: int | None = None) -> list[Holder]:
         actors, nodes = actors.filter(cluster_id=cluster_pk), nodes.filter(cluster_id=cluster_pk)
     actors = list(actors)
     ips = dict(nodes.values_list("node_id", "node_ip"))
-    names: dict[tuple[str, int], str] = {}
+    names: dict[str, str] = {}
     for named in _process_names:
-        names.update(named([a.pid for a in actors if a.pid]))
+        names.update(named([(a, ips.get(a.node_id, "")) for a in actors]))
     holders = []
     for actor in actors:
-        name = names.get((ips.get(actor.node_id, ""), actor.pid))
+        name = names.get(actor.actor_id)
         holders.append(Holder(name or f"actor {actor.label} {actor.actor_id[:8]}",
                               actor.node_id, actor.required_resources, actor.job_id,
                               trial=name is not None))

@@ -27,17 +27,14 @@ class TrialsConfig(AppConfig):
         from dashboard.cluster.retention import register_ahead
         from dashboard.cluster.views_data import register_gpu_hours, register_trials_by_process
         from dashboard.cluster.workload import register_process_names
+        from dashboard.trials.process import trial_names_by_actor
         from dashboard.trials.retention import delete_results
-        from dashboard.trials.views_data import (
-            gpu_hours,
-            running_trials_by_process,
-            trial_names_by_process,
-        )
+        from dashboard.trials.views_data import gpu_hours, running_trials_by_process
 
         # What the cluster app tells of trials without importing this app: the GPU-hours
         # on its page, who holds what a demand waits for; and a forgotten cluster's
         # results, deleted a batch at a time ahead of it.
         register_gpu_hours(gpu_hours)
         register_trials_by_process(running_trials_by_process)
-        register_process_names(trial_names_by_process)
+        register_process_names(trial_names_by_actor)
         register_ahead(delete_results)

@@ -13,6 +13,7 @@ raywatch's own host as on any other; raywatch never looks the pid up itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -74,6 +75,26 @@ def runs(actor: Actor, trial: Trial) -> bool:
     if not trial.trainable:
         return False
     return trial.trainable in (actor.repr_name, trainer_class(actor))
+
+
+def trial_names_by_actor(actors: Sequence[tuple[Actor, str]]) -> dict[str, str]:
+    """The trials these live actors (with their nodes' addresses) run, by actor id, named
+    as a person knows them: what a pending demand waits behind (dashboard.cluster.
+    workload). Tied as the terminate action ties them: the trial's results name the
+    actor's pid and node, in the actor's cluster, and the actor runs the trial's
+    trainable (or is its run's trainer); a result line alone makes no actor a trial's."""
+    trials: dict[int, list[Trial]] = {}
+    for trial in Trial.objects.select_related("experiment").filter(
+            pid__in={actor.pid for actor, _ in actors if actor.pid}):
+        trials.setdefault(trial.pid or 0, []).append(trial)
+    names = {}
+    for actor, node_ip in actors:
+        for trial in trials.get(actor.pid or 0, []):
+            if (trial.node_ip == node_ip and trial.experiment.cluster_id == actor.cluster_id
+                    and runs(actor, trial)):
+                names[actor.actor_id] = f"trial {trial.trial_id} ({trial.experiment.name})"
+                break
+    return names
 
 
 def claimed_by_another(trial: Trial, node: Node) -> str | None:

@@ -124,13 +124,6 @@ def gpu_hours(cluster: Cluster) -> list[dict[str, Any]]:
              "trials": int(v[1])} for k, v in hours.items()]
 
 
-def trial_names_by_process(pids: list[int]) -> dict[tuple[str, int], str]:
-    """The trials these pids run, by (node IP, pid), named as a person knows them: what a
-    pending demand waits behind (dashboard.cluster.workload)."""
-    return {(t.node_ip, t.pid): f"trial {t.trial_id} ({t.experiment.name})"
-            for t in Trial.objects.select_related("experiment").filter(pid__in=pids)}
-
-
 def running_trials_by_process(pids: set[int]) -> dict[tuple[int, str, int], tuple[int, str]]:
     """The RUNNING trials these pids run: (cluster pk, node IP, pid) -> (trial pk, trial
     id). A Ray call of one of them is its trial's (call_overdue leaves it to the trial
