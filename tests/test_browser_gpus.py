@@ -337,6 +337,8 @@ def test_pending_page_explains_and_follows_demand(  # type: ignore[no-untyped-de
     rows = page.locator("#demands tbody tr")
     expect(rows).to_have_count(3)
     expect(page.locator("a.current")).to_have_text("Pending")
+    expect(page.locator("#demand-count")).to_have_text(
+        "1 infeasible, 1 waiting, 1 queued in a search")
     never = page.locator('tr[data-demand="placement_group:pg-7f3a"]')
     expect(never.locator(".verdict-infeasible")).to_have_text(
         "infeasible — no node can ever fit it")

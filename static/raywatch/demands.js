@@ -80,8 +80,10 @@
     document.getElementById("no-demands").hidden = rows.length > 0;
     document.getElementById("demands").hidden = rows.length === 0;
     const infeasible = rows.filter((d) => d.feasible === false).length;
-    document.getElementById("demand-count").textContent = rows.length + " waiting" +
-      (infeasible ? ", " + infeasible + " infeasible" : "");
+    const queued = rows.filter((d) => d.feasible !== false && d.queued).length;
+    document.getElementById("demand-count").textContent = [[infeasible, " infeasible"],
+      [rows.length - infeasible - queued, " waiting"], [queued, " queued in a search"]]
+      .filter(([n]) => n).map(([n, w]) => n + w).join(", ");
   }
 
   function tick() {
