@@ -111,10 +111,8 @@ def judge(bundles: Sequence[dict[str, float]], strategy: str | None, ray_infeasi
     named = "; ".join(f"{b['label']} ({_shape(b['resources'])} on {b['node_ip']})"
                       for b in blockers[:5])
     more = f" and {len(blockers) - 5} more" if len(blockers) > 5 else ""
-    if queued:
-        return Verdict(True, f"queued behind its own job's trials: {named}{more}", blockers,
-                       queued)
-    return Verdict(True, f"waits for resources held by {named}{more}", blockers)
+    lead = "queued behind its own job's trials: " if queued else "waits for resources held by "
+    return Verdict(True, f"{lead}{named}{more}", blockers, queued)
 
 
 def _why_infeasible(bundles: Sequence[dict[str, float]], strategy: str | None,

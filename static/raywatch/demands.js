@@ -81,9 +81,9 @@
     document.getElementById("demands").hidden = rows.length === 0;
     const infeasible = rows.filter((d) => d.feasible === false).length;
     const queued = rows.filter((d) => d.feasible !== false && d.queued).length;
-    document.getElementById("demand-count").textContent = [[infeasible, " infeasible"],
-      [rows.length - infeasible - queued, " waiting"], [queued, " queued in a search"]]
-      .filter(([n]) => n).map(([n, w]) => n + w).join(", ");
+    document.getElementById("demand-count").textContent = window.raywatch.counted([
+      [infeasible, "infeasible"], [rows.length - infeasible - queued, "waiting"],
+      [queued, "queued in a search"]]);
   }
 
   function tick() {

@@ -116,6 +116,11 @@
     if (!connected && document.getElementById("alert-count")) connect("/ws/alerts/", {});
   });
 
+  // The non-zero counts of [count, what] pairs, as "1 infeasible, 2 queued in a search".
+  function counted(pairs) {
+    return pairs.filter(([n]) => n).map(([n, what]) => n + " " + what).join(", ");
+  }
+
   window.raywatch = Object.assign(window.raywatch || {},
-    { connect: connect, el: el, renderHealth: renderHealth, onTopic: onTopic });
+    { connect: connect, el: el, renderHealth: renderHealth, onTopic: onTopic, counted: counted });
 })();

@@ -107,10 +107,9 @@
       sev.critical > 0);
     card("trials", String(t.trials.length), t.trials.length > 0);
     const infeasible = t.demands.rows.filter(d => d.infeasible).length;
-    const waiting = t.demands.rows.length - infeasible;
-    const said = [[infeasible, " infeasible"], [waiting, " waiting"],
-                  [t.demands.queued, " queued in a search"]].filter(([n]) => n).map(([n, w]) => n + w);
-    card("demands", said.join(", ") || "none", infeasible > 0);
+    card("demands", window.raywatch.counted([[infeasible, "infeasible"],
+      [t.demands.rows.length - infeasible, "waiting"], [t.demands.queued, "queued in a search"]])
+      || "none", infeasible > 0);
     const states = t.gpus.states;
     card("gpus", t.gpus.total === 0 ? "none reported" :
       (states.busy || 0) + " busy of " + t.gpus.total +
