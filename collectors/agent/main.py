@@ -381,9 +381,10 @@ class Agent:
 
     # --- run ------------------------------------------------------------------------------
     def run(self) -> None:
-        loops = [self.send_forever, self.commands_forever]
-        for loop in loops:
-            threading.Thread(target=loop, name=loop.__name__, daemon=True).start()
+        sender = threading.Thread(target=self.send_forever, name="send_forever", daemon=True)
+        sender.start()
+        threading.Thread(target=self.commands_forever, name="commands_forever",
+                         daemon=True).start()
         # Not a daemon: a poll in progress ends with its records spooled and its cursors
         # saved, so a stopped agent resends nothing.
         trial_logs = threading.Thread(target=self.trial_logs_forever, name="trial_logs")
@@ -395,6 +396,10 @@ class Agent:
             self.stop.set()
             if trial_logs.is_alive():
                 trial_logs.join()
+            # A report on its way ends with its answer: the batches raywatch stored leave
+            # the spool, so a stop resends none of them (bounded: raywatch may be down).
+            self.spool.appended.set()  # an idle sender wakes to see the stop
+            sender.join(self.config.timeout_s + 1)
 
 
 def next_tick(due: float, period: float, now: float) -> float:
