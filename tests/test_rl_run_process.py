@@ -10,14 +10,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from dashboard.celery import app as celery_app
-from dashboard.cluster.models import Actor, Cluster, Job, Node, settings_cluster_pk
+from dashboard.cluster.models import (
+    Actor,
+    CallTiming,
+    Cluster,
+    Job,
+    Node,
+    RayCall,
+    settings_cluster_pk,
+)
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.gpus.owners import owners_on_hosts
+from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.runs import bind, runs_by_job
 from tests.conftest import mark_ray_current, stop_node, wait_for
@@ -257,3 +267,45 @@ def test_a_run_whose_trainer_died_after_the_live_view_was_read_is_not_called_ali
     detect.evaluate_trials(now)
     run.refresh_from_db()
     assert (run.status, run.process_alive) == (Trial.TERMINATED, False), run.status_reason
+
+
+@pytest.mark.django_db
+def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) -> None:  # type: ignore[no-untyped-def]
+    """A GRPO step's reward call hangs: the run fell silent at its last step, before the
+    call began, so its stall limit came first and trial_stalled opened, to be resolved a
+    few seconds later when call_overdue named the same hang (tests/test_ray_calls.py, on a
+    loaded machine). While its trainer's job runs a call with a usual duration, the run's
+    silence is that call's to judge; once no such call runs, the run is stalled again."""
+    from dashboard.trials import detect
+
+    settings.STALL_MIN_S = 60
+    now = timezone.now()
+    mark_ray_current()
+    cluster, run = stored_verl_run(now)
+    Trial.objects.filter(pk=run.pk).update(iteration=4,
+                                           last_result_at=now - timedelta(seconds=90))
+
+    def call(name: str, task_id: str) -> RayCall:
+        return RayCall.objects.create(cluster=cluster, task_id=task_id, name=name,
+                                      kind="ACTOR_TASK", job_id="01000000", actor_id="r",
+                                      node_id="n1", pid=200,
+                                      first_seen_at=now - timedelta(seconds=20))
+
+    def stalled() -> bool:
+        detect.evaluate_trials(timezone.now())
+        return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING).exists()
+
+    # The trainer's Runner.run-like call, never seen to end, is nothing to wait on...
+    call("TaskRunner.run", "t1")
+    # ...the reward call of the step in progress, usually 3 s, 20 s in, is.
+    reward = call("AutoRewardManager.compute_reward", "t2")
+    CallTiming.objects.create(cluster=cluster, name=reward.name, durations=[3.0, 3.1, 2.9],
+                              updated_at=now)
+    # Another job's call with a usual duration does not hold this run.
+    RayCall.objects.create(cluster=cluster, task_id="t3", name="Other.step", job_id="02000000",
+                           first_seen_at=now)
+    CallTiming.objects.create(cluster=cluster, name="Other.step", durations=[1.0, 1.0],
+                              updated_at=now)
+    assert not stalled()
+    reward.delete()  # the call ended, and no step came: the run is stalled now
+    assert stalled()

@@ -45,7 +45,7 @@ from dashboard.incidents.trial_rules import (
 from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
-from dashboard.trials.runs import bind_runs, runs_to_bind, waits_on_overdue_call
+from dashboard.trials.runs import bind_runs, runs_to_bind, waits_on_a_call
 from dashboard.trials.stacks import (
     give_up_after,
     request_stack,
@@ -178,9 +178,10 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                            **sampled_verdict(sampled.get(trial.pk)))
         sampling, needs = False, needs_verdict(snapshot, th, now)
         stalled_now = trial_stalled(snapshot, th, now) is not None
-        # An RL run silent because its job's call is overdue: call_overdue names the hang
-        # (asked once, only of a trial that needs a verdict or is stalled).
-        waits = (needs or stalled_now) and waits_on_overdue_call(trial)
+        # An RL run silent because its trainer waits on a call that call_overdue judges:
+        # that rule names the hang (asked once, only of a trial that needs a verdict or is
+        # stalled).
+        waits = (needs or stalled_now) and waits_on_a_call(trial)
         waits_on_call = stalled_now and waits
         if needs and not waits:
             # Past its usual step by far: is it hung? Its node's agent samples its stacks
@@ -204,8 +205,9 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
         findings.extend(kept)
         if len(kept) < len(found):
             held.add(trial.pk)
-        # Only a held error is looked at again each poll, not every trial of the cluster.
-        checks[trial.pk] = now if trial.pk in held or waits_on_call or sampling \
+        # Only a held error, a run waiting on a call and a trial whose stacks are awaited
+        # are looked at again each poll, not every trial of the cluster.
+        checks[trial.pk] = now if trial.pk in held or waits or sampling \
             else next_check(snapshot, kept, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}

@@ -32,7 +32,7 @@ from django.db.models import Q
 from collectors.hostinfo import node_ip_address
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
 from collectors.runformats import train_run_dir
-from dashboard.cluster.models import Actor, Job, Node, TrainRun
+from dashboard.cluster.models import Actor, CallTiming, Job, Node, RayCall, TrainRun
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
 
@@ -244,11 +244,22 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
     return found
 
 
-def waits_on_overdue_call(run: Trial) -> bool:
-    """An RL run whose trainer's Ray job has a call raywatch already calls overdue: the
-    run is silent because of that call (its trainer waits on it), and call_overdue names
-    it. One hang, one incident: the run's trial_stalled is not raised beside it."""
+def waits_on_a_call(run: Trial) -> bool:
+    """An RL run whose trainer's Ray job runs a call that call_overdue judges: one it
+    already calls overdue, or one still within its limit whose name has a usual duration
+    (the reward call of the step in progress). The run is silent because its trainer waits
+    on that call, and whether the call hangs is call_overdue's to say, at the call's own
+    limit: one hang, one incident. The run's trial_stalled is not raised beside it, nor
+    before it (the run fell silent at its last step, before the call began, so its stall
+    limit would come first). Bounded: the call ends, or it is overdue."""
     job = trainer_job(run)
-    return bool(job) and Incident.objects.filter(
-        kind="call_overdue", state=Incident.FIRING, cluster_id=run.experiment.cluster_id,
-        details__job_id=job).exists()
+    if not job:
+        return False
+    cluster = run.experiment.cluster_id
+    if Incident.objects.filter(kind="call_overdue", state=Incident.FIRING, cluster_id=cluster,
+                               details__job_id=job).exists():
+        return True
+    running = RayCall.objects.filter(cluster_id=cluster, job_id=job).values_list("name")
+    return any(CallTiming.usual(durations) is not None for durations in
+               CallTiming.objects.filter(cluster_id=cluster, name__in=running
+                                         ).values_list("durations", flat=True))
