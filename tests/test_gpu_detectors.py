@@ -353,9 +353,15 @@ def test_dead_node_and_spilling_node(settings) -> None:  # type: ignore[no-untyp
     node("spill-1", object_store_spilled_bytes=3 * GIB, spilled_changed_at=now)
     node("old-dead", state="DEAD", state_message="Expected termination",
          ended_at=now - timedelta(days=3))
+    # `ray stop` on the head, caught by a poll as its GCS went: the session's end, no node
+    # lost. A head that died unexpectedly is still one.
+    node("head-1", is_head=True, state="DEAD", state_message="Expected termination: SIGTERM",
+         ended_at=now - timedelta(seconds=2))
+    node("head-2", is_head=True, state="DEAD",
+         state_message="Unexpected termination: health check failed", ended_at=now)
     mark_ray_current()
     evaluate_resources(now)
-    [dead] = firing("node_dead")
-    assert dead.subject == "node:dead-1" and dead.severity == "critical"
+    dead = {i.subject: i.severity for i in firing("node_dead")}
+    assert dead == {"node:dead-1": "critical", "node:head-2": "critical"}
     [spill] = firing("object_store_spilling")
     assert spill.subject == "node:spill-1" and "3.00 GiB" in spill.summary

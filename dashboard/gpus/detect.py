@@ -318,4 +318,4 @@ def node_view(n: Node) -> NodeView:
     return NodeView(node_id=n.node_id, node_ip=n.node_ip, state=n.state,
                     state_message=n.state_message, ended_at=n.ended_at,
                     spilled_bytes=n.object_store_spilled_bytes,
-                    spilled_changed_at=n.spilled_changed_at)
+                    spilled_changed_at=n.spilled_changed_at, is_head=n.is_head)

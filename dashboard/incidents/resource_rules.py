@@ -119,6 +119,7 @@ class NodeView:
     ended_at: datetime | None = None
     spilled_bytes: int | None = None
     spilled_changed_at: datetime | None = None
+    is_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,11 @@ def node_dead(node: NodeView, th: ResourceThresholds, now: datetime) -> Finding 
     if node.ended_at and (now - node.ended_at).total_seconds() > th.node_dead_keep_s:
         return None
     expected = node.state_message.lower().startswith("expected")
+    if expected and node.is_head:
+        # `ray stop` on the head: its dying GCS calls the head node dead for a moment
+        # before it goes. That is the cluster's session ending (a new session, or the
+        # cluster unreachable, then ended, say it), not a node lost under running work.
+        return None
     return Finding(
         "node_dead", f"node:{node.node_id}", "info" if expected else "critical",
         f"node {node.node_ip} ({node.node_id[:8]}) is dead: {node.state_message or 'no reason'}",
