@@ -317,6 +317,7 @@ def test_trials_a_search_queues_behind_its_own_running_trials_raise_nothing(sett
     evaluate_resources(now)
     assert demand.queued and demand.explanation.startswith("queued behind its own job's trials")
     assert "trial abc_00000 (grpo)" in demand.explanation
+    assert demand.lead == "queued behind its own job's trials:"  # the page lists the names
     assert firing("demand_pending") == []
 
     Actor.objects.filter(pk=sampler.pk).update(state="ALIVE")  # its job's untracked actor

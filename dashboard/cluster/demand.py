@@ -39,6 +39,9 @@ class Verdict:
     # It waits only behind trials of its own job: a search with more trials than room
     # queues them, by design. Not a fault; a stuck trial ahead is the trial detectors'.
     queued: bool = False
+    # What the Pending page says above its list of the blockers: the explanation without
+    # the names the list shows (with their nodes' links) anyway.
+    lead: str = ""
 
 
 def base_resources(bundle: dict[str, float]) -> dict[str, float]:
@@ -104,15 +107,15 @@ def judge(bundles: Sequence[dict[str, float]], strategy: str | None, ray_infeasi
     free_now = [n for n in candidates if all(n.free(k) >= v for b in plain for k, v in b.items())]
     if free_now:
         where = ", ".join(n.node_ip for n in free_now[:3])
-        return Verdict(True, f"resources are free now on {where}; Ray has not placed it yet",
-                       blockers, queued)
+        said = f"resources are free now on {where}; Ray has not placed it yet"
+        return Verdict(True, said, blockers, queued, said)
     if not blockers:
         return Verdict(True, f"fits on {len(candidates)} node(s) once resources free up")
     named = "; ".join(f"{b['label']} ({_shape(b['resources'])} on {b['node_ip']})"
                       for b in blockers[:5])
     more = f" and {len(blockers) - 5} more" if len(blockers) > 5 else ""
-    lead = "queued behind its own job's trials: " if queued else "waits for resources held by "
-    return Verdict(True, f"{lead}{named}{more}", blockers, queued)
+    lead = "queued behind its own job's trials:" if queued else "waits for resources held by"
+    return Verdict(True, f"{lead} {named}{more}", blockers, queued, lead)
 
 
 def _why_infeasible(bundles: Sequence[dict[str, float]], strategy: str | None,

@@ -355,6 +355,7 @@ class Demand(models.Model):
     ray_infeasible = models.BooleanField(null=True)  # what Ray says, when it says
     feasible = models.BooleanField(null=True)  # our verdict: could any node ever fit it
     explanation = models.TextField(blank=True, default="")
+    lead = models.TextField(blank=True, default="")  # the explanation less its blockers' names
     blockers = models.JSONField(default=list)  # who holds what it needs
     # It waits only behind its own job's trials: a search's queue (dashboard.cluster.demand).
     queued = models.BooleanField(default=False)

@@ -159,8 +159,8 @@ class DemandSerializer(serializers.ModelSerializer):
     class Meta:
         model = Demand
         fields = ["cluster", "kind", "key", "name", "label", "bundles", "count", "strategy",
-                  "job_id", "ray_infeasible", "feasible", "queued", "explanation", "blockers",
-                  "first_seen_at", "waiting_s"]
+                  "job_id", "ray_infeasible", "feasible", "queued", "explanation", "lead",
+                  "blockers", "first_seen_at", "waiting_s"]
 
     def get_label(self, demand: Demand) -> str:
         return demand_label(demand.kind, demand.key, demand.name, demand.job_id)

@@ -164,7 +164,7 @@ def ingest_demands(records: Iterable[DemandRecord], now: datetime,
             "strategy": r.strategy or "", "job_id": r.job_id or "",
             "ray_infeasible": r.infeasible, "feasible": verdict.feasible,
             "explanation": verdict.explanation, "blockers": verdict.blockers,
-            "queued": verdict.queued,
+            "queued": verdict.queued, "lead": verdict.lead,
         }
     with transaction.atomic():
         existing = {f"{d.kind}:{d.key}": d for d in Demand.objects.filter(cluster_id=cluster_pk)}

@@ -41,8 +41,11 @@
     } else {
       td.append(el("span", { class: "verdict-unknown" }, "not judged"));
     }
-    if (d.explanation) td.append(el("div", { class: "explanation" }, d.explanation));
-    if (d.feasible !== false && d.blockers && d.blockers.length) {
+    // Blockers listed below (with their nodes' links): the lead only, not their names twice.
+    const listed = d.feasible !== false && d.blockers && d.blockers.length > 0;
+    const said = listed && d.lead ? d.lead : d.explanation;
+    if (said) td.append(el("div", { class: "explanation" }, said));
+    if (listed) {
       const list = el("ul", { class: "blockers" });
       for (const b of d.blockers) {
         const li = el("li", { "data-blocker": b.label });
