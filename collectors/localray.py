@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -106,14 +108,42 @@ def free_port() -> int:
 
 def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None,
            temp_dir: Path | None = None) -> None:
-    import ray
-
     _own_agent_port()
     # This process is the cluster's first driver and never runs a task; Ray would start a
     # Python worker per CPU for it ("prestart_worker_first_driver"), which no other job can
     # use (workers belong to one job) and which then idle for the cluster's life: about a
     # CPU second each to start and 0.5 CPU s a minute each. Jobs still get theirs on demand.
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    scratch = _scratch_of_its_own()
+    try:
+        _run_cluster(info_file, num_cpus, num_gpus, parent_pid, temp_dir)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_of_its_own() -> Path | None:
+    """A temporary dir for the cluster's processes (TMPDIR), removed when it stops: Ray's
+    dashboard starts a multiprocessing forkserver whose pymp-* dir, made with Python's
+    tempfile, nobody removes when the dashboard is stopped (one left in /tmp at every stop
+    of `make run`). Ray's own dirs stay where they were: RAY_TMPDIR, which Ray reads
+    before TMPDIR, is set to what Ray would have used (None: another Ray version, whose
+    choice this cannot know; TMPDIR is left alone)."""
+    try:
+        from ray._common.utils import get_default_system_temp_dir
+    except ImportError:
+        return None
+    os.environ.setdefault("RAY_TMPDIR", get_default_system_temp_dir())
+    scratch = Path(tempfile.mkdtemp(prefix="raywatch-ray-"))
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None  # this process's tempfile reads TMPDIR again
+    return scratch
+
+
+def _run_cluster(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None,
+                 temp_dir: Path | None) -> None:
+    import ray
+
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())

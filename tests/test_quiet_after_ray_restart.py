@@ -55,10 +55,14 @@ def point_at(settings, cluster, storage: Path) -> None:  # type: ignore[no-untyp
 
 
 def test_a_restarted_cluster_raises_nothing_critical(  # type: ignore[no-untyped-def]
-        settings, tmp_path, heads) -> None:
+        settings, tmp_path, heads, monkeypatch) -> None:
     start = heads
     storage = tmp_path / "ray_results"
     storage.mkdir()
+    # The clusters' temporary files (TMPDIR: their dashboards' pymp-* dirs), to see that a
+    # stopped cluster leaves none.
+    (temporary := tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
     settings.POLL_LOGS_S = settings.POLL_RAY_S = POLL_S
     settings.STALL_MIN_S, settings.GONE_GRACE_S, settings.DETECT_S = 6.0, 3.0, POLL_S
     first_head = start()
@@ -78,6 +82,7 @@ def test_a_restarted_cluster_raises_nothing_critical(  # type: ignore[no-untyped
                  120, 0.5, "both trials to run")
         old_nodes = set(Node.objects.values_list("node_id", flat=True))
         first_head.stop()  # `ray stop`: the head, its trials and the driver go
+        assert not list(temporary.glob("pymp-*")), "the stopped cluster left its pymp-* dir"
         second = start().start(log_path=tmp_path / "ray-1.log")  # `ray start --head`
         point_at(settings, second, storage)
         wait_for(lambda: ClusterSession.objects.filter(ended_at__isnull=True).exclude(
