@@ -134,7 +134,7 @@ def _scratch_of_its_own() -> Path | None:
     except ImportError:
         return None
     os.environ.setdefault("RAY_TMPDIR", get_default_system_temp_dir())
-    scratch = Path(tempfile.mkdtemp(prefix="raywatch-ray-"))
+    scratch = Path(tempfile.mkdtemp(prefix="rwray-"))  # short: a socket's path lives in it
     os.environ["TMPDIR"] = str(scratch)
     tempfile.tempdir = None  # this process's tempfile reads TMPDIR again
     return scratch

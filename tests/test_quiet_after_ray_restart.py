@@ -60,8 +60,8 @@ def test_a_restarted_cluster_raises_nothing_critical(  # type: ignore[no-untyped
     storage = tmp_path / "ray_results"
     storage.mkdir()
     # The clusters' temporary files (TMPDIR: their dashboards' pymp-* dirs), to see that a
-    # stopped cluster leaves none.
-    (temporary := tmp_path / "tmp").mkdir()
+    # stopped cluster leaves none. Short: a socket's path lives in it.
+    temporary = Path(tempfile.mkdtemp(prefix="rwq-", dir="/tmp"))
     monkeypatch.setenv("TMPDIR", str(temporary))
     settings.POLL_LOGS_S = settings.POLL_RAY_S = POLL_S
     settings.STALL_MIN_S, settings.GONE_GRACE_S, settings.DETECT_S = 6.0, 3.0, POLL_S
@@ -82,7 +82,9 @@ def test_a_restarted_cluster_raises_nothing_critical(  # type: ignore[no-untyped
                  120, 0.5, "both trials to run")
         old_nodes = set(Node.objects.values_list("node_id", flat=True))
         first_head.stop()  # `ray stop`: the head, its trials and the driver go
-        assert not list(temporary.glob("pymp-*")), "the stopped cluster left its pymp-* dir"
+        left = [p.name for p in temporary.glob("pymp-*")]
+        shutil.rmtree(temporary)
+        assert not left, f"the stopped cluster left its dashboard's {left}"
         second = start().start(log_path=tmp_path / "ray-1.log")  # `ray start --head`
         point_at(settings, second, storage)
         wait_for(lambda: ClusterSession.objects.filter(ended_at__isnull=True).exclude(
