@@ -323,7 +323,7 @@ def test_pending_page_explains_and_follows_demand(  # type: ignore[no-untyped-de
     Demand.objects.create(
         kind="actor", key="a1b2c3", name="Trainer", bundles=[{"GPU": 1}], feasible=True,
         explanation="waits for resources held by trial t_0002 (GPU: 1 on 10.0.0.1)",
-        lead="waits for resources held by",
+        lead="waits for resources held by:",
         blockers=[{"label": "trial t_0002", "node_id": "ef" * 28, "node_ip": "10.0.0.1",
                    "resources": {"GPU": 1}}],
         first_seen_at=now - timedelta(seconds=20), updated_at=now,
@@ -351,7 +351,7 @@ def test_pending_page_explains_and_follows_demand(  # type: ignore[no-untyped-de
     expect(waits.locator(".blockers li")).to_have_text("trial t_0002 holds GPU: 1 on 10.0.0.1")
     expect(waits.locator(".blockers a")).to_have_attribute("href", f"/nodes/{'ef' * 28}/")
     # The blocker is named once, in the list with its node's link, not in the lead too.
-    expect(waits.locator(".explanation")).to_have_text("waits for resources held by")
+    expect(waits.locator(".explanation")).to_have_text("waits for resources held by:")
     assert waits.locator("td.verdict").inner_text().count("t_0002") == 1
     queue = page.locator('tr[data-demand="placement_group:pg-8e1b"]')
     expect(queue.locator(".verdict-queued")).to_have_text("queued")

@@ -327,6 +327,7 @@ def test_trials_a_search_queues_behind_its_own_running_trials_raise_nothing(sett
                          status=Trial.RUNNING, node_ip="10.0.0.5", pid=5001)
     demand = waits("02000000", now)
     assert not demand.queued and "actor Sampler" in demand.explanation
+    assert demand.lead == "waits for resources held by:"
     assert "abc_00001" not in demand.explanation
     evaluate_resources(now)  # waiting 30 min, but behind others only from now
     assert firing("demand_pending") == []

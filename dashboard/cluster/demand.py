@@ -114,8 +114,9 @@ def judge(bundles: Sequence[dict[str, float]], strategy: str | None, ray_infeasi
     named = "; ".join(f"{b['label']} ({_shape(b['resources'])} on {b['node_ip']})"
                       for b in blockers[:5])
     more = f" and {len(blockers) - 5} more" if len(blockers) > 5 else ""
-    lead = "queued behind its own job's trials:" if queued else "waits for resources held by"
-    return Verdict(True, f"{lead} {named}{more}", blockers, queued, lead)
+    lead = "queued behind its own job's trials:" if queued else "waits for resources held by:"
+    said = lead if queued else lead.removesuffix(":")  # in a sentence the names follow "by"
+    return Verdict(True, f"{said} {named}{more}", blockers, queued, lead)
 
 
 def _why_infeasible(bundles: Sequence[dict[str, float]], strategy: str | None,
