@@ -333,6 +333,9 @@ class _Pending:
         self.sent: dict[str, TrialSent] = {}
         self.read_bytes = self.records_total = self.batches = 0
         self.full = collector.spool_full()
+        # A sink may take bigger batches than a report's worth (raywatch's own reader
+        # stores in-process: a bigger batch goes to the database by COPY).
+        self.batch_bytes = getattr(collector.spool, "batch_bytes", BATCH_BYTES)
 
     def file(self, key: str) -> FileState | None:
         return self.files.get(key) or self.collector.file(key)
@@ -348,7 +351,7 @@ class _Pending:
             sent: dict[str, TrialSent] | None = None) -> None:
         if update.results or problems or _has_facts(update):
             for record in _encode(update, problems, datetime.now(UTC)):
-                if self.records and self.size + len(record) > BATCH_BYTES:
+                if self.records and self.size + len(record) > self.batch_bytes:
                     self.flush()
                 self.records.append(record)
                 self.size += len(record)
