@@ -69,11 +69,10 @@ def test_a_clean_stop_gives_back_the_rest_of_its_block(tmp_path: Path) -> None:
 
 class _SlowRaywatch(BaseHTTPRequestHandler):
     """raywatch answering a report only after HOLD_S (stored at once, as it commits before
-    it answers); every other call 503 (the agent's commands loop waits it out)."""
+    it answers); every other call 503 (the agent's commands loop waits it out). What it
+    stored, and when a report arrived, are its server's, set by each test."""
 
     HOLD_S = 3.0
-    stored: list[int] = []
-    arrived = threading.Event()
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -82,8 +81,8 @@ class _SlowRaywatch(BaseHTTPRequestHandler):
         if not self.path.endswith("/report"):
             return self._answer(503, {"detail": "not here"})
         seqs = [batch["seq"] for batch in json.loads(body)["batches"]]
-        type(self).stored.extend(seqs)
-        type(self).arrived.set()
+        self.server.stored.extend(seqs)  # type: ignore[attr-defined]
+        self.server.arrived.set()  # type: ignore[attr-defined]
         time.sleep(self.HOLD_S)
         self._answer(200, {"stored": seqs, "duplicate": []})
 
@@ -108,17 +107,17 @@ def test_an_agent_stopped_while_a_report_is_on_its_way_keeps_none_raywatch_store
     and drops the batches raywatch stored from its spool, so its next start resends none
     of them (they would be counted as sent twice, and cost a report)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowRaywatch)
+    server.stored, server.arrived = [], threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     env = agent_env(url, "rwa_" + "x" * 40, tmp_path, "gpu-s", "10.9.0.9")
     spool = Path(env["RAYWATCH_AGENT_SPOOL"])
     try:
         with running_agent(env, tmp_path / "agent.log") as agent:
-            assert _SlowRaywatch.arrived.wait(60), (tmp_path / "agent.log").read_text()
+            assert server.arrived.wait(60), (tmp_path / "agent.log").read_text()
             agent.send_signal(signal.SIGTERM)  # raywatch has the report, not yet answered
             assert agent.wait(30) == 0
     finally:
         server.shutdown()
     left = {int(p.name.removesuffix(".batch.json")) for p in spool.glob("*.batch.json")}
-    assert _SlowRaywatch.stored and not left & set(_SlowRaywatch.stored), (
-        _SlowRaywatch.stored, left)
+    assert server.stored and not left & set(server.stored), (server.stored, left)
