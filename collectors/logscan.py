@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -97,7 +98,7 @@ class _Trial:
     ~2.4 KB as a TrialDir with its Paths and a dict of file stats (bench/README.md)."""
 
     __slots__ = ("dir_mtime", "file_run", "framework", "hot_until", "names", "path", "quiet",
-                 "refused", "root", "stats", "trial_dir")
+                 "refused", "root", "rotating", "stats", "trial_dir")
 
     def __init__(self, path: str, root: Root | None, dir_mtime: int, names: tuple[str, ...],
                  hot_until: float, trial_dir: TrialDir | None = None,
@@ -109,10 +110,12 @@ class _Trial:
         # A JSONL run's logger (VERL, EASYR1, RAYTRAIN); "": Tune's or TensorBoard's files.
         self.framework = framework
         self.file_run = file_run  # `path` is the run's JSONL file, not a directory
-        # (size, mtime_ns) of each name (of the file itself for a file run), flat; -1s: no stat
+        # (size, mtime_ns) of each name packed (_stats), or of the file itself for a file
+        # run (a tuple); -1s: no stat
         self.stats = _file_stat(path) if file_run else _stats(path, names)
         self.hot_until = hot_until
         self.quiet = False
+        self.rotating = False  # in the slow rescan's rotation (once, however often it settles)
         self.refused = refused  # a link named as a trial dir: nothing of it is read
         self.trial_dir = trial_dir  # while watched; None: built again when needed
 
@@ -200,10 +203,10 @@ class LogScanner:
         # Trial dirs by path (a str: a Path object costs ~1 KB, 100,000 of them 100 MB).
         self.trials: dict[str, _Trial] = {}
         self.hot: dict[str, None] = {}  # trial dirs checked every poll, in order seen
-        # Quiet trial dirs, next to rescan first. Entries that woke up are dropped lazily
-        # when they come round: removing from the middle of a deque costs O(n).
-        self.rotation: deque[str] = deque()
-        self.in_rotation: set[str] = set()
+        # Quiet trial dirs, next to rescan first. Entries that woke up or were forgotten
+        # are dropped lazily when they come round: removing from the middle of a deque
+        # costs O(n). An entry says itself whether it is in it (no set of 100,000 paths).
+        self.rotation: deque[_Trial] = deque()
         self.last_scan: float | None = None
 
     # --- one poll: work in proportion to containers, hot trial dirs and the rescan share -----
@@ -242,9 +245,9 @@ class LogScanner:
                 # Quiet: what the rescan compares is all it keeps.
                 entry.quiet, entry.trial_dir, entry.hot_until = True, None, 0.0
                 self.hot.pop(entry.path, None)
-                if entry.path not in self.in_rotation:
-                    self.rotation.append(entry.path)
-                    self.in_rotation.add(entry.path)
+                if not entry.rotating:
+                    self.rotation.append(entry)
+                    entry.rotating = True
         for path in active:
             if (entry := self.trials.get(os.fspath(path))) is not None:
                 entry.hot_until = now + self.quiet_after_s  # ask again later
@@ -253,6 +256,12 @@ class LogScanner:
         """The trial dir known at `path`, as it is now; None once it is forgotten."""
         entry = self.trials.get(os.fspath(path))
         return None if entry is None else _dir(entry)
+
+    def changing(self, path: Path | str) -> bool:
+        """Whether the trial dir at `path` changed since it was first seen (a running
+        trial): its TrialDir is kept while it changes, and so are its callers' cursors."""
+        entry = self.trials.get(os.fspath(path))
+        return entry is not None and entry.trial_dir is not None
 
     def trials_in(self, directory: Path) -> list[TrialDir]:
         """The trial dirs known in one experiment (container) directory."""
@@ -492,7 +501,8 @@ class LogScanner:
                 if name in PARAMS_FILES:
                     continue
                 stat = os.stat(os.path.join(entry.path, name), follow_symlinks=False)
-                if (stat.st_size, stat.st_mtime_ns) != entry.stats[2 * n:2 * n + 2]:
+                if _STAT.pack(stat.st_size, stat.st_mtime_ns) != entry.stats[
+                        _STAT.size * n:_STAT.size * (n + 1)]:
                     return False
         except OSError:
             return False  # _check says what became of it
@@ -509,12 +519,11 @@ class LogScanner:
         for _ in range(len(self.rotation)):
             if len(picked) >= share:
                 break
-            path = self.rotation.popleft()
-            entry = self.trials.get(path)
-            if entry is None or not entry.quiet:
-                self.in_rotation.discard(path)
+            entry = self.rotation.popleft()
+            if not entry.quiet or self.trials.get(entry.path) is not entry:
+                entry.rotating = False  # woke up (it joins again when it settles), or gone
                 continue
-            self.rotation.append(path)
+            self.rotation.append(entry)
             picked.append(entry)
         return picked
 
@@ -673,17 +682,23 @@ class TrialDirs(Sequence[TrialDir]):
         return f"TrialDirs({len(self)} trial dirs)"
 
 
-def _stats(path: str, names: tuple[str, ...]) -> tuple[int, ...]:
-    """(size, mtime_ns) of each file, flat; (-1, -1) for one that could not be statted."""
-    stats: list[int] = []
+_STAT = struct.Struct("=qq")  # one file's (size, mtime_ns)
+
+
+def _stats(path: str, names: tuple[str, ...]) -> bytes:
+    """(size, mtime_ns) of each file, packed one after the other; (-1, -1) for one that
+    could not be statted. One bytes object (16 bytes a file and ~33 of its own) is what a
+    quiet trial dir keeps of its files: a tuple of ints cost ~360 bytes a Tune trial dir
+    (bench/README.md, history_scale_bench)."""
+    stats = bytearray()
     for name in names:
         try:
             stat = os.stat(os.path.join(path, name), follow_symlinks=False)
         except OSError:
-            stats += (-1, -1)
+            stats += _STAT.pack(-1, -1)
             continue
-        stats += (stat.st_size, stat.st_mtime_ns)
-    return tuple(stats)
+        stats += _STAT.pack(stat.st_size, stat.st_mtime_ns)
+    return bytes(stats)
 
 
 def _file_stat(path: str) -> tuple[int, int]:

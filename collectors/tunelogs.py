@@ -19,6 +19,7 @@ import math
 import os
 import re
 import struct
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -578,12 +579,24 @@ class TuneStates:
     tuner.pkl read again only when it changed. The one reader for raywatch's own
     collector and the node agent's. `root`: the log root the experiment dir is under."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._cache: dict[str, tuple[Any, Any]] = {}  # dir -> (state file stat, state)
         self._tuners: dict[str, tuple[Any, Any]] = {}  # dir -> (tuner.pkl stat, objective)
+        self._asked: dict[str, float] = {}  # dir -> when last asked about (clock)
+        self.clock = clock
 
     def get(self, exp_dir: Path, root: Root | None = None) -> dict[str, TuneTrialState]:
         return self._state(exp_dir, root)[0]
+
+    def forget_idle(self, idle_s: float) -> None:
+        """Drop the experiments not asked about for `idle_s`: one whose trials all settled
+        is read again only if they wake up. A finished search's state held for the
+        process's life cost ~160 bytes a trial (bench/README.md, history_scale_bench)."""
+        cutoff = self.clock() - idle_s
+        for key in [k for k, asked in self._asked.items() if asked < cutoff]:
+            del self._asked[key]
+            self._cache.pop(key, None)
+            self._tuners.pop(key, None)
 
     def objective(self, exp_dir: Path, root: Root | None = None) -> SearchObjective | None:
         """The search's metric and mode, as far as its files say."""
@@ -598,6 +611,7 @@ class TuneStates:
             stat = None
         if newest is None or stat is None:
             return {}, None
+        self._asked[str(exp_dir)] = self.clock()
         return _cached(self._cache, exp_dir, (newest.name, stat.st_size, stat.st_mtime_ns),
                        lambda: _read_state(newest, root), ({}, None))
 
@@ -606,6 +620,7 @@ class TuneStates:
             stat = os.stat(exp_dir / TUNER_FILE, follow_symlinks=False)
         except OSError:
             return None
+        self._asked[str(exp_dir)] = self.clock()
         return _cached(self._tuners, exp_dir, (stat.st_size, stat.st_mtime_ns),
                        lambda: read_tuner(exp_dir, root), None)
 

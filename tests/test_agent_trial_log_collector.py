@@ -150,3 +150,49 @@ def test_history_waits_for_the_spool_instead_of_overflowing_it(tmp_path: Path) -
         sent += node.sent()
     assert len(results(sent)) == len(set(results(sent))) == EXPERIMENTS * 40 * 40
     assert node.spool.stats()["dropped"] == 0
+
+
+def test_a_restart_over_a_read_history_keeps_no_cursor_in_memory(node: Node) -> None:
+    # A history read once, then the reader restarts (its cursors are in the store): its
+    # first pass looks at every trial dir, and reads nothing again.
+    write_history(node.root, failures=True)
+    node.collector.poll()
+    node.sent()
+    node.collector.store.close()
+    node.collector = node.start(quiet_after_s=3600.0)  # none settles during the test
+    node.collector.poll()
+    assert node.sent() == []
+    # Seen once and unchanged: their cursors stay in the store, not in memory (a restart
+    # over 100,000 trial dirs held ~1 KB each until they settled).
+    assert node.collector.files == {} and node.collector.sent == {}
+
+    # A trial that changes is watched: its cursors are kept while it runs, and what it
+    # writes is read once.
+    running = node.root / "search_0" / next(p.name for p in (node.root / "search_0").iterdir()
+                                            if p.is_dir())
+    tid = running.name.split("_")[2] + "_" + running.name.split("_")[3]
+    for step in (101, 102):
+        with (running / "result.json").open("a") as out:
+            out.write(result_line(tid, step))
+        node.collector.poll()
+        assert results(node.sent()) == [(tid, step)]
+    assert str(running / "result.json") in node.collector.files
+
+
+def test_a_settled_experiments_tune_state_leaves_memory_until_it_is_asked_again(
+        tmp_path: Path) -> None:
+    from collectors.tunelogs import TuneStates
+
+    now = [0.0]
+    states = TuneStates(clock=lambda: now[0])
+    tids = [trial_id(0, n) for n in range(3)]
+    write_state(tmp_path, tids)
+    assert states.get(tmp_path)[tids[0]].status == "TERMINATED"
+    now[0] = 30.0
+    states.forget_idle(60.0)
+    assert str(tmp_path) in states._cache  # asked within the minute: still held
+    now[0] = 100.0
+    states.forget_idle(60.0)  # asked last at 30 s
+    assert states._cache == {}
+    write_state(tmp_path, tids, status="ERROR")  # read again when asked: as it is now
+    assert {s.status for s in states.get(tmp_path).values()} == {"ERROR"}

@@ -57,6 +57,7 @@ MAX_RECORD_BYTES = wire.MAX_BODY_BYTES * 3 // 4  # split a record's results past
 MAX_PARAMS_BYTES = 256 << 10
 POLL_BYTES = 8 << 20  # read a poll at most: a long history takes several polls
 SPOOL_SHARE = 4  # read nothing more while the spool is over a quarter full
+STATES_IDLE_S = 60.0  # at least: a settled experiment's Tune state is forgotten after
 SETTLE_BATCH = 400  # trial dirs asked about at once (their TrialDirs built for it)
 FINISHED = ("TERMINATED", "ERROR")
 HOLD_THEIR_LOG = (VERL, TENSORBOARD)  # writers that keep the log file open (ray-facts.md)
@@ -94,7 +95,7 @@ class TrialLogCollector:
         # Trial dirs with more to read than a poll reads, by path (a str): a first pass
         # hands on a whole history; each TrialDir is built (the scanner's) when its turn comes.
         self.backlog: dict[str, None] = {}
-        self.states = TuneStates()
+        self.states = TuneStates(clock)
         self.poll_states: dict[Path, dict[str, TuneTrialState]] = {}  # this poll's reads
         self.poll_searches: dict[Path, SearchObjective | None] = {}
         # Which Ray worker holds which file open, looked up at most once a poll, and only
@@ -117,9 +118,13 @@ class TrialLogCollector:
                 if out.exhausted():
                     self.backlog[path] = None
                 elif (trial_dir := self.scanner.trial_dir(path)) is not None:
+                    out.keep = self.scanner.changing(path)
                     self._read(trial_dir, out)  # else forgotten: gone, or no longer a root's
             self._statuses(scan.state_dirs, set(work), out)
             out.flush()
+            # An experiment not asked about for two quiet periods has settled: its Tune
+            # state leaves memory until one of its trials wakes up.
+            self.states.forget_idle(max(2 * self.scanner.quiet_after_s, STATES_IDLE_S))
         except BaseException:
             self.backlog.update(work)  # what was spooled is skipped by its cursors
             self.scanner.retry(scan)
@@ -127,15 +132,12 @@ class TrialLogCollector:
         return PollStats(out.records_total, out.batches, out.read_bytes, scan.checked,
                          scan.known, len(self.backlog))
 
-    def file(self, key: str) -> FileState | None:
-        if key not in self.files:
-            self.files[key] = self.store.file(key)
-        return self.files[key]
+    def file(self, key: str, keep: bool = True) -> FileState | None:
+        """A file's cursor; kept in memory (`keep`) while its trial dir changes."""
+        return _looked_up(self.files, key, self.store.file, keep)
 
-    def trial_sent(self, key: str) -> TrialSent | None:
-        if key not in self.sent:
-            self.sent[key] = self.store.trial(key)
-        return self.sent[key]
+    def trial_sent(self, key: str, keep: bool = True) -> TrialSent | None:
+        return _looked_up(self.sent, key, self.store.trial, keep)
 
     def spool_full(self) -> bool:
         return self.spool.stats()["bytes"] > self.spool.max_bytes // SPOOL_SHARE
@@ -267,6 +269,7 @@ class TrialLogCollector:
                 key = str(trial_dir.path)
                 if key in done:
                     continue
+                out.keep = self.scanner.changing(key)
                 facts: dict[str, Any] = {}
                 sent = out.trial(key)
                 new = self._state_facts(trial_dir, sent, facts)
@@ -331,6 +334,12 @@ class _Pending:
         self.size = 0
         self.files: dict[str, FileState] = {}
         self.sent: dict[str, TrialSent] = {}
+        # Whether the collector keeps the cursors of the trial dir being read in memory:
+        # while it changes (a running trial), not when it is seen once (a first pass hands
+        # on a whole history; their cursors in memory until they settle were a restart's
+        # high-water mark, ~1 KB a trial dir, that the process kept). The store has them.
+        self.keep = True
+        self.unkept: set[str] = set()
         self.read_bytes = self.records_total = self.batches = 0
         self.full = collector.spool_full()
         # A sink may take bigger batches than a report's worth (raywatch's own reader
@@ -338,10 +347,10 @@ class _Pending:
         self.batch_bytes = getattr(collector.spool, "batch_bytes", BATCH_BYTES)
 
     def file(self, key: str) -> FileState | None:
-        return self.files.get(key) or self.collector.file(key)
+        return self.files.get(key) or self.collector.file(key, self.keep)
 
     def trial(self, key: str) -> TrialSent:
-        return self.sent.get(key) or self.collector.trial_sent(key) or TrialSent()
+        return self.sent.get(key) or self.collector.trial_sent(key, self.keep) or TrialSent()
 
     def exhausted(self) -> bool:
         return self.full or self.read_bytes >= POLL_BYTES
@@ -358,6 +367,8 @@ class _Pending:
         # After the flush above: these cursors cover records not yet in the spool.
         self.files.update(files or {})
         self.sent.update(sent or {})
+        if not self.keep:
+            self.unkept.update(files or (), sent or ())
 
     def flush(self) -> None:
         if self.records:
@@ -366,10 +377,30 @@ class _Pending:
             self.batches += 1
             self.records_total += len(self.records)
         self.collector.store.save(self.files, self.sent)
-        self.collector.files.update(self.files)
-        self.collector.sent.update(self.sent)
+        _keep(self.collector.files, self.files, self.unkept)
+        _keep(self.collector.sent, self.sent, self.unkept)
         self.records, self.size, self.files, self.sent = [], 0, {}, {}
+        self.unkept = set()
         self.full = self.collector.spool_full()
+
+
+def _looked_up(kept: dict[str, Any], key: str, load: Callable[[str], Any], keep: bool) -> Any:
+    """kept[key], else load(key) from the store, kept if `keep`."""
+    if key in kept:
+        return kept[key]
+    value = load(key)
+    if keep:
+        kept[key] = value
+    return value
+
+
+def _keep(kept: dict[str, Any], stored: dict[str, Any], unkept: set[str]) -> None:
+    """What was just stored, into the collector's memory unless it is not to be kept."""
+    for key, state in stored.items():
+        if key in unkept:
+            kept.pop(key, None)
+        else:
+            kept[key] = state
 
 
 def _encode(update: TrialUpdate, problems: list[dict[str, Any]], at: datetime) -> list[str]:
