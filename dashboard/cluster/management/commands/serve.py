@@ -164,8 +164,8 @@ def start_celery(role: str) -> subprocess.Popen[bytes]:
     if role == "notifier":  # alert webhooks: I/O-bound, on their own queue and threads
         cmd += ["worker", "--queues", settings.NOTIFY_QUEUE, "--pool", "threads",
                 "--concurrency", str(settings.NOTIFY_THREADS), "--hostname", "notify@%h"]
-    else:
-        cmd += ["worker", "--concurrency", "2"]
+    else:  # the collectors: two threads of one process, which holds the log reader once
+        cmd += ["worker", "--pool", "threads", "--concurrency", "2"]
     cmd += ["--loglevel", "WARNING"]
     return subprocess.Popen(cmd)
 
