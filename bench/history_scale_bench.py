@@ -106,10 +106,34 @@ def measure_topology(envs: dict[str, dict[str, str]], logs: Path) -> dict[str, A
                 steady = window(process, SAMPLE_S)
                 figures[name] = {**steady, "before": before,
                                  "processes": len(quiet_history_bench.tree(process)),
-                                 "rss_mb": quiet_history_bench.rss_mb(process)}
+                                 "rss_mb": quiet_history_bench.rss_mb(process),
+                                 "rss_by_role": rss_by_role(process)}
     finally:
         flush_redis()
     return figures
+
+
+def role(member: psutil.Process) -> str:
+    """What a process of the serve tree is, by its command line."""
+    args = " ".join(member.cmdline())
+    for needle, name in (("collectors.agent", "host agent"), ("dashboard.core.beat", "beat"),
+                         ("notify@", "notifier"), ("celery", "Celery worker"),
+                         ("serve", "serve (web)")):
+        if needle in args:
+            return name
+    return member.name()
+
+
+def rss_by_role(process: psutil.Process) -> dict[str, list[float]]:
+    """Each process's RSS in MB, by what it is (a Celery worker's pool children beside it)."""
+    roles: dict[str, list[float]] = {}
+    for member in quiet_history_bench.tree(process):
+        try:
+            name, rss = role(member), member.memory_info().rss / 2**20
+        except psutil.NoSuchProcess:
+            continue
+        roles.setdefault(name, []).append(round(rss, 1))
+    return roles
 
 
 def main() -> int:
@@ -180,6 +204,11 @@ def report_topology(topology: dict[str, Any]) -> None:
                  f"{total(history['before']) / max(total(empty['before']), 1e-9):.2f}x"])
     rows.append(["serve tree RSS MB", empty["rss_mb"], history["rss_mb"],
                  f"{history['rss_mb'] / empty['rss_mb']:.2f}x"])
+    for name in sorted(set(empty["rss_by_role"]) | set(history["rss_by_role"])):
+        mine, theirs = empty["rss_by_role"].get(name, []), history["rss_by_role"].get(name, [])
+        rows.append([f"  of it {name}, MB", " + ".join(map(str, mine)) or "-",
+                     " + ".join(map(str, theirs)) or "-",
+                     f"{sum(theirs) / sum(mine):.2f}x" if mine and theirs else ""])
     harness.print_table(
         f"Production topology (serve + Celery worker, notifier, beat: {history['processes']} "
         f"processes; Postgres, Redis), {TRIALS:,} finished trials against an empty "
