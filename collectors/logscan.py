@@ -24,7 +24,7 @@ every poll costs a core. A LogScanner remembers what it saw:
 - A poll costs in proportion to the containers, the hot trial dirs and the rescan's
   share (at most `rescan_per_poll`): quiet trial dirs are not looked at, not even in
   memory. A quiet one keeps a compact entry (`_Trial`: its path as a str, its files'
-  names, sizes and mtimes; ~0.75 KB), its TrialDir built again when it is needed, so the
+  names, sizes and mtimes packed; ~0.5 KB), its TrialDir built again when it is needed, so the
   process's memory stays flat with the history too. A trial dir is
   forgotten when its container, listed again, no longer holds it, or is itself gone.
 - Links are not followed below a root (the root itself may be one): a linked directory
@@ -94,7 +94,7 @@ class _Trial:
     when it is handed on or asked for (trials_in, candidates) and kept only while the
     directory keeps changing (a running trial, handed on every poll) and is not quiet.
     No Path is kept: `path` is the directory's, as a str, the same object as the key it
-    is filed under and its container's entry. ~0.75 KB a quiet trial dir in all, against
+    is filed under and its container's entry. ~0.5 KB a quiet trial dir in all, against
     ~2.4 KB as a TrialDir with its Paths and a dict of file stats (bench/README.md)."""
 
     __slots__ = ("dir_mtime", "file_run", "framework", "hot_until", "names", "path", "quiet",
