@@ -203,6 +203,7 @@ class LogScanner:
         # Trial dirs by path (a str: a Path object costs ~1 KB, 100,000 of them 100 MB).
         self.trials: dict[str, _Trial] = {}
         self.hot: dict[str, None] = {}  # trial dirs checked every poll, in order seen
+        self.hot_peak = 0  # the most it held since it was last copied (a dict never shrinks)
         # Quiet trial dirs, next to rescan first. Entries that woke up or were forgotten
         # are dropped lazily when they come round: removing from the middle of a deque
         # costs O(n). An entry says itself whether it is in it (no set of 100,000 paths).
@@ -228,7 +229,16 @@ class LogScanner:
             if not self._unchanged(entry) and self._check(entry, now):
                 out.append(entry)  # what the mtimes missed: watched again
         self.last_scan = now
+        self._shrink_hot()
         return Scan(TrialDirs(out), walk.state_dirs, checked, len(self.trials))
+
+    def _shrink_hot(self) -> None:
+        """A first pass makes a whole history hot; once it settled, the hot set's table
+        (~47 bytes a trial dir it ever held) is copied to the size of what is left."""
+        self.hot_peak = max(self.hot_peak, len(self.hot))
+        if self.hot_peak > 1024 and len(self.hot) * 8 < self.hot_peak:
+            self.hot = dict(self.hot)
+            self.hot_peak = len(self.hot)
 
     def candidates(self) -> TrialDirs:
         """Hot trial dirs that have been quiet for quiet_after_s: the caller says (settle)
