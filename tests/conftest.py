@@ -347,19 +347,38 @@ def add_worker_node(ray_cluster: LocalCluster, tmp_path: Path
             cmd.append(f"--node-ip-address={node_ip}")
         if hostname:
             cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *cmd]
-        said = tmp_path / f"ray-start-{len(started)}.log"
-        with said.open("wb") as sink:
-            process = subprocess.Popen(
-                cmd, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT,
-                env={**os.environ, "RAY_AUTH_MODE": "token"},
-            )
-        process.said = said  # type: ignore[attr-defined]
+        for attempt in range(3):
+            said = tmp_path / f"ray-start-{len(started)}-{attempt}.log"
+            with said.open("wb") as sink:
+                process = subprocess.Popen(
+                    cmd, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT,
+                    env={**os.environ, "RAY_AUTH_MODE": "token"},
+                )
+            process.said = said  # type: ignore[attr-defined]
+            if not _gave_up_joining(process, said):
+                break
         started.append(process)
         return process
 
     yield start
     for process in started:
         stop_ray_start(process)
+
+
+def _gave_up_joining(process: subprocess.Popen, said: Path, timeout_s: float = 60) -> bool:
+    """Whether `ray start` gave up: its raylet waits 30 s at most for the GCS to list it
+    (ray/_private/node.py, raylet_start_wait_time_s, not configurable), which a machine
+    running the whole suite can miss ("RPC error: Deadline Exceeded"). The node is
+    started again then; anything else is the test's to see."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = said.read_text(errors="replace")
+        if "Ray runtime started" in text:
+            return False
+        if process.poll() is not None:
+            return "timed out during startup" in text
+        time.sleep(0.2)
+    return False
 
 
 def stop_node(process: subprocess.Popen, timeout_s: float = 40) -> None:
