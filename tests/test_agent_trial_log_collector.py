@@ -7,6 +7,7 @@ restart without a line lost or sent twice, and never overflows the spool."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -199,8 +200,6 @@ def test_a_settled_experiments_tune_state_leaves_memory_until_it_is_asked_again(
 
 
 def test_once_a_long_first_pass_settled_the_hot_set_gives_its_room_back(node: Node) -> None:
-    import sys
-
     tids = [trial_id(0, n) for n in range(1100)]
     for tid in tids:
         write_trial(node.root / "search_0", tid, lines=1)
