@@ -24,8 +24,8 @@ every poll costs a core. A LogScanner remembers what it saw:
 - A poll costs in proportion to the containers, the hot trial dirs and the rescan's
   share (at most `rescan_per_poll`): quiet trial dirs are not looked at, not even in
   memory. A quiet one keeps a compact entry (`_Trial`: its path as a str, its files'
-  names, sizes and mtimes packed; ~0.5 KB), its TrialDir built again when it is needed, so the
-  process's memory stays flat with the history too. A trial dir is
+  names, its and their mtimes and sizes packed; ~0.4 KB), its TrialDir built again when
+  it is needed, so the process's memory stays flat with the history too. A trial dir is
   forgotten when its container, listed again, no longer holds it, or is itself gone.
 - Links are not followed below a root (the root itself may be one): a linked directory
   is not entered, and one named as a Tune trial dir is handed on as refused, so that its
@@ -85,39 +85,69 @@ class Scan:
     state_dirs: list[tuple[str, Path]]  # (experiment, directory) whose Tune state changed
     checked: int  # trial directories statted this poll
     known: int  # trial directories known in all
+    new: int = 0  # of trial_dirs, those first seen this poll
 
 
 class _Trial:
     """What the scanner keeps of one trial directory: what a check compares, the names
     of the files its TrialDir reads (a tuple shared by every trial dir of the same
-    shape), their sizes and mtimes and the directory's own, flat. Its TrialDir is built
-    when it is handed on or asked for (trials_in, candidates) and kept only while the
-    directory keeps changing (a running trial, handed on every poll) and is not quiet.
-    No Path is kept: `path` is the directory's, as a str, the same object as the key it
-    is filed under and its container's entry. ~0.5 KB a quiet trial dir in all, against
-    ~2.4 KB as a TrialDir with its Paths and a dict of file stats (bench/README.md)."""
+    shape), the directory's mtime and its files' sizes and mtimes packed in one bytes.
+    Its TrialDir is built when it is handed on or asked for (trials_in, candidates) and
+    kept only while the directory keeps changing (a running trial, handed on every poll)
+    and is not quiet. No Path is kept: `path` is the directory's, as a str, the same
+    object as the key it is filed under and its container's entry. Eight slots, the
+    flags in one int: a quiet trial dir costs ~0.4 KB live (bench/README.md,
+    history_scale_bench), against ~2.4 KB as a TrialDir with its Paths and a dict of
+    file stats."""
 
-    __slots__ = ("dir_mtime", "file_run", "framework", "hot_until", "names", "path", "quiet",
-                 "refused", "root", "rotating", "stats", "trial_dir")
+    __slots__ = ("flags", "framework", "hot_until", "names", "path", "root", "stats",
+                 "trial_dir")
 
     def __init__(self, path: str, root: Root | None, dir_mtime: int, names: tuple[str, ...],
                  hot_until: float, trial_dir: TrialDir | None = None,
                  refused: bool = False, framework: str = "", file_run: bool = False) -> None:
         self.path = path
         self.root = root
-        self.dir_mtime = dir_mtime
         self.names = names  # the files read, in TrialDir's order: results, events, params, error
         # A JSONL run's logger (VERL, EASYR1, RAYTRAIN); "": Tune's or TensorBoard's files.
         self.framework = framework
-        self.file_run = file_run  # `path` is the run's JSONL file, not a directory
-        # (size, mtime_ns) of each name packed (_stats), or of the file itself for a file
-        # run (a tuple); -1s: no stat
-        self.stats = _file_stat(path) if file_run else _stats(path, names)
-        self.hot_until = hot_until
-        self.quiet = False
-        self.rotating = False  # in the slow rescan's rotation (once, however often it settles)
-        self.refused = refused  # a link named as a trial dir: nothing of it is read
+        # FILE_RUN: `path` is the run's JSONL file, not a directory; REFUSED: a link named
+        # as a trial dir, nothing of it is read; ROTATING: in the slow rescan's rotation
+        # (once, however often it settles).
+        self.flags = (_FILE_RUN if file_run else 0) | (_REFUSED if refused else 0)
+        # A directory's mtime, then (size, mtime_ns) of each name, packed (_stats); a file
+        # run's (size, mtime_ns) (a tuple); -1s: no stat
+        self.stats = _file_stat(path) if file_run else _stats(path, names, dir_mtime)
+        self.hot_until: float | None = hot_until  # None: quiet (settled, not watched)
         self.trial_dir = trial_dir  # while watched; None: built again when needed
+
+    @property
+    def quiet(self) -> bool:
+        return self.hot_until is None
+
+    @property
+    def file_run(self) -> bool:
+        return bool(self.flags & _FILE_RUN)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.flags & _REFUSED)
+
+    @property
+    def rotating(self) -> bool:
+        return bool(self.flags & _ROTATING)
+
+    @rotating.setter
+    def rotating(self, value: bool) -> None:
+        self.flags = self.flags | _ROTATING if value else self.flags & ~_ROTATING
+
+    @property
+    def dir_mtime(self) -> int:
+        """The directory's mtime_ns when last listed; -1: list it again."""
+        return _MTIME.unpack_from(self.stats)[0] if len(self.stats) >= _MTIME.size else -1
+
+
+_FILE_RUN, _REFUSED, _ROTATING = 1, 2, 4
 
 
 @dataclass
@@ -230,7 +260,7 @@ class LogScanner:
                 out.append(entry)  # what the mtimes missed: watched again
         self.last_scan = now
         self._shrink_hot()
-        return Scan(TrialDirs(out), walk.state_dirs, checked, len(self.trials))
+        return Scan(TrialDirs(out), walk.state_dirs, checked, len(self.trials), len(walk.new))
 
     def _shrink_hot(self) -> None:
         """A first pass makes a whole history hot; once it settled, the hot set's table
@@ -253,7 +283,7 @@ class LogScanner:
         for path in finished:
             if (entry := self.trials.get(os.fspath(path))) is not None and not entry.quiet:
                 # Quiet: what the rescan compares is all it keeps.
-                entry.quiet, entry.trial_dir, entry.hot_until = True, None, 0.0
+                entry.trial_dir, entry.hot_until = None, None
                 self.hot.pop(entry.path, None)
                 if not entry.rotating:
                     self.rotation.append(entry)
@@ -293,7 +323,7 @@ class LogScanner:
         now = self.clock()
         for path in paths:
             if (entry := self.trials.get(os.fspath(path))) is not None:
-                entry.dir_mtime, entry.stats = -1, ()
+                entry.stats = b""  # no directory mtime: listed again
                 self._warm(entry, now)
 
     # --- containers -------------------------------------------------------------------------
@@ -320,8 +350,12 @@ class LogScanner:
             self._warm_children(known, walk.now)
         walk.containers.add(directory)
         self._check_state(directory, known, walk)
-        for sub in sorted(known.containers):  # a copy: a sub may turn out a trial dir
+        subs = sorted(known.containers)  # a copy: a sub may turn out a trial dir
+        for sub in subs:
             self._visit(Path(sub), depth + 1, walk, root, sub)
+        if len(known.containers) * 4 < len(subs):
+            # They were trial dirs: a set keeps its table when emptied (~32 bytes each).
+            known.containers = set(known.containers)
 
     def _list(self, directory: Path, key: str, mtime: int, depth: int, walk: _Walk,
               root: Root) -> bool:
@@ -442,7 +476,6 @@ class LogScanner:
 
     def _warm(self, entry: _Trial, now: float) -> None:
         entry.hot_until = now + self.quiet_after_s
-        entry.quiet = False
         self.hot[entry.path] = None
 
     # --- trial directories ----------------------------------------------------------------------
@@ -472,8 +505,7 @@ class LogScanner:
                 return False
             if names is not None and names != entry.names:
                 entry.names, entry.trial_dir = names, None
-            entry.dir_mtime = mtime
-        stats = _stats(entry.path, entry.names)
+        stats = _stats(entry.path, entry.names, mtime)
         if not listed and stats == entry.stats:
             return False
         entry.stats = stats
@@ -511,8 +543,9 @@ class LogScanner:
                 if name in PARAMS_FILES:
                     continue
                 stat = os.stat(os.path.join(entry.path, name), follow_symlinks=False)
+                at = _MTIME.size + _STAT.size * n
                 if _STAT.pack(stat.st_size, stat.st_mtime_ns) != entry.stats[
-                        _STAT.size * n:_STAT.size * (n + 1)]:
+                        at:at + _STAT.size]:
                     return False
         except OSError:
             return False  # _check says what became of it
@@ -692,15 +725,17 @@ class TrialDirs(Sequence[TrialDir]):
         return f"TrialDirs({len(self)} trial dirs)"
 
 
+_MTIME = struct.Struct("=q")  # a directory's mtime_ns
 _STAT = struct.Struct("=qq")  # one file's (size, mtime_ns)
 
 
-def _stats(path: str, names: tuple[str, ...]) -> bytes:
-    """(size, mtime_ns) of each file, packed one after the other; (-1, -1) for one that
-    could not be statted. One bytes object (16 bytes a file and ~33 of its own) is what a
-    quiet trial dir keeps of its files: a tuple of ints cost ~230 bytes for a Tune trial
-    dir's 2-3 files (bench/README.md, history_scale_bench)."""
-    stats = bytearray()
+def _stats(path: str, names: tuple[str, ...], dir_mtime: int) -> bytes:
+    """The directory's mtime, then (size, mtime_ns) of each file, packed one after the
+    other; (-1, -1) for one that could not be statted. One bytes object (8 bytes, 16 a
+    file and ~33 of its own) is what a quiet trial dir keeps of its files: a tuple of
+    ints cost ~230 bytes for a Tune trial dir's 2-3 files, and the mtime as an int ~48
+    more (bench/README.md, history_scale_bench)."""
+    stats = bytearray(_MTIME.pack(dir_mtime))
     for name in names:
         try:
             stat = os.stat(os.path.join(path, name), follow_symlinks=False)

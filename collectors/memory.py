@@ -32,11 +32,13 @@ def give_back_freed() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
-# Records read, or trials evaluated, in one poll from which its freed memory is handed
-# back: a first read of a long history, not the polls that follow it.
+# Records read, trial dirs first seen or settled, or trials evaluated, in one poll from
+# which its freed memory is handed back: a first read of a long history, or a restart's
+# pass over every trial dir of it, not the polls that follow.
 LARGE_POLL = 1_000
 
 
 def give_back_after(count: int) -> bool:
-    """give_back_freed() after a poll that read or evaluated `count`, if that was large."""
+    """give_back_freed() after a poll that went over `count` (records, trial dirs or
+    trials), if that was large."""
     return count >= LARGE_POLL and give_back_freed()

@@ -199,16 +199,25 @@ def test_a_settled_experiments_tune_state_leaves_memory_until_it_is_asked_again(
     assert {s.status for s in states.get(tmp_path).values()} == {"ERROR"}
 
 
-def test_once_a_long_first_pass_settled_the_hot_set_gives_its_room_back(node: Node) -> None:
+def test_once_a_long_first_pass_settled_its_tables_give_their_room_back(node: Node) -> None:
     tids = [trial_id(0, n) for n in range(1100)]
     for tid in tids:
         write_trial(node.root / "search_0", tid, lines=1)
     write_state(node.root / "search_0", tids)
-    node.collector.poll()  # all new: all hot
+    first = node.collector.poll()  # all new: all hot
     held = sys.getsizeof(node.collector.scanner.hot)
-    for _ in range(2):
-        node.collector.poll()  # finished and quiet: settled, then the next scan shrinks
+    polls = [node.collector.poll() for _ in range(3)]  # settled, the next scan shrinks
     assert node.collector.scanner.hot == {}
     # A dict keeps its table when emptied: ~36 KB for 1,100 paths here, ~4.7 MB at
-    # 100,000, for the process's life.
+    # 100,000, for the process's life. So does the experiment's set of the subdirectories
+    # it had not yet told trial dirs or not, when it was first listed.
     assert sys.getsizeof(node.collector.scanner.hot) < held // 10
+    experiment = node.collector.scanner.containers[node.root / "search_0"]
+    assert experiment.containers == set() and sys.getsizeof(experiment.containers) < 1024
+    # The polls that went over every trial dir say so, and only they: what they freed is
+    # handed back (collectors.memory), not at every quiet poll after.
+    assert [first.dirs, *(p.dirs for p in polls)] == [1100, 1100, 0, 0]
+
+    node.collector.store.close()
+    node.collector = node.start()  # a restart: every dir seen, then settled, once more
+    assert [node.collector.poll().dirs for _ in range(3)] == [1100, 1100, 0]

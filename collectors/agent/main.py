@@ -175,7 +175,8 @@ class Agent:
             while not self.stop.is_set():
                 try:
                     collector = collector or self.trial_log_collector()
-                    give_back_after(collector.poll().records)  # a first read of history
+                    stats = collector.poll()
+                    give_back_after(max(stats.records, stats.dirs))  # a first read of history
                     self.trial_log_error = None
                 except Exception as exc:  # the loop goes on; the next poll retries
                     message = f"{type(exc).__name__}: {exc}"

@@ -73,6 +73,9 @@ class PollStats:
     checked: int = 0  # trial dirs statted by the scan
     known: int = 0
     backlog: int = 0  # trial dirs with more to read at the next poll
+    # Trial dirs first seen or settled this poll: a restart over a long history reads no
+    # record but goes over every dir, twice (collectors.memory).
+    dirs: int = 0
 
 
 class TrialLogCollector:
@@ -108,7 +111,7 @@ class TrialLogCollector:
     def poll(self) -> PollStats:
         self.poll_states, self.poll_searches, self.poll_writers = {}, {}, None
         self.scanner.roots = self.roots()
-        self._settle()
+        settled = self._settle()
         scan = self.scanner.scan()
         work = {**self.backlog, **dict.fromkeys(scan.trial_dirs.paths())}
         self.backlog = {}
@@ -130,7 +133,7 @@ class TrialLogCollector:
             self.scanner.retry(scan)
             raise
         return PollStats(out.records_total, out.batches, out.read_bytes, scan.checked,
-                         scan.known, len(self.backlog))
+                         scan.known, len(self.backlog), scan.new + settled)
 
     def file(self, key: str, keep: bool = True) -> FileState | None:
         """A file's cursor; kept in memory (`keep`) while its trial dir changes."""
@@ -291,8 +294,10 @@ class TrialLogCollector:
         return sent
 
     # --- settling quiet trial dirs -----------------------------------------------------------
-    def _settle(self) -> None:
+    def _settle(self) -> int:
+        """Settle the finished trial dirs among the scanner's candidates; how many."""
         candidates = self.scanner.candidates()  # a batch at a time: a first pass's are all due
+        settled = 0
         for start in range(0, len(candidates), SETTLE_BATCH):
             batch = candidates[start:start + SETTLE_BATCH]
             finished = [d for d in batch if self._finished(d)]
@@ -300,6 +305,8 @@ class TrialLogCollector:
             self.scanner.settle(done, [d.path for d in batch if d.path not in done])
             for trial_dir in finished:
                 self._forget(trial_dir)
+            settled += len(finished)
+        return settled
 
     def _forget(self, trial_dir: TrialDir) -> None:
         """A settled trial dir's cursors leave memory (the store keeps them)."""

@@ -130,6 +130,7 @@ def ingest_logs(roots: Sequence[Path], now: datetime,
         for turn in range(MAX_POLLS):
             poll = reader.collector.poll()
             stats.bytes_read += poll.bytes_read
+            stats.dirs += poll.dirs
             if turn == 0:
                 stats.checked, stats.known = poll.checked, poll.known
             if not poll.backlog or not poll.bytes_read:

@@ -49,6 +49,7 @@ class IngestStats:
     new_points: dict[int, list[ResultLine]] = field(default_factory=dict)
     checked: int = 0  # trial dirs statted by the scan
     known: int = 0  # trial dirs under the roots
+    dirs: int = 0  # trial dirs first seen or settled (PollStats.dirs)
     busy: bool = False  # another process was reading the log dirs: this poll read nothing
 
 

@@ -60,8 +60,9 @@ def evaluate_and_push(stats: IngestStats) -> None:
         evaluation = evaluate_trials(timezone.now())
     push_updates(stats, evaluated=evaluation["trials"])
     flush_experiments()
-    # A first ingest's peak is not kept for the server's life.
-    give_back_after(max(stats.results, evaluation["evaluated"]))
+    # A first ingest's peak, or a restart's pass over every trial dir, is not kept for
+    # the server's life.
+    give_back_after(max(stats.results, stats.dirs, evaluation["evaluated"]))
 
 
 @shared_task(name="dashboard.trials.tasks.evaluate_reported")
