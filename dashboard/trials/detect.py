@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -68,11 +68,18 @@ def thresholds() -> Thresholds:
 # (new results, status, error: their rows were saved, and Trial.updated_at says when),
 # those whose deadline came (Trial.check_at: a stall limit, a grace period, set by the
 # evaluation before), and those whose process Ray now reports otherwise (an actor came or
-# went); the incidents of the others stay as they are. The first evaluation of a process
-# looks at every trial that can have a finding. 10,000 running trials cost a poll what
-# the ~1,000 that reported since cost. Wall-clock times, as auto_now stamps updated_at.
+# went, or its cluster's state changed); the incidents of the others stay as they are.
+# The first evaluation of a process looks at every trial that can have a finding. 10,000
+# running trials cost a poll what the ~1,000 that reported since cost. Wall-clock times,
+# as auto_now stamps updated_at.
 _last_start: list[datetime] = []  # since when the next evaluation looks for changes
 _last_live: dict[int, dict[tuple[str, int], float]] = {}  # what Ray said then
+_last_states: dict[int, str] = {}  # each cluster's state then (Cluster.state)
+# An error held because its cluster does not answer is looked at again when the cluster's
+# state or Ray's view of it changes, and at least this often: not every poll, which for a
+# history first read while Ray was down (every errored trial of it held) cost 1.7x the
+# server's steady CPU at 250 errored trials (bench/quiet_history_bench.py, first start).
+HELD_RECHECK_S = 60.0
 
 
 # Trials evaluated at once: a process's first evaluation after a long history was read
@@ -112,16 +119,17 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     # without the end of the session before it.
     answered = dict(Cluster.objects.filter(last_seen_at__isnull=False)
                     .values_list("pk", "last_seen_at"))
-    unreachable = set(Cluster.objects.filter(state=Cluster.UNREACHABLE)
-                      .values_list("pk", flat=True))
+    states = dict(Cluster.objects.values_list("pk", "state"))
     poll = _Poll(
         now=now, started=started, live=live, restarted=session_ends(),
         th=thresholds(),
         # A cluster that ended (torn down, head lost) runs nothing, and neither does a
         # session that a restarted head ended: their trials' incidents resolve.
-        ended=set(Cluster.objects.filter(state=Cluster.ENDED).values_list("pk", flat=True)),
-        unreachable=unreachable, answered=answered)
-    pks = trials_to_evaluate(since, now, live)
+        ended={pk for pk, state in states.items() if state == Cluster.ENDED},
+        unreachable={pk for pk, state in states.items() if state == Cluster.UNREACHABLE},
+        answered=answered)
+    pks = trials_to_evaluate(since, now, live, [pk for pk in states.keys() | _last_states.keys()
+                                                if states.get(pk) != _last_states.get(pk)])
     pks += of_ended_session_firing(poll.restarted, set(pks))
     query = Trial.objects.defer(*UNREAD_BY_RULES)
     for start in range(0, max(len(pks), 1), EVALUATE_CHUNK):
@@ -132,6 +140,8 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     _last_start[:] = [horizon]
     _last_live.clear()
     _last_live.update(live)
+    _last_states.clear()
+    _last_states.update(states)
     return poll.result
 
 
@@ -206,9 +216,13 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
         if len(kept) < len(found):
             held.add(trial.pk)
         # Only a held error, a run waiting on a call and a trial whose stacks are awaited
-        # are looked at again each poll, not every trial of the cluster.
-        checks[trial.pk] = now if trial.pk in held or waits or sampling \
-            else next_check(snapshot, kept, th, now)
+        # are looked at again each poll, not every trial of the cluster; an error held
+        # because its cluster does not answer, when the cluster changes (HELD_RECHECK_S).
+        if trial.pk in held and trial.experiment.cluster_id in poll.unreachable:
+            checks[trial.pk] = now + timedelta(seconds=HELD_RECHECK_S)
+        else:
+            checks[trial.pk] = now if trial.pk in held or waits or sampling \
+                else next_check(snapshot, kept, th, now)
         context[snapshot.subject] = {"trial": trial, "experiment": trial.experiment.name,
                                      "node_ip": trial.node_ip}
     stacks = stacks_of_stalls(stalled)
@@ -334,19 +348,25 @@ def silences(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
 
 
 def trials_to_evaluate(since: datetime | None, now: datetime,
-                       live: dict[int, dict[tuple[str, int], float]]) -> list[int]:
+                       live: dict[int, dict[tuple[str, int], float]],
+                       clusters_changed: Sequence[int] = ()) -> list[int]:
     """The pks of the trials to look at: every one that can have a finding (a process's
-    first evaluation), else what changed, is due, or whose process Ray says moved."""
+    first evaluation), else what changed, is due, or whose process Ray says moved, or
+    whose cluster's state changed (`clusters_changed`)."""
     if since is None:
         return list(Trial.objects.filter(can_have_findings()).distinct()
                     .order_by("pk").values_list("pk", flat=True))
     found = set(Trial.objects.filter(Q(updated_at__gte=since) | Q(check_at__lte=now))
                 .values_list("pk", flat=True))
     rebind = runs_to_bind(since)
-    # A finished trial is looked at again only while it still has a process: one that
-    # ended while Ray's view was not current keeps it until Ray says otherwise.
-    unfinished = ~Q(status__in=Trial.FINISHED) | Q(process_alive=True)
-    for moved in [*liveness_changed(_last_live, live), *([rebind] if rebind else [])]:
+    # A finished trial is looked at again only while it still has a process (one that
+    # ended while Ray's view was not current keeps it until Ray says otherwise), or a
+    # deadline: an error held until its cluster answers.
+    unfinished = ~Q(status__in=Trial.FINISHED) | Q(process_alive=True) | Q(
+        check_at__isnull=False)
+    states = [Q(experiment__cluster_id__in=list(clusters_changed))] if clusters_changed else []
+    for moved in [*liveness_changed(_last_live, live), *([rebind] if rebind else []),
+                  *states]:
         found.update(Trial.objects.filter(moved).filter(unfinished)
                      .values_list("pk", flat=True))
     return sorted(found)
