@@ -117,9 +117,9 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
     # Ray's answers before the sessions they ended (one transaction writes both,
     # cluster/sessions.note_answer): an answer from a restarted head is never read
     # without the end of the session before it.
-    answered = dict(Cluster.objects.filter(last_seen_at__isnull=False)
-                    .values_list("pk", "last_seen_at"))
-    states = dict(Cluster.objects.values_list("pk", "state"))
+    clusters = list(Cluster.objects.values_list("pk", "state", "last_seen_at"))
+    answered = {pk: seen for pk, _, seen in clusters if seen is not None}
+    states = {pk: state for pk, state, _ in clusters}
     poll = _Poll(
         now=now, started=started, live=live, restarted=session_ends(),
         th=thresholds(),
