@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,13 +39,33 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def fill(disk: Path) -> Path:
-    """Write until the filesystem says it is full."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):
-        while True:
-            out.write(b"\0" * 4096)
-    return filler
+class Full:
+    """The filesystem kept full: written until it says so, and again whenever something
+    frees room (the agent deletes each batch once raywatch has it, and the next batch
+    would fit where the last one was). `unlink()` stops and gives the room back."""
+
+    def __init__(self, disk: Path) -> None:
+        self.path = disk / "filler"
+        self.out = self.path.open("wb", buffering=0)
+        self.done = threading.Event()
+        self._fill()
+        self.thread = threading.Thread(target=self._keep_full, daemon=True)
+        self.thread.start()
+
+    def _fill(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.out.write(b"\0" * 512)
+
+    def _keep_full(self) -> None:
+        while not self.done.wait(0.01):
+            self._fill()
+
+    def unlink(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self.out.close()
+        self.path.unlink()
 
 
 def lose(spool: Path) -> Path:
@@ -70,7 +91,7 @@ def test_an_agent_keeps_reporting_when_its_spool_cannot_be_written(
     with running_agent(env, log) as agent:
         wait_for(lambda: GpuSample.objects.count() >= 4, 60, 0.3, "the agent's reports",
                  explain=lambda: log.read_text()[-2000:])
-        broken = fill(small_disk) if fault == "disk full" else lose(spool)
+        broken = Full(small_disk) if fault == "disk full" else lose(spool)
         said = wait_for(lambda: [p for p in agent_problems() if "cannot write its spool" in p],
                         30, 0.3, "the coverage to say the spool cannot be written",
                         explain=lambda: (agent_problems(), log.read_text()[-2000:]))
