@@ -61,9 +61,11 @@ class StoreSink:
     cursors that cover them."""
 
     max_bytes = 1 << 62  # never full: what is read is stored at once
-    # No request to keep small: a batch of thousands of results is stored by COPY (under
-    # bulkwrite.COPY_MIN_ROWS rows, a row at a time in INSERTs: 4x slower a first ingest).
-    batch_bytes = 8 << 20
+    # Bigger than an agent's report (256 KiB): a batch of thousands of results is stored by
+    # COPY (under bulkwrite.COPY_MIN_ROWS rows, a row at a time in INSERTs: 4x slower a
+    # first ingest). Not bigger: a batch is held whole, decoded, while it is stored, and a
+    # first start keeps that high-water mark (8 MiB: +11 MB RSS, no faster; bench/README).
+    batch_bytes = 1 << 20
 
     def __init__(self) -> None:
         self.now: datetime | None = None
