@@ -283,16 +283,22 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     mark_ray_current()
     cluster, run = stored_verl_run(now)
     # What earlier tests' real clusters left in this cluster's rows (a call_overdue of job
-    # 01000000, every cluster's first job; their calls) is not this run's: gone for this
+    # 01000000, every cluster's first job; their calls; the usual durations they learned,
+    # TaskRunner.run's among them once a short run ended) is not this run's: gone for this
     # test (rolled back after it).
     Incident.objects.filter(kind="call_overdue", cluster=cluster).delete()
     RayCall.objects.filter(cluster=cluster).delete()
+    CallTiming.objects.filter(cluster=cluster).delete()
+    # And a job of its own, which no real cluster of this run reaches: a Ray poll that
+    # commits while this test runs cannot put a call in it.
+    job = "7e000000"
+    Actor.objects.filter(cluster=cluster, actor_id="t").update(job_id=job)
     Trial.objects.filter(pk=run.pk).update(iteration=4,
                                            last_result_at=now - timedelta(seconds=90))
 
     def call(name: str, task_id: str) -> RayCall:
         return RayCall.objects.create(cluster=cluster, task_id=task_id, name=name,
-                                      kind="ACTOR_TASK", job_id="01000000", actor_id="r",
+                                      kind="ACTOR_TASK", job_id=job, actor_id="r",
                                       node_id="n1", pid=200,
                                       first_seen_at=now - timedelta(seconds=20))
 
