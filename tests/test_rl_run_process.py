@@ -319,4 +319,8 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
                               updated_at=now)
     assert not stalled()
     reward.delete()  # the call ended, and no step came: the run is stalled now
-    assert stalled()
+    # (It failed here in full runs, never alone, for a cause not found yet: what it says.)
+    assert stalled(), (Cluster.objects.values("state").get(pk=cluster.pk),
+                       Trial.objects.values("status", "check_at", "last_result_at").get(pk=run.pk),
+                       list(RayCall.objects.filter(cluster=cluster).values_list("name", "job_id")),
+                       list(CallTiming.objects.filter(cluster=cluster).values_list("name")))
