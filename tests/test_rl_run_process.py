@@ -282,10 +282,9 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     now = timezone.now()
     mark_ray_current()
     cluster, run = stored_verl_run(now)
-    # What earlier tests' real clusters left in this cluster's rows (a call_overdue of job
-    # 01000000, every cluster's first job; their calls; the usual durations they learned,
-    # TaskRunner.run's among them once a short run ended) is not this run's: gone for this
-    # test (rolled back after it).
+    # What earlier tests' real clusters may leave in this cluster's rows (a call_overdue of
+    # job 01000000, every cluster's first job; their calls; the usual durations they
+    # learned) is not this run's: gone for this test (rolled back after it).
     Incident.objects.filter(kind="call_overdue", cluster=cluster).delete()
     RayCall.objects.filter(cluster=cluster).delete()
     CallTiming.objects.filter(cluster=cluster).delete()
