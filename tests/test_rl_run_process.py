@@ -20,6 +20,7 @@ from dashboard.cluster.models import (
     Actor,
     CallTiming,
     Cluster,
+    ClusterSession,
     Job,
     Node,
     RayCall,
@@ -106,8 +107,17 @@ def test_two_live_trainers_on_one_node_are_told_apart_only_by_the_logs_writer() 
 
 def stored_verl_run(now):  # type: ignore[no-untyped-def]
     """A verl run tied to its TaskRunner (pid 100, job 01000000) on node n1 (10.0.0.5),
-    as the Ray poll and the trial poll store them."""
+    as the Ray poll and the trial poll store them, in the shared cluster, without what
+    earlier tests' real clusters left in its rows (gone for the test, rolled back after
+    it). A session that ended there after the run's last result makes the run that
+    session's history, never evaluated again (trials/detect.of_ended_session): in a full
+    run a real head restarted under the shared cluster's name in the last 90 s, and a run
+    silent for 90 s was never called stalled."""
     cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    ClusterSession.objects.filter(cluster=cluster).delete()
+    Incident.objects.filter(kind="call_overdue", cluster=cluster).delete()
+    RayCall.objects.filter(cluster=cluster).delete()
+    CallTiming.objects.filter(cluster=cluster).delete()
     experiment = Experiment.objects.create(name="verl_demo", cluster=cluster,
                                            paths=["/data/verl_demo"])
     run = Trial.objects.create(experiment=experiment, trial_id="exp1", framework="verl",
@@ -282,13 +292,7 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     now = timezone.now()
     mark_ray_current()
     cluster, run = stored_verl_run(now)
-    # What earlier tests' real clusters may leave in this cluster's rows (a call_overdue of
-    # job 01000000, every cluster's first job; their calls; the usual durations they
-    # learned) is not this run's: gone for this test (rolled back after it).
-    Incident.objects.filter(kind="call_overdue", cluster=cluster).delete()
-    RayCall.objects.filter(cluster=cluster).delete()
-    CallTiming.objects.filter(cluster=cluster).delete()
-    # And a job of its own, which no real cluster of this run reaches: a Ray poll that
+    # A job of its own, which no real cluster of this run reaches: a Ray poll that
     # commits while this test runs cannot put a call in it.
     job = "7e000000"
     Actor.objects.filter(cluster=cluster, actor_id="t").update(job_id=job)
@@ -317,8 +321,9 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     CallTiming.objects.create(cluster=cluster, name="Other.step", durations=[1.0, 1.0],
                               updated_at=now)
     assert not stalled()
+    run.refresh_from_db()
+    assert run.check_at is not None  # looked at, and again at each poll while it waits
     reward.delete()  # the call ended, and no step came: the run is stalled now
-    # (It failed here in full runs, never alone, for a cause not found yet: what it says.)
     assert stalled(), (Cluster.objects.values("state").get(pk=cluster.pk),
                        Trial.objects.values("status", "check_at", "last_result_at").get(pk=run.pk),
                        list(RayCall.objects.filter(cluster=cluster).values_list("name", "job_id")),
