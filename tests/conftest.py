@@ -94,6 +94,17 @@ def _quick_password_hashing() -> Iterator[None]:
 
 
 # --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`ray` says what a test needs, so it is not kept by hand: every test that uses the
+    session's real cluster (the ray_cluster fixture, directly or through ray_settings or
+    watched) carries it."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()) and \
+                item.get_closest_marker("ray") is None:
+            item.add_marker(pytest.mark.ray)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:  # --collect-only (runner --plan): nothing runs
         return

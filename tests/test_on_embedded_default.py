@@ -11,8 +11,12 @@ from tests.embedded import start_on_embedded_default
 
 # The files marked `pytestmark = pytest.mark.both_backends`: those whose code path makes
 # queries of its own (ORM lookups, raw SQL, bulk writes, locking); the pure-rule and
-# browser tests add nothing here. A file is in the rerun by carrying the mark.
-RERUN = ("-m", "both_backends", "tests")
+# browser tests add nothing here. A file is in the rerun by carrying the mark. Its tests
+# that need a real Ray cluster (`ray`) run on Postgres only: the Ray poll's queries run
+# here against a stand-in of Ray's state API (tests/raystandin.py; the call poll and its
+# detector: test_ray_calls.py), and the real cluster's minutes would double for nothing
+# the stand-in does not reach (the same poll code, the same rows).
+RERUN = ("-m", "both_backends and not ray", "tests")
 TIMEOUT_S = 900
 
 

@@ -42,7 +42,7 @@ from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.gpus.detect import thresholds, with_call_stacks
 from dashboard.incidents.models import Incident
 from dashboard.incidents.resource_rules import CallView, call_overdue
-from dashboard.trials.models import Trial
+from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.views_data import run_calls_payload, trial_payload
 from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
@@ -240,3 +240,72 @@ def test_a_call_hung_in_ray_get_names_the_call_it_waits_for(settings) -> None:  
         "hung in generate (engine.py:42), waiting on a lock or condition: 3 stacks "
         "unchanged, CPU 0%, no GPU"), shown.summary
     assert (shown.details["root"]["task_id"], shown.details["root"]["pid"]) == ("engine", 300)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
+        settings) -> None:  # type: ignore[no-untyped-def]
+    """The call poll and its detector on each backend, against a stand-in of Ray's state
+    API (tests/raystandin.py, as Ray 2.60 lists running calls): an EasyR1 run's reward
+    call seen to end twice has a usual duration; the next one, still running past its
+    limit, opens call_overdue, which is the run's and which its page lists. The trainer's
+    own Runner.run, never seen to end, raises nothing; once the hung call ends, the
+    incident resolves. (test_a_hung_reward_call_is_named_within_a_minute does this on a
+    real cluster with default limits, on Postgres.)"""
+    from dashboard.cluster.tasks import poll_ray_state
+    from dashboard.gpus.detect import evaluate_resources
+    from tests.raystandin import RayStandIn, cluster_of, hex_id
+
+    settings.CALL_OVERDUE_MIN_S = 1.0  # the limit: 5 times a usual duration of a poll or so
+    ray = cluster_of(live_actors=2, jobs=1)
+    runner, rewarder = ray.actors
+    runner["class_name"], rewarder["class_name"] = "Runner", "AutoRewardManager"
+    node_ip = ray.nodes[0]["node_ip"]
+
+    def running(*calls: tuple[int, str, dict]) -> None:
+        ray.tasks = [{"task_id": hex_id("task", n, 48), "attempt_number": 0, "name": name,
+                      "func_or_class_name": name, "state": "RUNNING", "type": "ACTOR_TASK",
+                      "job_id": actor["job_id"], "actor_id": actor["actor_id"],
+                      "node_id": actor["node_id"], "worker_pid": actor["pid"],
+                      "worker_id": hex_id("worker", actor["pid"], 56),
+                      "parent_task_id": "ff" * 24, "error_type": None}
+                     for n, name, actor in calls]
+
+    def overdue() -> list[Incident]:
+        poll_ray_state()
+        evaluate_resources(timezone.now())
+        return list(Incident.objects.filter(kind="call_overdue", state=Incident.FIRING))
+
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    grpo = Trial.objects.create(
+        experiment=Experiment.objects.create(name="grpo", cluster=cluster, paths=["/ckpt"]),
+        trial_id="grpo", framework="easyr1", attempt=1, pid=runner["pid"], node_ip=node_ip,
+        status=Trial.RUNNING)
+    with RayStandIn(ray).running() as url:
+        settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS = None, url
+        settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH = None, None
+        for step in (1, 2):  # two steps' reward calls, each seen running, then ended
+            running((0, "Runner.run", runner), (step, REWARD, rewarder))
+            assert overdue() == []
+        running((0, "Runner.run", runner), (3, REWARD, rewarder))  # step 3's: it hangs
+        assert overdue() == []  # its limit is not reached at its first sight
+        usual = CallTiming.usual(CallTiming.objects.get(name=REWARD).durations)
+        assert usual is not None
+        [incident] = wait_for(overdue, 60, 0.2, "call_overdue for step 3's reward call",
+                              explain=lambda: list(RayCall.objects.values_list(
+                                  "name", "first_seen_at")))
+        hung = RayCall.objects.get(name=REWARD)
+        assert incident.subject == f"call:{hung.task_id}"
+        assert incident.summary.startswith(f"{REWARD} has run"), incident.summary
+        assert f"pid {rewarder['pid']} on {node_ip}" in incident.summary, incident.summary
+        assert incident.details["usual_s"] == round(usual, 1)
+        assert not CallTiming.objects.filter(name="Runner.run").exists()
+        # The run's: it holds the incident, and its page lists the call running now.
+        wait_for(lambda: overdue() and Incident.objects.get(pk=incident.pk).trial_id
+                 == grpo.pk, 30, 0.2, "the incident to be the run's")
+        grpo = Trial.objects.select_related("experiment").get(pk=grpo.pk)
+        assert {c["name"]: c["task_id"] for c in run_calls_payload(grpo)} == {
+            "Runner.run": RayCall.objects.get(name="Runner.run").task_id, REWARD: hung.task_id}
+        running((0, "Runner.run", runner))  # the reward call ended after all
+        assert overdue() == []
+    assert Incident.objects.get(pk=incident.pk).state == Incident.RESOLVED
