@@ -25,9 +25,11 @@ from tests.served import api_get, api_post, embedded_env, manage, start_serve, s
 
 pytestmark = pytest.mark.beside
 
-# raywatch is down this long: a minute on Postgres (the issue's figure, and longer than the
-# agent's 30 s backoff cap), 10 s on the embedded default (the spool does not care).
-OUTAGE_S = {"postgres": 60, "embedded": 10}
+# raywatch is down this long, three times the agent's backoff cap: it reaches the cap and
+# keeps trying at it, as over the issue's minute with the shipped 30 s cap, whose value
+# only stretches the outage (and the wait after it) here.
+BACKOFF_CAP_S = 4
+OUTAGE_S = 3 * BACKOFF_CAP_S
 NODE, NODE_IP = "gpu-b", "10.9.0.3"
 SAMPLES = """
 import json
@@ -94,7 +96,8 @@ def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: 
     node_token = manage(env, "agent_token", NODE, "--ip", NODE_IP).strip()
     port = free_port()
     url, log = f"http://127.0.0.1:{port}", tmp_path / "serve.log"
-    node = agent_env(url, node_token, tmp_path, NODE, NODE_IP)
+    node = {**agent_env(url, node_token, tmp_path, NODE, NODE_IP),
+            "RAYWATCH_AGENT_BACKOFF_CAP_S": str(BACKOFF_CAP_S)}
     spool = Path(node["RAYWATCH_AGENT_SPOOL"])
     server = start_serve(env, port, log)
     try:
@@ -105,9 +108,8 @@ def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: 
 
             stop_serve(server, log)
             down_at = time.time()
-            outage_s = OUTAGE_S["postgres" if "DATABASE_URL" in env else "embedded"]
-            time.sleep(outage_s)
-            assert spooled(spool) >= outage_s - 2  # it kept polling into its spool
+            time.sleep(OUTAGE_S)
+            assert spooled(spool) >= OUTAGE_S - 2  # it kept polling into its spool
             server = start_serve(env, port, log)
             up_at = time.time()
             wait_for(lambda: spooled(spool) <= 1 and _gpus(url, api_token), 120, 0.5,

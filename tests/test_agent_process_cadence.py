@@ -92,6 +92,7 @@ def test_a_bad_snapshot_interval_stops_the_agent(value: str, tmp_path: Path) -> 
     ("RAYWATCH_LOG_RESCAN_PER_POLL", "0", "at least 1"),
     ("RAYWATCH_LOG_RESCAN_PER_POLL", "2.5", "whole number"),
     ("RAYWATCH_LOG_RESCAN_PER_POLL", "many", "expected a number"),
+    ("RAYWATCH_AGENT_BACKOFF_CAP_S", "0", "at least 1"),
 ])
 def test_a_bad_gather_time_or_rescan_share_stops_the_agent(name: str, value: str, why: str,
                                                             tmp_path: Path) -> None:
@@ -101,3 +102,19 @@ def test_a_bad_gather_time_or_rescan_share_stops_the_agent(name: str, value: str
                     **{name: value})
     with pytest.raises(ConfigError, match=f"{name}.*{why}"):
         AgentConfig.from_env(env)
+
+
+def test_an_agent_that_cannot_reach_raywatch_tries_again_at_most_its_cap_apart(
+        tmp_path: Path) -> None:
+    """While raywatch does not answer, the waits double from 1 s up to
+    RAYWATCH_AGENT_BACKOFF_CAP_S (jitter of a fifth either way); a Retry-After wins."""
+    env = agent_env("http://127.0.0.1:9", "rwa_" + "x" * 40, tmp_path, "gpu-b", "10.9.0.3",
+                    RAYWATCH_AGENT_BACKOFF_CAP_S="8")
+    backoff = agent_main.Backoff(AgentConfig.from_env(env).backoff_cap_s)
+    waits = [backoff.next() for _ in range(8)]
+    for wait, base in zip(waits, [1, 2, 4, 8, 8, 8, 8, 8], strict=True):
+        assert 0.8 * base <= wait <= 1.2 * base, waits
+    assert backoff.next(retry_after=90) == 90
+    del env["RAYWATCH_AGENT_BACKOFF_CAP_S"]  # the default: half a minute
+    default = agent_main.Backoff(AgentConfig.from_env(env).backoff_cap_s)
+    assert 24 <= [default.next() for _ in range(8)][-1] <= 36

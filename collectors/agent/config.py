@@ -33,6 +33,7 @@ POLL_LOGS_S = 1.0
 PROCESSES_S = 5.0
 SPOOL_MB = 256
 TIMEOUT_S = 10.0
+BACKOFF_CAP_S = 30.0
 
 
 class ConfigError(Exception):
@@ -58,6 +59,7 @@ class AgentConfig:
     py_spy: str | None = None  # py-spy for stacks; None: beside this Python, else on PATH
     ray_tmp_dir: Path = Path(RAY_TMP_DIR)  # every Ray session's live driver_artifacts
     poll_logs_s: float = POLL_LOGS_S
+    backoff_cap_s: float = BACKOFF_CAP_S
     log_quiet_s: float = LOG_QUIET_S
     log_rescan_s: float = LOG_RESCAN_S
     # quiet trial dirs the slow rescan checks a poll, at most
@@ -127,6 +129,10 @@ class AgentConfig:
                                         JSON_FILE_MAX_MB, 1),
             # Seconds each request to raywatch may take.
             timeout_s=_number(env, "RAYWATCH_AGENT_TIMEOUT_S", TIMEOUT_S, 1),
+            # The longest wait, in seconds, between two tries while raywatch does not answer
+            # (from 1 s, doubling, with jitter); a reply's Retry-After wins. Longer spreads a
+            # few hundred agents' returns after an outage; what is spooled meanwhile is kept.
+            backoff_cap_s=_number(env, "RAYWATCH_AGENT_BACKOFF_CAP_S", BACKOFF_CAP_S, 1),
             # py-spy for a stalled trial's stack on this node (raywatch's own host: its
             # agent's, which `serve` starts with raywatch's environment).
             # default: the one beside Python, else on `PATH`

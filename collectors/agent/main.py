@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from collectors.agent import AGENT_VERSION, wire
 from collectors.agent.client import Reply, Unreachable, call
 from collectors.agent.commands import CommandGuard, Outcome, Watched, carry_out
-from collectors.agent.config import MAX_SEND_S, AgentConfig, ConfigError
+from collectors.agent.config import BACKOFF_CAP_S, MAX_SEND_S, AgentConfig, ConfigError
 from collectors.agent.cursors import CursorStore
 from collectors.agent.headinfo import HeadWatch
 from collectors.agent.spool import Spool, SpoolBusy
@@ -37,7 +37,6 @@ from collectors.records import GpuPoll
 
 log = logging.getLogger("raywatch.agent")
 WAIT_S = 25  # the commands long-poll; the server holds it at most this long
-BACKOFF_CAP_S = 30.0
 TOKEN_REFUSED_WAIT_S = 60.0
 FAST_FOR_S = 30.0  # process snapshots at every poll this long after a signal
 GZIP_OVER_BYTES = 1024  # smaller reports go as they are
@@ -56,16 +55,17 @@ class GpuSource(Protocol):
 
 
 class Backoff:
-    """Exponential, with jitter, from 1 s to BACKOFF_CAP_S; Retry-After wins when given."""
+    """Exponential, with jitter, from 1 s to `cap_s` (RAYWATCH_AGENT_BACKOFF_CAP_S);
+    Retry-After wins when given."""
 
-    def __init__(self) -> None:
-        self.failures = 0
+    def __init__(self, cap_s: float = BACKOFF_CAP_S) -> None:
+        self.failures, self.cap_s = 0, cap_s
 
     def next(self, retry_after: float | None = None) -> float:
         self.failures += 1
         if retry_after is not None:
             return retry_after
-        return min(BACKOFF_CAP_S, 2 ** (self.failures - 1)) * random.uniform(0.8, 1.2)
+        return min(self.cap_s, 2 ** (self.failures - 1)) * random.uniform(0.8, 1.2)
 
     def reset(self) -> None:
         self.failures = 0
@@ -202,7 +202,7 @@ class Agent:
 
     # --- send -----------------------------------------------------------------------------
     def send_forever(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(self.config.backoff_cap_s)
         while not self.stop.is_set():
             self.spool.appended.clear()  # cleared before looking: no append is missed
             wait: float | None = IDLE_CHECK_S
@@ -290,9 +290,9 @@ class Agent:
 
     # --- commands -------------------------------------------------------------------------
     def commands_forever(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(self.config.backoff_cap_s)
         while not self.stop.is_set():
-            wait = BACKOFF_CAP_S
+            wait = self.config.backoff_cap_s
             with self.surviving("taking commands"):
                 try:
                     self.guard = self.guard or self._guard()
