@@ -38,10 +38,15 @@ class LocalRay:
     """Handle on the child process that owns a local cluster."""
 
     def __init__(self, info_file: Path, num_cpus: int | None = None, num_gpus: int = 0,
-                 temp_dir: Path | None = None) -> None:
+                 temp_dir: Path | None = None, log_monitor: bool = True) -> None:
         self.info_file = info_file
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
+        # Ray's log monitor sends the workers' output to their drivers' consoles (what a
+        # person running `python train.py` against `make run`'s cluster reads); raywatch
+        # reads no log through it. The test suite's clusters go without (0.4 CPU s a
+        # minute idle, more while Tune's workers print).
+        self.log_monitor = log_monitor
         # None: Ray's own (/tmp/ray), where `ray status` and the node agents look. A temp
         # dir of its own keeps a job submitted to this cluster from running its driver on
         # another cluster of the host (docs/ray-facts.md: "A job's driver and
@@ -59,6 +64,8 @@ class LocalRay:
         cmd += ["--num-gpus", str(self.num_gpus), "--parent-pid", str(os.getpid())]
         if self.temp_dir is not None:
             cmd += ["--temp-dir", str(self.temp_dir)]
+        if not self.log_monitor:
+            cmd += ["--no-log-monitor"]
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         # Its own session: a Ctrl-C in the terminal reaches raywatch, which then
         # stops the cluster in order, instead of tearing both down at once.
@@ -107,8 +114,10 @@ def free_port() -> int:
 
 
 def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None,
-           temp_dir: Path | None = None) -> None:
-    _own_agent_port()
+           temp_dir: Path | None = None, log_monitor: bool = True) -> None:
+    _ray_params_default("dashboard_agent_listen_port", free_port())
+    if not log_monitor:
+        _ray_params_default("include_log_monitor", False)
     # This process is the cluster's first driver and never runs a task; Ray would start a
     # Python worker per CPU for it ("prestart_worker_first_driver"), which no other job can
     # use (workers belong to one job) and which then idle for the cluster's life: about a
@@ -182,14 +191,18 @@ def _run_cluster(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pi
     info_file.unlink(missing_ok=True)
 
 
-def _own_agent_port() -> None:
-    """Give this cluster's dashboard agent a free port instead of Ray's fixed 52365.
+def _ray_params_default(name: str, value: object) -> None:
+    """Set a default of Ray's RayParams, which ray.init() takes no argument for: this
+    process exists only to run the cluster.
 
-    `ray.init()` offers no argument for it, and a second cluster on the host (the user's
-    own, or a test's) then has no dashboard agent: job submission answers "No available
-    agent" and /worker/traceback "Failed to get agent address" (docs/ray-facts.md). The
-    default lives in RayParams' signature; this process exists only to run the cluster.
-    """
+    - dashboard_agent_listen_port: a free port instead of Ray's fixed 52365. Otherwise a
+      second cluster on the host (the user's own, or a test's) has no dashboard agent: job
+      submission answers "No available agent" and /worker/traceback "Failed to get agent
+      address" (docs/ray-facts.md).
+    - include_log_monitor: False starts no log monitor (LocalRay's `log_monitor`).
+
+    The defaults live in RayParams' signature; another Ray version without the name is
+    left to Ray."""
     import inspect
 
     from ray._private.parameter import RayParams
@@ -198,11 +211,11 @@ def _own_agent_port() -> None:
     names = list(inspect.signature(init).parameters)
     defaults = list(init.__defaults__ or ())
     try:
-        index = names.index("dashboard_agent_listen_port") - (len(names) - len(defaults))
+        index = names.index(name) - (len(names) - len(defaults))
     except ValueError:
-        return  # another Ray version: leave it to Ray
+        return
     if 0 <= index < len(defaults):
-        defaults[index] = free_port()
+        defaults[index] = value
         init.__defaults__ = tuple(defaults)
 
 
@@ -223,8 +236,10 @@ def main() -> None:
     parser.add_argument("--num-gpus", type=int, default=0)
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--temp-dir", type=Path, default=None)
+    parser.add_argument("--no-log-monitor", action="store_true")
     args = parser.parse_args()
-    _serve(args.info_file, args.num_cpus, args.num_gpus, args.parent_pid, args.temp_dir)
+    _serve(args.info_file, args.num_cpus, args.num_gpus, args.parent_pid, args.temp_dir,
+           log_monitor=not args.no_log_monitor)
 
 
 if __name__ == "__main__":

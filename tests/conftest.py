@@ -311,7 +311,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClust
     # address from the temp dir's ray_current_cluster, which every other cluster started
     # on the host (the demo's, `serve`'s, a second pytest run's) overwrites in /tmp/ray.
     temp_dir = Path(tempfile.mkdtemp(prefix="rwt-", dir="/tmp"))  # short: socket paths
-    local = LocalRay(where / "local-ray.json", num_cpus=2, temp_dir=temp_dir)
+    # No log monitor: nothing here reads a worker's output through its driver.
+    local = LocalRay(where / "local-ray.json", num_cpus=2, temp_dir=temp_dir,
+                     log_monitor=False)
     cluster = local.start(log_path=where / "local-ray.log")
     yield cluster
     local.stop()

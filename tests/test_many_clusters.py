@@ -71,7 +71,8 @@ Channel.objects.create(name="alpha-ops", kind="webhook", url="{alpha}",
 def beta(tmp_path: Path) -> Iterator[tuple[LocalRay, LocalCluster]]:
     """A second real Ray cluster on this host, with a Ray temp dir of its own."""
     temp_dir = Path(tempfile.mkdtemp(prefix="rwc-", dir="/tmp"))  # short: socket paths
-    local = LocalRay(tmp_path / "beta-ray.json", num_cpus=2, temp_dir=temp_dir)
+    local = LocalRay(tmp_path / "beta-ray.json", num_cpus=2, temp_dir=temp_dir,
+                     log_monitor=False)
     cluster = local.start(log_path=tmp_path / "beta-ray.log")
     try:
         yield local, cluster

@@ -36,7 +36,7 @@ def heads(tmp_path: Path) -> Iterator[Callable[[], LocalRay]]:
     def start() -> LocalRay:
         temp_dirs.append(Path(tempfile.mkdtemp(prefix="rwr-", dir="/tmp")))
         local = LocalRay(tmp_path / f"ray-{len(started)}.json", num_cpus=2,
-                         temp_dir=temp_dirs[-1])
+                         temp_dir=temp_dirs[-1], log_monitor=False)
         started.append(local)
         return local
 

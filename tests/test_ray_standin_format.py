@@ -75,7 +75,8 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Side]:
     """A real cluster cut at SOURCE_LIMIT rows, holding the actors described above."""
     where = tmp_path_factory.mktemp("capped-ray")
     temp_dir = Path(tempfile.mkdtemp(prefix="rwcap-", dir="/tmp"))  # short: socket paths
-    local = LocalRay(where / "local-ray.json", num_cpus=1, temp_dir=temp_dir)
+    local = LocalRay(where / "local-ray.json", num_cpus=1, temp_dir=temp_dir,
+                     log_monitor=False)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_MAX_LIMIT_FROM_DATA_SOURCE", str(SOURCE_LIMIT))
         cluster = local.start(log_path=where / "local-ray.log")
