@@ -6,7 +6,7 @@ Each trial's `behaviour` (from its config) is one of:
   healthy  - steady steps with timing_s/gen and timing_s/reward phases
   hang     - reports a few steps, then sleeps for ever with its process alive
   slow     - the reward phase grows 30x for iterations 6-8, then recovers
-  grown    - the reward phase grows 10x at iteration 16 and stays so for 50 steps,
+  grown    - the reward phase grows 10x at iteration 16 and stays so for 25 steps,
              then recovers
   crash    - reports a few steps, then waits to be killed from outside
   stubborn - like hang, but ignores SIGTERM (only a forced kill ends it)
@@ -68,7 +68,7 @@ def trainable(config: dict) -> None:
         if behaviour == "slow" and 6 <= i <= 8:
             reward = 6.0  # three slow steps: longer than a poll, so no poll can miss them
         if behaviour == "grown":
-            reward = 1.0 if 16 <= i <= 65 else 0.1
+            reward = 1.0 if 16 <= i <= 40 else 0.1
         if behaviour == "hang" and i == 5:
             print(f"hanging at iteration {i}", flush=True)  # its worker's log: Ray's log API
             while True:
@@ -111,7 +111,7 @@ def main() -> None:
         space = {"behaviour": tune.grid_search(["hang-once", "healthy"]), "steps": 60}
         scheduler, max_failures = None, 1
     elif scenario == "grown":
-        space = {"behaviour": "grown", "steps": 75}
+        space = {"behaviour": "grown", "steps": 50}
         scheduler = None
     elif scenario == "node_b":
         space = {"behaviour": tune.grid_search(["hang", "healthy"]), "steps": 400}
