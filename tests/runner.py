@@ -10,14 +10,18 @@ Where a test runs is its file's marks, declared once in pyproject.toml
 `pytestmark = [pytest.mark.beside, pytest.mark.ray]`; there is no list to keep:
 
 - `beside`: the file mostly waits (on raywatch, the demo or Celery started as processes
-  of their own, or on real Tune searches). The whole suite runs as two pytest processes
-  at once, `-m "not beside"` and `-m beside`, each with its own test database, Redis db,
-  data dir and Ray cluster; the last line counts both. Mark by duration (--durations), so
-  that both take about the same time.
+  of their own, or on a real Tune search of several minutes). The whole suite runs as
+  three pytest processes at once (RUNS): `-m "not beside and not ray"`, `-m "not beside
+  and ray"` and `-m beside`, each with its own test database, Redis db, data dir and, if
+  it has Ray tests, Ray cluster; the last line counts all three. Mark by duration
+  (--durations, and the slowest files the run prints), so that they take about the same
+  time.
 - `both_backends`: the file's code path makes queries of its own (ORM lookups, raw SQL,
-  bulk writes, locking); tests/test_on_embedded_default.py runs `-m both_backends` again
-  on the embedded default's SQLite, in the background of the main process.
-- `ray`, `browser`: what the tests need (a real local Ray cluster, Chromium).
+  bulk writes, locking); tests/test_on_embedded_default.py runs `-m "both_backends and
+  not ray"` again on the embedded default's SQLite, in the background of the main process.
+- `ray`, `browser`: what the tests need (a real local Ray cluster, Chromium). A test that
+  uses the session's cluster (the `ray_cluster` fixture) carries `ray` without being
+  marked by hand (tests/conftest.py).
 - The bench smokes (tests/test_benches_smoke.py) take every script in bench/, and mark each
   by what its code starts.
 
@@ -147,14 +151,18 @@ def _stop(process: subprocess.Popen) -> None:
         process.kill()
 
 
-# The split of the whole suite between its two processes: by the files' marks. Two, not
-# more: the suite is bound by CPU, not by its waits. Measured 2026-11-29 on this 2-core
-# machine (each pytest process's tree in a cgroup of its own): two processes kept the
-# cores 84% busy in 1,137 s; four (`beside` or not, crossed with needing Ray or Chromium)
-# kept them 91% busy but in 1,147 s, as the two extra Ray clusters and the crowding cost
-# 11% more CPU (2,069 against 1,858 CPU s) and tests timed out that never did before.
-MAIN_RUN = ("-m", "not beside")
-BESIDE_RUN = ("-m", "beside")
+# The split of the whole suite between its processes: by the files' marks, three of them.
+# Measured 2026-11-29 on this 2-core machine, the same code: with two (`beside` or not)
+# each was a chain of about 19 minutes of tests that mostly wait (on Tune searches,
+# servers, Ray), the cores 80-82% busy, and `make test` took 1,150-1,188 s; with these
+# three (the tests that need Ray and are not `beside`, 52, make the third, which starts
+# that part's one Ray cluster, so the first starts none) it took 999 s (main 992, ray 831,
+# beside 979), the cores 92% busy, with less CPU in all (1,838 s). An earlier split into
+# four (each of the two halves again by Ray or Chromium) was no faster: two more Ray
+# clusters, on cores already 84% busy. Past this, the suite is bound by its CPU.
+RUNS = (("main", ("-m", "not beside and not ray")),  # its output is shown as it goes
+        ("ray", ("-m", "not beside and ray")),
+        ("beside", ("-m", "beside")))
 
 
 def as_asked(argv: list[str]) -> bool:
@@ -190,22 +198,29 @@ def run_suite(argv: list[str]) -> int:
         if as_asked(argv):
             codes.append(pytest_run(argv, db_url, redis_url, scratch / "run").wait())
             return verdict(codes)
-        say("the files marked `beside` (they wait on processes of their own) run beside the "
-            f"rest; their output follows the main run's (as it goes: {scratch / 'beside.log'})")
-        with (scratch / "beside.log").open("wb") as sink:
-            beside = pytest_run([*argv, f"--junitxml={scratch / 'beside.xml'}", *BESIDE_RUN],
-                                other_database(db_url), other_redis_db(redis_url),
-                                scratch / "beside", sink)
-            main_run = pytest_run([*argv, f"--junitxml={scratch / 'main.xml'}", *MAIN_RUN],
-                                  db_url, redis_url, scratch / "main")
-            codes += [main_run.wait(), beside.wait()]
-        print(f"\n[make test] ===== beside the main run ({' '.join(BESIDE_RUN)}) =====",
-              flush=True)
-        print((scratch / "beside.log").read_text(errors="replace"), flush=True)
-        reports = [scratch / "main.xml", scratch / "beside.xml"]
+        names = [name for name, _ in RUNS]
+        say(f"{len(RUNS)} pytest processes at once, by marks: "
+            + "; ".join(f"{name} ({' '.join(sel)})" for name, sel in RUNS)
+            + f". The others' output follows {names[0]}'s (as it goes: "
+            + ", ".join(str(scratch / f"{name}.log") for name in names[1:]) + ")")
+        with ExitStack() as sinks:
+            runs = []
+            for index, (name, selection) in enumerate(RUNS):
+                sink = None if index == 0 else sinks.enter_context(
+                    (scratch / f"{name}.log").open("wb"))
+                runs.append(pytest_run(
+                    [*argv, f"--junitxml={scratch / f'{name}.xml'}", *selection],
+                    other_database(db_url, name) if index else db_url,
+                    other_redis_db(redis_url, index), scratch / name, sink))
+            codes += [run.wait() for run in runs]
+        for name, selection in RUNS[1:]:
+            print(f"\n[make test] ===== beside the main run: {name} ({' '.join(selection)}) "
+                  "=====", flush=True)
+            print((scratch / f"{name}.log").read_text(errors="replace"), flush=True)
+        reports = [scratch / f"{name}.xml" for name in names]
         print(slowest(reports), flush=True)
         print(totals(reports), flush=True)
-        for name, code in zip(("main", "beside"), codes, strict=True):
+        for name, code in zip(names, codes, strict=True):
             if code < 0:
                 print(f"[make test] ERROR: the {name} pytest process was ended by "
                       f"{signal.Signals(-code).name} (its output above says where)",
@@ -219,8 +234,8 @@ def plan(argv: list[str]) -> int:
     from tests.test_on_embedded_default import RERUN
 
     runs = [("one process, as asked", argv)] if as_asked(argv) else [
-        (f"main process ({' '.join(MAIN_RUN)})", [*argv, *MAIN_RUN]),
-        (f"beside it, a second process ({' '.join(BESIDE_RUN)})", [*argv, *BESIDE_RUN])]
+        (f"{name} process ({' '.join(selection)})", [*argv, *selection])
+        for name, selection in RUNS]
     codes, seen = [], set()
     for title, args in runs:
         code, files = show_collection(title, args, dict(os.environ))
@@ -284,7 +299,7 @@ def pytest_run(args: list[str], db_url: str, redis_url: str, tmp: Path, stdout: 
 
 
 def slowest(reports: list[Path], shown: int = 15) -> str:
-    """The files that took longest, from both runs' JUnit reports: where the suite's
+    """The files that took longest, from the runs' JUnit reports: where the suite's
     minutes go (what to mark `beside`, or to make cheaper)."""
     took: dict[str, float] = {}
     for report in reports:
@@ -301,7 +316,7 @@ def slowest(reports: list[Path], shown: int = 15) -> str:
 
 
 def totals(reports: list[Path]) -> str:
-    """Both runs' counts in one line, from their JUnit reports."""
+    """The runs' counts in one line, from their JUnit reports."""
     count = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for report in reports:
         try:
@@ -316,17 +331,21 @@ def totals(reports: list[Path]) -> str:
     return f"raywatch: {passed} passed, {failed} failed, {count['skipped']} skipped"
 
 
-def other_database(url: str) -> str:
+def other_database(url: str, name: str) -> str:
     parsed = urlparse(url)
-    return parsed._replace(path=f"{parsed.path.rstrip('/') or '/raywatch'}_beside").geturl()
+    return parsed._replace(path=f"{parsed.path.rstrip('/') or '/raywatch'}_{name}").geturl()
 
 
-def other_redis_db(url: str) -> str:
-    """Two below the main run's db: the one just below belongs to the bench smokes that
+def other_redis_db(url: str, index: int) -> str:
+    """The run's Redis db: the main run's (index 0), then one db lower for each other
+    run, past the one just below the main run's: that belongs to the bench smokes that
     the main run starts in the background, and they flush it."""
+    if index == 0:
+        return url
     parsed = urlparse(url)
     db = int(parsed.path.strip("/") or 0)
-    return parsed._replace(path=f"/{db - 2 if db >= 2 else db + 2}").geturl()
+    below = db - 1 - index
+    return parsed._replace(path=f"/{below if below >= 0 else db + 1 + index}").geturl()
 
 
 def verdict(codes: list[int]) -> int:

@@ -19,7 +19,7 @@ from dashboard.trials.models import Trial
 from tests.agents import node_agent
 from tests.conftest import start_search, stop_node, token_client, wait_for
 
-pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 GRACE_S = 3.0
 
 

@@ -29,7 +29,7 @@ from tests.conftest import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
 
 def trial_with(experiment: str, behaviour: str) -> Trial | None:

@@ -24,7 +24,7 @@ from tests.agents import agent_env, running_agent
 from tests.conftest import LiveServer, start_search, stop_node, wait_for
 from tests.test_trial_stacks import trial_with
 
-pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 PROMISED_S = 60  # issue 26: a verdict within 60 s of the hang, whatever the stall threshold
 
 
