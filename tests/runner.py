@@ -165,9 +165,23 @@ RUNS = (("main", ("-m", "not beside and not ray")),  # its output is shown as it
         ("beside", ("-m", "beside")))
 
 
+# pytest options whose value is the next argument: a plugin, an ini override, a config
+# file... `-p cpuprof` asks for no test by itself.
+TAKES_VALUE = frozenset({"-p", "-o", "-c", "-W", "--rootdir", "--confcutdir", "--basetemp",
+                         "--durations", "--durations-min", "--maxfail", "--timeout"})
+
+
 def as_asked(argv: list[str]) -> bool:
     """Files or tests named, or a selection (-m, -k): one process runs exactly that."""
-    return any(not arg.startswith("-") or arg[:2] in ("-m", "-k") for arg in argv)
+    value_of_option = False
+    for arg in argv:
+        if value_of_option:
+            value_of_option = False
+        elif arg[:2] in ("-m", "-k") or not arg.startswith("-"):
+            return True
+        elif arg in TAKES_VALUE:
+            value_of_option = True
+    return False
 
 
 def main(argv: list[str]) -> int:
