@@ -24,7 +24,7 @@ import statistics
 
 import harness
 
-from tests.raystandin import Cluster, RayStandIn, cluster_of, hex_id
+from tests.raystandin import Cluster, RayStandIn, cluster_of, task_row
 
 POLLS = int(os.environ.get("BENCH_POLLS", harness.sized("10", "2")))
 ACTORS = harness.sized(1_000, 20)
@@ -37,17 +37,8 @@ NAMES = ("WorkerDict.actor_rollout_ref_generate_sequences", "AutoRewardManager.c
 def task_rows(cluster: Cluster, first: int, count: int) -> list[dict]:
     """`count` running actor calls, numbered from `first`, spread over the actors."""
     actors = [a for a in cluster.actors if a["state"] == "ALIVE"]
-    node = cluster.nodes[0]["node_id"]
-    rows = []
-    for n in range(first, first + count):
-        actor = actors[n % len(actors)]
-        rows.append({"task_id": hex_id("task", n, 48), "attempt_number": 0,
-                     "name": NAMES[n % len(NAMES)], "func_or_class_name": NAMES[n % len(NAMES)],
-                     "state": "RUNNING", "type": "ACTOR_TASK", "job_id": actor["job_id"],
-                     "actor_id": actor["actor_id"], "node_id": node, "worker_pid": actor["pid"],
-                     "worker_id": hex_id("worker", n, 56), "parent_task_id": "ff" * 24,
-                     "error_type": None})
-    return rows
+    return [task_row(n, NAMES[n % len(NAMES)], actors[n % len(actors)])
+            for n in range(first, first + count)]
 
 
 def run(label: str, calls: int, churn: int) -> dict[str, object]:

@@ -82,6 +82,17 @@ def worker_row(actor: dict[str, Any]) -> dict[str, Any]:
             "ip": "10.0.0.1", "pid": actor["pid"]}
 
 
+def task_row(n: int, name: str, actor: dict[str, Any]) -> dict[str, Any]:
+    """A call running on `actor` as Ray 2.60's /api/v0/tasks?detail=1 lists it (the
+    state pushed down to the GCS: RUNNING)."""
+    return {"task_id": hex_id("task", n, 48), "attempt_number": 0, "name": name,
+            "func_or_class_name": name, "state": "RUNNING", "type": "ACTOR_TASK",
+            "job_id": actor["job_id"], "actor_id": actor["actor_id"],
+            "node_id": actor["node_id"], "worker_pid": actor["pid"],
+            "worker_id": hex_id("worker", int(actor["pid"] or 0), 56),
+            "parent_task_id": "ff" * 24, "error_type": None}
+
+
 def placement_group_row(n: int, job_id: str, state: str = "CREATED") -> dict[str, Any]:
     """A placement group of one bundle as /api/v0/placement_groups?detail=1 lists it."""
     pg_id = hex_id("pg", n, 28) + job_id

@@ -254,7 +254,7 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
     real cluster with default limits, on Postgres.)"""
     from dashboard.cluster.tasks import poll_ray_state
     from dashboard.gpus.detect import evaluate_resources
-    from tests.raystandin import RayStandIn, cluster_of, hex_id
+    from tests.raystandin import RayStandIn, cluster_of, task_row
 
     settings.CALL_OVERDUE_MIN_S = 1.0  # the limit: 5 times a usual duration of a poll or so
     ray = cluster_of(live_actors=2, jobs=1)
@@ -263,13 +263,7 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
     node_ip = ray.nodes[0]["node_ip"]
 
     def running(*calls: tuple[int, str, dict]) -> None:
-        ray.tasks = [{"task_id": hex_id("task", n, 48), "attempt_number": 0, "name": name,
-                      "func_or_class_name": name, "state": "RUNNING", "type": "ACTOR_TASK",
-                      "job_id": actor["job_id"], "actor_id": actor["actor_id"],
-                      "node_id": actor["node_id"], "worker_pid": actor["pid"],
-                      "worker_id": hex_id("worker", actor["pid"], 56),
-                      "parent_task_id": "ff" * 24, "error_type": None}
-                     for n, name, actor in calls]
+        ray.tasks = [task_row(n, name, actor) for n, name, actor in calls]
 
     def overdue() -> list[Incident]:
         poll_ray_state()
