@@ -93,7 +93,6 @@ def _quick_password_hashing() -> Iterator[None]:
     get_hashers_by_algorithm.cache_clear()
 
 
-# --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`ray` says what a test needs, so it is not kept by hand: every test that uses the
@@ -105,6 +104,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.ray)
 
 
+# --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
 def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:  # --collect-only (runner --plan): nothing runs
         return
