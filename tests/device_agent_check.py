@@ -3,32 +3,53 @@ collected by pytest).
 
     python -m tests.device_agent_check OUT_DIR
 
-Runs what `python -m collectors.agent` runs each second, Agent.collect() on the real
+First, what `python -m collectors.agent` runs each second, Agent.collect() on the real
 nvidia-ml-py, while a child holds GPU memory through libcuda (tests/device_nvml_check.py);
 sends each batch through the wire format's JSON and decodes it as raywatch's report
-endpoint does (collectors.agent.wire), and compares with `nvidia-smi`. Prints one verdict
-line per check and the agent's own cost (CPU % of a core and RSS over 30 one-second
-polls, bytes per poll); writes OUT_DIR/agent_check.json; exits 1 if any check fails.
-Needs only what the agent installs on a node (psutil, nvidia-ml-py): no Django.
+endpoint does (collectors.agent.wire), and compares with `nvidia-smi`. Then the agent
+itself, `python -m collectors.agent` with a node's environment, reporting to a stand-in of
+raywatch's agent API: it must list a new CUDA holder, take its stack (py-spy), refuse a
+signal for a process it does not watch, SIGTERM the holder on a signed command, report
+the GPU freed, refuse the command's replay, and stop cleanly on SIGTERM.
+
+Prints one verdict line per check and the agent's own cost (CPU % of a core and RSS over
+30 one-second polls, bytes per poll); writes OUT_DIR/agent_check.json and the agent
+process's log; exits 1 if any check fails. Needs only what the agent installs on a node
+(requirements/agent.lock: psutil, nvidia-ml-py, py-spy): no Django.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import multiprocessing
+import os
+import queue
+import re
 import resource
+import secrets
+import signal
+import subprocess
 import sys
+import threading
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 from collectors.agent import wire
 from collectors.agent.config import AgentConfig
 from collectors.agent.main import Agent
+from collectors.agent.spool import SUFFIX
 from collectors.procstat import ProcessWatcher
 from tests.device_nvml_check import hold_gpu_memory, smi
 
 POLLS = 30
+NVML = {"RAYWATCH_NVML_MODULE": "pynvml"}  # the agent process's NVML: the real one
 
 
 def main(out_dir: str) -> int:
@@ -46,7 +67,7 @@ def main(out_dir: str) -> int:
         print("FAIL the CUDA holder did not allocate its memory")
         return 1
     time.sleep(1)
-    sizes, decoded = [], None
+    sizes, decoded, facts = [], None, []
     cpu0, wall0 = time.process_time(), time.monotonic()
     for _ in range(POLLS):
         due = time.monotonic() + 1.0
@@ -54,6 +75,8 @@ def main(out_dir: str) -> int:
         raw = json.dumps(records).encode()
         sizes.append(len(raw))
         decoded = json.loads(raw)
+        # A snapshot of processes comes every RAYWATCH_AGENT_PROCESSES_S: the latest one.
+        facts = next((r["processes"] for r in decoded if r["kind"] == wire.PROCESSES), facts)
         time.sleep(max(0.0, due - time.monotonic()))
     cpu_percent = 100 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -65,14 +88,13 @@ def main(out_dir: str) -> int:
     poll, error = wire.decode_gpu_poll(gpu_record, node="device")
     by_uuid = {g.uuid: g for g in poll.gpus}
     held = [(g.uuid, p) for g in poll.gpus for p in g.processes or () if p.pid == holder.pid]
-    facts = next(r for r in decoded if r["kind"] == wire.PROCESSES)["processes"]
     fact = next((f for f in facts if f.get("pid") == holder.pid), None)
     results = [
         ("the poll decodes as raywatch's endpoint decodes it, without error",
          error is None and len(poll.gpus) > 0, f"{len(poll.gpus)} GPUs, error {error}"),
         ("every GPU nvidia-smi lists is reported with its total memory",
          all(row["uuid"] in by_uuid and abs(by_uuid[row["uuid"]].memory_total_bytes
-                                             - int(row["memory.total [MiB]"]) * 2**20) < 2**20
+                                             - int(row["memory.total"]) * 2**20) < 2**20
              for row in table), f"smi {[r['uuid'] for r in table]}"),
         ("the CUDA holder is listed on its GPU with the memory it holds",
          len(held) == 1 and (held[0][1].used_memory_bytes or 0) >= 512 * 2**20,
@@ -81,7 +103,10 @@ def main(out_dir: str) -> int:
          fact is not None and fact.get("state") and (fact.get("rss_bytes") or 0) > 0,
          json.dumps(fact)[:200]),
     ]
-    report = {"cpu_percent_of_a_core": round(cpu_percent, 2), "max_rss_mb": round(rss_mb, 1),
+    process_results, process_summary = agent_process_checks(Path(out_dir))
+    results += process_results
+    report = {"agent_process": process_summary,
+              "cpu_percent_of_a_core": round(cpu_percent, 2), "max_rss_mb": round(rss_mb, 1),
               "bytes_per_poll": sorted(sizes)[len(sizes) // 2], "gpus": len(poll.gpus),
               "nvidia_smi": table, "last_batch": decoded,
               "at": datetime.now(UTC).isoformat(),
@@ -94,6 +119,190 @@ def main(out_dir: str) -> int:
           f"{cpu_percent:.2f} % of a core, max RSS {rss_mb:.1f} MB, "
           f"{report['bytes_per_poll']} bytes a poll")
     return 0 if all(ok for _, ok, _ in results) else 1
+
+
+# --- the agent as a node runs it: `python -m collectors.agent`, its reports and commands ---
+NODE = "device"
+API = "/api/agent/v1/"
+
+
+class StandIn:
+    """raywatch's agent API as the agent sees it (hello, report, commands, results), on
+    127.0.0.1: it stores every batch, hands out the commands queued and keeps the results.
+    No Django here; the server side of the protocol is tested by the suite."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict] = []
+        self.results: dict[int, dict] = {}
+        self.queued: queue.Queue[dict] = queue.Queue()
+        self.changed = threading.Condition()
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == f"{API}hello":
+                    self.answer({"node": NODE, "encodings": ["gzip"]})
+                elif self.path.startswith(f"{API}commands"):
+                    try:
+                        self.answer({"commands": [stand_in.queued.get(timeout=2)]})
+                    except queue.Empty:
+                        self.answer({"commands": []})
+                else:
+                    self.answer({"detail": "not found"}, 404)
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    raw = gzip.decompress(raw)
+                body = json.loads(raw)
+                if self.path == f"{API}report":
+                    self.answer({"stored": [b["seq"] for b in body["batches"]], "send_s": 0})
+                    stand_in.keep(lambda: stand_in.reports.append(body))
+                elif match := re.fullmatch(rf"{API}commands/(\d+)/result", self.path):
+                    self.answer({})
+                    stand_in.keep(lambda: stand_in.results.__setitem__(int(match[1]), body))
+                else:
+                    self.answer({"detail": "not found"}, 404)
+
+            def answer(self, body: dict, status: int = 200) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def keep(self, change: Callable[[], None]) -> None:
+        with self.changed:
+            change()
+            self.changed.notify_all()
+
+    def wait_for(self, found: Callable[[], Any], timeout_s: float) -> Any:
+        with self.changed:
+            return self.changed.wait_for(found, timeout_s)
+
+    def records(self, kind: str) -> list[dict]:
+        return [r for report in self.reports for batch in report["batches"]
+                for r in batch["records"] if r["kind"] == kind]
+
+    def gpu_pids(self, since: int = 0) -> list[set[int]]:
+        """Per GPU poll after the first `since`: the pids NVML listed on any GPU."""
+        polls = [wire.decode_gpu_poll(r, node=NODE)[0] for r in self.records(wire.GPU_POLL)]
+        return [{p.pid for g in poll.gpus for p in g.processes or ()}
+                for poll in polls[since:] if poll is not None]
+
+    def fact(self, pid: int) -> dict | None:
+        return next((f for r in reversed(self.records(wire.PROCESSES))
+                     for f in r["processes"] if f.get("pid") == pid), None)
+
+    def command(self, ident: int, kind: str, payload: dict, token: str) -> dict:
+        now = datetime.now(UTC)
+        body = {"id": ident, "kind": kind, "node": NODE, "action_id": ident,
+                "nonce": f"nonce-{ident}", "issued_at": wire.timestamp(now),
+                "expires_at": wire.timestamp(now + timedelta(minutes=2)), "payload": payload}
+        signed = {**body, "signature": wire.sign_command(wire.command_key(token), body)}
+        self.queued.put(signed)
+        return signed
+
+    def result(self, ident: int, timeout_s: float = 30) -> dict:
+        self.wait_for(lambda: ident in self.results, timeout_s)
+        return self.results.get(ident) or {"outcome": "none", "detail": "no result came"}
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], dict]:
+    """`python -m collectors.agent` with only a node's environment, reporting to the
+    stand-in, while a CUDA holder runs; then a stack, a refused signal, SIGTERM to the
+    holder, a replay of that command, and SIGTERM to the agent."""
+    token = "rwa_" + secrets.token_urlsafe(32)
+    stand_in, home = StandIn(), out_dir / "node-home"
+    home.mkdir(parents=True, exist_ok=True)
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=hold_gpu_memory, args=(ready, release))
+    holder.start()
+    ready.wait(60)
+    py_spy = Path(sys.executable).parent / "py-spy"
+    site_spy = next((Path(p) / "bin" / "py-spy" for p in sys.path
+                     if (Path(p) / "bin" / "py-spy").exists()), None)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path),
+           "RAYWATCH_URL": f"http://127.0.0.1:{stand_in.server.server_address[1]}",
+           "RAYWATCH_AGENT_TOKEN": token, **NVML,
+           "RAYWATCH_AGENT_SPOOL": str(out_dir / "agent-spool"),
+           "RAYWATCH_RAY_TMP_DIR": str(home / "ray-tmp"), "RAYWATCH_AGENT_PROCESSES_S": "1",
+           "RAYWATCH_PY_SPY": str(py_spy if py_spy.exists() else site_spy or "py-spy")}
+    log_path = out_dir / "agent_process.log"
+    with log_path.open("w") as log_file:
+        agent = subprocess.Popen([sys.executable, "-m", "collectors.agent"], env=env,
+                                 stdout=log_file, stderr=subprocess.STDOUT)
+    t0 = time.monotonic()
+    try:
+        on_gpu = stand_in.wait_for(lambda: any(holder.pid in pids for pids in
+                                               stand_in.gpu_pids()), 30)
+        first_s = time.monotonic() - t0
+        fact = stand_in.wait_for(lambda: stand_in.fact(holder.pid), 15) or {}
+        started = fact.get("create_time")
+        stack = stand_in.result(stand_in.command(1, wire.STACK, {
+            "pid": holder.pid, "create_time": started}, token)["id"], 40)
+        me = psutil.Process()
+        refused = stand_in.result(stand_in.command(2, wire.SIGNAL, {
+            "pid": me.pid, "create_time": me.create_time(), "signal": "SIGTERM"}, token)["id"])
+        polls_before = len(stand_in.gpu_pids())
+        term = stand_in.command(3, wire.SIGNAL, {"pid": holder.pid, "create_time": started,
+                                                 "signal": "SIGTERM"}, token)
+        signalled = stand_in.result(3)
+        holder.join(20)
+        freed = stand_in.wait_for(lambda: any(holder.pid not in pids for pids in
+                                              stand_in.gpu_pids(polls_before)), 20)
+        stand_in.results.pop(3, None)
+        stand_in.queued.put(term)  # the same command again: a replay
+        replay = stand_in.result(3)
+        agent.send_signal(signal.SIGTERM)
+        t_stop = time.monotonic()
+        code = agent.wait(30)
+        stop_s = time.monotonic() - t_stop
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        release.set()
+        holder.join(10)
+        if holder.is_alive():
+            holder.kill()
+        stand_in.stop()
+    spooled = list((out_dir / "agent-spool").glob(f"**/*{SUFFIX}"))
+    results = [
+        ("the agent process reports the CUDA holder on its GPU",
+         bool(on_gpu), f"first seen {first_s:.1f} s after the agent started"),
+        ("the holder's process facts carry its start time", started is not None,
+         json.dumps(fact)[:200]),
+        ("a stack of the holder is taken (py-spy) and returned as the command's result",
+         stack["outcome"] == "taken" and hold_gpu_memory.__name__ in stack["detail"],
+         f"{stack['outcome']}: {stack['detail'][:300]}"),
+        ("a signal for a process the agent does not watch is refused",
+         refused["outcome"] == "refused", f"{refused['outcome']}: {refused['detail']}"),
+        ("SIGTERM for the holder is sent; the holder ends",
+         signalled["outcome"] == "signalled" and holder.exitcode == -signal.SIGTERM,
+         f"{signalled['outcome']}: {signalled['detail']}; exit code {holder.exitcode}"),
+        ("a later GPU poll no longer lists the holder (its memory is freed)", bool(freed), ""),
+        ("the same command again is refused as a replay",
+         replay["outcome"] == "refused" and "replay" in replay["detail"],
+         f"{replay['outcome']}: {replay['detail']}"),
+        ("SIGTERM stops the agent cleanly", code == 0,
+         f"exit {code} after {stop_s:.1f} s, {len(spooled)} batches spooled for its restart"),
+    ]
+    summary = {"reports": len(stand_in.reports), "gpu_polls": len(stand_in.gpu_pids()),
+               "results": stand_in.results, "first_report_s": round(first_s, 2)}
+    return results, summary
 
 
 if __name__ == "__main__":
