@@ -28,14 +28,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import harness
 import psutil
 
-from collectors.localray import free_port
+from tests.receivers import JsonHandler, serve
 from tests.served import fake_gpu_spec
 
 TRIALS, GPUS = int(os.environ.get("BENCH_TRIALS", "50")), 8
@@ -74,35 +74,21 @@ class Received:
 
 
 def stub(received: Received) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             if self.path.endswith("/hello"):
-                self._answer({"version": 1, "node": "bench-node", "node_ip": None})
+                self.answer({"version": 1, "node": "bench-node", "node_ip": None})
             else:  # commands: none, after a while (the agent long-polls)
                 time.sleep(5)
-                self._answer({"version": 1, "commands": []})
+                self.answer({"version": 1, "commands": []})
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             headers = len(self.requestline) + len(str(self.headers))
-            self._answer({"version": 1, "stored": received.report(headers, body),
-                          "duplicate": [], "skipped": {}})
+            self.answer({"version": 1, "stored": received.report(headers, body),
+                         "duplicate": [], "skipped": {}})
 
-        def _answer(self, data: dict[str, Any]) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve(Handler)
 
 
 def trial_line(n: int, iteration: int, now: float) -> str:

@@ -20,24 +20,17 @@ process's log; exits 1 if any check fails. Needs only what the agent installs on
 
 from __future__ import annotations
 
-import gzip
 import json
 import multiprocessing
 import os
-import queue
-import re
 import resource
 import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -47,6 +40,7 @@ from collectors.agent.main import Agent
 from collectors.agent.spool import SUFFIX
 from collectors.procstat import ProcessWatcher
 from tests.device_nvml_check import hold_gpu_memory, smi
+from tests.receivers import AgentApiStandIn, signed_command
 
 POLLS = 30
 NVML = {"RAYWATCH_NVML_MODULE": "pynvml"}  # the agent process's NVML: the real one
@@ -123,101 +117,25 @@ def main(out_dir: str) -> int:
 
 # --- the agent as a node runs it: `python -m collectors.agent`, its reports and commands ---
 NODE = "device"
-API = "/api/agent/v1/"
 
 
-class StandIn:
-    """raywatch's agent API as the agent sees it (hello, report, commands, results), on
-    127.0.0.1: it stores every batch, hands out the commands queued and keeps the results.
-    No Django here; the server side of the protocol is tested by the suite."""
+def gpu_pids(stand_in: AgentApiStandIn, since: int = 0) -> list[set[int]]:
+    """For each GPU poll reported after the first `since`: the pids NVML listed on any GPU."""
+    polls = [wire.decode_gpu_poll(r, node=NODE)[0] for r in stand_in.records(wire.GPU_POLL)]
+    return [{p.pid for g in poll.gpus for p in g.processes or ()}
+            for poll in polls[since:] if poll is not None]
 
-    def __init__(self) -> None:
-        self.reports: list[dict] = []
-        self.results: dict[int, dict] = {}
-        self.queued: queue.Queue[dict] = queue.Queue()
-        self.changed = threading.Condition()
-        stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == f"{API}hello":
-                    self.answer({"node": NODE, "encodings": ["gzip"]})
-                elif self.path.startswith(f"{API}commands"):
-                    try:
-                        self.answer({"commands": [stand_in.queued.get(timeout=2)]})
-                    except queue.Empty:
-                        self.answer({"commands": []})
-                else:
-                    self.answer({"detail": "not found"}, 404)
+def latest_fact(stand_in: AgentApiStandIn, pid: int) -> dict | None:
+    return next((f for r in reversed(stand_in.records(wire.PROCESSES))
+                 for f in r["processes"] if f.get("pid") == pid), None)
 
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    raw = gzip.decompress(raw)
-                body = json.loads(raw)
-                if self.path == f"{API}report":
-                    self.answer({"stored": [b["seq"] for b in body["batches"]], "send_s": 0})
-                    stand_in.keep(lambda: stand_in.reports.append(body))
-                elif match := re.fullmatch(rf"{API}commands/(\d+)/result", self.path):
-                    self.answer({})
-                    stand_in.keep(lambda: stand_in.results.__setitem__(int(match[1]), body))
-                else:
-                    self.answer({"detail": "not found"}, 404)
 
-            def answer(self, body: dict, status: int = 200) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def keep(self, change: Callable[[], None]) -> None:
-        with self.changed:
-            change()
-            self.changed.notify_all()
-
-    def wait_for(self, found: Callable[[], Any], timeout_s: float) -> Any:
-        with self.changed:
-            return self.changed.wait_for(found, timeout_s)
-
-    def records(self, kind: str) -> list[dict]:
-        return [r for report in self.reports for batch in report["batches"]
-                for r in batch["records"] if r["kind"] == kind]
-
-    def gpu_pids(self, since: int = 0) -> list[set[int]]:
-        """Per GPU poll after the first `since`: the pids NVML listed on any GPU."""
-        polls = [wire.decode_gpu_poll(r, node=NODE)[0] for r in self.records(wire.GPU_POLL)]
-        return [{p.pid for g in poll.gpus for p in g.processes or ()}
-                for poll in polls[since:] if poll is not None]
-
-    def fact(self, pid: int) -> dict | None:
-        return next((f for r in reversed(self.records(wire.PROCESSES))
-                     for f in r["processes"] if f.get("pid") == pid), None)
-
-    def command(self, ident: int, kind: str, payload: dict, token: str) -> dict:
-        now = datetime.now(UTC)
-        body = {"id": ident, "kind": kind, "node": NODE, "action_id": ident,
-                "nonce": f"nonce-{ident}", "issued_at": wire.timestamp(now),
-                "expires_at": wire.timestamp(now + timedelta(minutes=2)), "payload": payload}
-        signed = {**body, "signature": wire.sign_command(wire.command_key(token), body)}
-        self.queued.put(signed)
-        return signed
-
-    def result(self, ident: int, timeout_s: float = 30) -> dict:
-        self.wait_for(lambda: ident in self.results, timeout_s)
-        return self.results.get(ident) or {"outcome": "none", "detail": "no result came"}
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def outcome(stand_in: AgentApiStandIn, pk: int, timeout_s: float = 30) -> dict:
+    try:
+        return stand_in.result(pk, timeout_s)
+    except TimeoutError as exc:
+        return {"outcome": "none", "detail": str(exc)}
 
 
 def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], dict]:
@@ -225,7 +143,7 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
     stand-in, while a CUDA holder runs; then a stack, a refused signal, SIGTERM to the
     holder, a replay of that command, and SIGTERM to the agent."""
     token = "rwa_" + secrets.token_urlsafe(32)
-    stand_in, home = StandIn(), out_dir / "node-home"
+    key, stand_in, home = wire.command_key(token), AgentApiStandIn(NODE), out_dir / "node-home"
     home.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")
     ready, release = ctx.Event(), ctx.Event()
@@ -236,37 +154,38 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
     site_spy = next((Path(p) / "bin" / "py-spy" for p in sys.path
                      if (Path(p) / "bin" / "py-spy").exists()), None)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path),
-           "RAYWATCH_URL": f"http://127.0.0.1:{stand_in.server.server_address[1]}",
-           "RAYWATCH_AGENT_TOKEN": token, **NVML,
+           "RAYWATCH_URL": stand_in.url, "RAYWATCH_AGENT_TOKEN": token, **NVML,
            "RAYWATCH_AGENT_SPOOL": str(out_dir / "agent-spool"),
            "RAYWATCH_RAY_TMP_DIR": str(home / "ray-tmp"), "RAYWATCH_AGENT_PROCESSES_S": "1",
            "RAYWATCH_PY_SPY": str(py_spy if py_spy.exists() else site_spy or "py-spy")}
-    log_path = out_dir / "agent_process.log"
-    with log_path.open("w") as log_file:
+    with (out_dir / "agent_process.log").open("w") as log_file:
         agent = subprocess.Popen([sys.executable, "-m", "collectors.agent"], env=env,
                                  stdout=log_file, stderr=subprocess.STDOUT)
     t0 = time.monotonic()
     try:
-        on_gpu = stand_in.wait_for(lambda: any(holder.pid in pids for pids in
-                                               stand_in.gpu_pids()), 30)
+        on_gpu = stand_in.wait(lambda: any(holder.pid in pids for pids in gpu_pids(stand_in)),
+                               30)
         first_s = time.monotonic() - t0
-        fact = stand_in.wait_for(lambda: stand_in.fact(holder.pid), 15) or {}
+        fact = stand_in.wait(lambda: latest_fact(stand_in, holder.pid), 15) or {}
         started = fact.get("create_time")
-        stack = stand_in.result(stand_in.command(1, wire.STACK, {
-            "pid": holder.pid, "create_time": started}, token)["id"], 40)
+        stand_in.send(signed_command(key, 1, wire.STACK, NODE,
+                                     {"pid": holder.pid, "create_time": started}))
+        stack = outcome(stand_in, 1, 40)
         me = psutil.Process()
-        refused = stand_in.result(stand_in.command(2, wire.SIGNAL, {
-            "pid": me.pid, "create_time": me.create_time(), "signal": "SIGTERM"}, token)["id"])
-        polls_before = len(stand_in.gpu_pids())
-        term = stand_in.command(3, wire.SIGNAL, {"pid": holder.pid, "create_time": started,
-                                                 "signal": "SIGTERM"}, token)
-        signalled = stand_in.result(3)
+        stand_in.send(signed_command(key, 2, wire.SIGNAL, NODE, {
+            "pid": me.pid, "create_time": me.create_time(), "signal": "SIGTERM"}))
+        refused = outcome(stand_in, 2)
+        polls_before = len(gpu_pids(stand_in))
+        term = signed_command(key, 3, wire.SIGNAL, NODE, {
+            "pid": holder.pid, "create_time": started, "signal": "SIGTERM"}, ttl_s=120)
+        stand_in.send(term)
+        signalled = outcome(stand_in, 3)
         holder.join(20)
-        freed = stand_in.wait_for(lambda: any(holder.pid not in pids for pids in
-                                              stand_in.gpu_pids(polls_before)), 20)
-        stand_in.results.pop(3, None)
-        stand_in.queued.put(term)  # the same command again: a replay
-        replay = stand_in.result(3)
+        freed = stand_in.wait(lambda: any(holder.pid not in pids for pids in
+                                          gpu_pids(stand_in, polls_before)), 20)
+        stand_in.forget(3)
+        stand_in.send(term)  # the same command again: a replay
+        replay = outcome(stand_in, 3)
         agent.send_signal(signal.SIGTERM)
         t_stop = time.monotonic()
         code = agent.wait(30)
@@ -300,7 +219,7 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
         ("SIGTERM stops the agent cleanly", code == 0,
          f"exit {code} after {stop_s:.1f} s, {len(spooled)} batches spooled for its restart"),
     ]
-    summary = {"reports": len(stand_in.reports), "gpu_polls": len(stand_in.gpu_pids()),
+    summary = {"reports": len(stand_in.reports), "gpu_polls": len(gpu_pids(stand_in)),
                "results": stand_in.results, "first_report_s": round(first_s, 2)}
     return results, summary
 

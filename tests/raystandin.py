@@ -16,16 +16,15 @@ its GCS cuts the same way at a few rows.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.receivers import JsonHandler, serve
 
 RAY_LIMIT = 10_000  # RAY_MAX_LIMIT_FROM_DATA_SOURCE and RAY_MAX_LIMIT_FROM_API_SERVER
 HEAD_NODE = "ab" * 28
@@ -212,23 +211,13 @@ class RayStandIn:
         """The stand-in's URL, serving until the block ends."""
         stand_in = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 status, body = stand_in.answer(parts.path, parse_qs(parts.query))
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(body, status)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
+        server = serve(Handler)
         try:
             yield f"http://127.0.0.1:{server.server_address[1]}"
         finally:

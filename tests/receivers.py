@@ -1,14 +1,60 @@
-"""Real HTTP receivers on loopback for the alert tests: each records what it got and
-answers as scripted (a status, a pause, or hanging until released)."""
+"""Real HTTP receivers on loopback: the alert tests' webhook Receiver (it records what it
+got and answers as scripted: a status, a pause, or hanging until released), raywatch's
+agent API as an agent sees it (AgentApiStandIn), and the two parts every stand-in server
+of the tests and benches is made of (JsonHandler, serve). Standard library only:
+tests/device_agent_check.py runs this where there is no Django."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
+
+from collectors.agent import wire
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A stand-in's request handler: answers JSON and logs nothing."""
+
+    def answer(self, body: Any, status: int = 200) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def body(self) -> bytes:
+        """The request's body, gunzipped when it came gzipped."""
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        return gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def serve(handler: type[BaseHTTPRequestHandler], port: int = 0, backlog: int = 5
+          ) -> ThreadingHTTPServer:
+    """`handler` on 127.0.0.1 (a free port unless one is given) in a daemon thread, until
+    shutdown(); `backlog`: connections waiting to be accepted (bursts from many senders)."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler, bind_and_activate=False)
+    server.daemon_threads, server.request_queue_size = True, backlog  # before listen()
+    try:
+        server.server_bind()
+        server.server_activate()
+    except OSError:
+        server.server_close()
+        raise
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @dataclass
@@ -36,7 +82,7 @@ class Receiver:
     def start(self) -> Receiver:
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 got = Received(self.path, dict(self.headers), body)
@@ -55,16 +101,10 @@ class Receiver:
                 except OSError:
                     pass  # the sender is gone
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.request_queue_size = 128  # bursts from several senders at once
+        self.server = serve(Handler, backlog=128)  # bursts from several senders at once
         self.port = int(self.server.server_address[1])
         self.url = self.url_for("/hook")
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
     def url_for(self, path: str) -> str:
@@ -92,3 +132,96 @@ class Receiver:
 
     def accepted(self) -> list[Any]:
         return [r.json for r in self.requests if r.answered and 200 <= r.answered < 300]
+
+
+# --- raywatch's agent API, stood in for ---------------------------------------------------
+API = "/api/agent/v1/"
+
+
+def signed_command(key: str, pk: int, kind: str, node: str, payload: dict[str, Any],
+                   ttl_s: float = 30.0) -> dict[str, Any]:
+    """A command as raywatch hands it to an agent (dashboard/agents/commands.py:signed),
+    signed with `key` (the token's command key, or a forger's guess)."""
+    now = datetime.now(UTC)
+    body = {"id": pk, "kind": kind, "node": node, "action_id": None, "nonce": f"{pk:032x}",
+            "issued_at": wire.timestamp(now),
+            "expires_at": wire.timestamp(now + timedelta(seconds=ttl_s)), "payload": payload}
+    return {**body, "signature": wire.sign_command(key, body)}
+
+
+class AgentApiStandIn:
+    """Whoever answers at raywatch's address in its place (a test; in an attack, a DNS
+    entry or a proxy): it speaks the agent protocol (hello, report, commands, a command's
+    result), keeps every report and result, and hands the agent the commands it is given."""
+
+    def __init__(self, node: str, node_ip: str | None = None,
+                 encodings: Iterable[str] = ("gzip",)) -> None:
+        self.reports: list[dict[str, Any]] = []
+        self.results: dict[int, dict[str, Any]] = {}
+        self.waiting: list[dict[str, Any]] = []
+        self.changed = threading.Condition()
+        stand_in, hello = self, {"version": wire.VERSION, "node": node, "node_ip": node_ip,
+                                 "encodings": list(encodings)}
+
+        class Handler(JsonHandler):
+            def do_GET(self) -> None:
+                path = urlsplit(self.path).path
+                if path == f"{API}hello":
+                    return self.answer(hello)
+                if path != f"{API}commands":
+                    return self.answer({"detail": "not found"}, 404)
+                with stand_in.changed:  # a short long-poll
+                    stand_in.changed.wait_for(lambda: stand_in.waiting, 0.5)
+                    handed, stand_in.waiting = stand_in.waiting, []
+                self.answer({"version": wire.VERSION, "commands": handed,
+                             "server_time": wire.timestamp(datetime.now(UTC))})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.body())
+                if self.path == f"{API}report":
+                    stand_in.keep(lambda: stand_in.reports.append(body))
+                    return self.answer({"version": wire.VERSION, "duplicate": [],
+                                        "stored": [b["seq"] for b in body["batches"]],
+                                        "skipped": {}, "send_s": 0})
+                if not (match := re.fullmatch(rf"{API}commands/(\d+)/result", self.path)):
+                    return self.answer({"detail": "not found"}, 404)
+                pk = int(match[1])
+                stand_in.keep(lambda: stand_in.results.__setitem__(pk, body))
+                self.answer({"version": wire.VERSION, "id": pk, "state": "done",
+                             "outcome": body.get("outcome")})
+
+        self.server = serve(Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def keep(self, change: Callable[[], None]) -> None:
+        with self.changed:
+            change()
+            self.changed.notify_all()
+
+    def wait(self, found: Callable[[], Any], timeout_s: float) -> Any:
+        """`found()` once it is true, else its last value after `timeout_s`."""
+        with self.changed:
+            return self.changed.wait_for(found, timeout_s)
+
+    def send(self, command: dict[str, Any]) -> None:
+        self.keep(lambda: self.waiting.append(command))
+
+    def result(self, pk: int, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Command `pk`'s result as the agent posted it."""
+        if not self.wait(lambda: pk in self.results, timeout_s):
+            raise TimeoutError(f"the agent posted no result for command {pk} in {timeout_s} s")
+        return self.results[pk]
+
+    def forget(self, pk: int) -> None:
+        """Drop command `pk`'s result (to see the agent's answer to it again)."""
+        self.keep(lambda: self.results.pop(pk, None))
+
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        """Every record of `kind` (wire.GPU_POLL, ...) reported so far, oldest first."""
+        with self.changed:
+            return [r for report in self.reports for batch in report["batches"]
+                    for r in batch["records"] if r["kind"] == kind]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -5,10 +5,7 @@ audit API and page show both."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +15,7 @@ from django.utils import timezone
 from dashboard.actions.models import AuditEntry
 from dashboard.cluster.models import Job
 from tests.conftest import PASSWORD, token_client, wait_for
+from tests.receivers import JsonHandler, serve
 from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,26 +86,14 @@ def jobs_api() -> Iterator[str]:
     """Ray's Jobs API on loopback as it answers when its job manager breaks mid-way: the
     job reads RUNNING, the stop fails with a 500."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
-            self.answer(200, {"status": "RUNNING"})
+            self.answer({"status": "RUNNING"})
 
         def do_POST(self) -> None:
-            self.answer(500, {"detail": "job manager crashed"})
+            self.answer({"detail": "job manager crashed"}, 500)
 
-        def answer(self, status: int, body: dict[str, str]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(Handler)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

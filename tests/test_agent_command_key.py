@@ -8,13 +8,9 @@ audit, on the Cluster page's coverage and on the Agents page."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,72 +30,19 @@ from dashboard.agents.coverage_data import coverage_payload
 from dashboard.agents.models import AgentCommand, NodeToken
 from tests.agents import agent_env, commands, gpu_record, report, running_agent
 from tests.conftest import LiveServer, wait_for
+from tests.receivers import AgentApiStandIn, signed_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NODE, NODE_IP = "gpu-b", "10.9.0.3"
 
 
-class StandIn:
-    """Whoever answers at raywatch's address in its place (a DNS entry, a proxy): it
-    speaks the protocol, stores nothing, and hands the agent the commands it is given."""
-
-    def __init__(self) -> None:
-        self.waiting: list[dict[str, Any]] = []
-        self.results: dict[int, dict[str, Any]] = {}
-        self.lock = threading.Lock()
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.startswith("/api/agent/v1/hello"):
-                    self.reply({"node": NODE, "node_ip": NODE_IP, "encodings": []})
-                    return
-                with stand_in.lock:
-                    handed, stand_in.waiting = stand_in.waiting, []
-                if not handed:
-                    threading.Event().wait(0.2)  # a short long-poll
-                self.reply({"server_time": wire.timestamp(datetime.now(UTC)),
-                            "commands": handed})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path.endswith("/report"):
-                    self.reply({"stored": [b["seq"] for b in body["batches"]],
-                                "duplicate": [], "skipped": {}})
-                    return
-                pk = int(self.path.rsplit("/", 2)[-2])
-                with stand_in.lock:
-                    stand_in.results[pk] = body
-                self.reply({"id": pk, "state": "done", "outcome": body["outcome"]})
-
-            def reply(self, data: dict[str, Any]) -> None:
-                raw = json.dumps({"version": wire.VERSION, **data}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def send(self, command: dict[str, Any]) -> None:
-        with self.lock:
-            self.waiting.append(command)
-
-    def result(self, pk: int) -> dict[str, Any]:
-        return wait_for(lambda: self.results.get(pk), 30, 0.1, f"the result of command {pk}")
-
-
 @pytest.fixture
-def stand_in() -> Iterator[StandIn]:
-    server = StandIn()
+def stand_in() -> Iterator[AgentApiStandIn]:
+    """Whoever answers at raywatch's address in its place: it speaks the protocol and hands
+    the agent the commands it is given."""
+    server = AgentApiStandIn(NODE, NODE_IP)
     yield server
-    server.server.shutdown()
+    server.stop()
 
 
 @pytest.fixture
@@ -112,17 +55,12 @@ def ray_worker() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def signal_command(pk: int, pid: int, key: str) -> dict[str, Any]:
-    now = datetime.now(UTC)
-    body = {"id": pk, "kind": wire.SIGNAL, "node": NODE, "action_id": None,
-            "nonce": f"{pk:032x}", "issued_at": wire.timestamp(now),
-            "expires_at": wire.timestamp(now + timedelta(seconds=30)),
-            "payload": {"pid": pid, "signal": "SIGKILL",
-                        "create_time": psutil.Process(pid).create_time()}}
-    return {**body, "signature": wire.sign_command(key, body)}
+    return signed_command(key, pk, wire.SIGNAL, NODE, {
+        "pid": pid, "signal": "SIGKILL", "create_time": psutil.Process(pid).create_time()})
 
 
 def test_what_the_database_holds_signs_no_command_the_agent_accepts(
-        stand_in: StandIn, tmp_path: Path, ray_worker: subprocess.Popen[bytes]) -> None:
+        stand_in: AgentApiStandIn, tmp_path: Path, ray_worker: subprocess.Popen[bytes]) -> None:
     row, token = tokens.issue(NODE, None, timezone.now(), NODE_IP)
     stored = {k: str(v) for k, v in NodeToken.objects.values().get(pk=row.pk).items()}
     assert wire.command_key(token) not in " ".join(stored.values())
@@ -144,8 +82,7 @@ def test_what_the_database_holds_signs_no_command_the_agent_accepts(
         assert stand_in.result(7)["outcome"] == "signalled"
         assert ray_worker.wait(20) == -signal.SIGKILL
         stand_in.send({**genuine, "id": 7})  # the same command again, as recorded
-        with stand_in.lock:
-            stand_in.results.pop(7)
+        stand_in.forget(7)
         replayed = stand_in.result(7)
 
     assert {(r["outcome"], "signature does not match" in r["detail"]) for r in refusals} == {

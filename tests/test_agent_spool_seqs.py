@@ -5,18 +5,17 @@ would call the new one a duplicate and drop it. The seqs are reserved a block at
 
 from __future__ import annotations
 
-import gzip
 import json
 import signal
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from collectors.agent.spool import Spool
 from tests.agents import agent_env, running_agent
+from tests.receivers import JsonHandler, serve
 
 # A spool process that appends `n` batches, removes them as an acknowledging raywatch
 # would, prints the last seq and dies without closing (as a power cut or SIGKILL would).
@@ -67,7 +66,7 @@ def test_a_clean_stop_gives_back_the_rest_of_its_block(tmp_path: Path) -> None:
         again.close()
 
 
-class _SlowRaywatch(BaseHTTPRequestHandler):
+class _SlowRaywatch(JsonHandler):
     """raywatch answering a report only after HOLD_S (stored at once, as it commits before
     it answers); every other call 503 (the agent's commands loop waits it out). What it
     stored, and when a report arrived, are its server's, set by each test."""
@@ -75,30 +74,17 @@ class _SlowRaywatch(BaseHTTPRequestHandler):
     HOLD_S = 3.0
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
+        body = self.body()
         if not self.path.endswith("/report"):
-            return self._answer(503, {"detail": "not here"})
+            return self.answer({"detail": "not here"}, 503)
         seqs = [batch["seq"] for batch in json.loads(body)["batches"]]
         self.server.stored.extend(seqs)  # type: ignore[attr-defined]
         self.server.arrived.set()  # type: ignore[attr-defined]
         time.sleep(self.HOLD_S)
-        self._answer(200, {"stored": seqs, "duplicate": []})
+        self.answer({"stored": seqs, "duplicate": []})
 
     def do_GET(self) -> None:
-        self._answer(503, {"detail": "not here"})
-
-    def _answer(self, status: int, body: dict) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer({"detail": "not here"}, 503)
 
 
 def test_an_agent_stopped_while_a_report_is_on_its_way_keeps_none_raywatch_stored(
@@ -106,9 +92,8 @@ def test_an_agent_stopped_while_a_report_is_on_its_way_keeps_none_raywatch_store
     """SIGTERM while raywatch is still answering a report: the agent waits for that answer
     and drops the batches raywatch stored from its spool, so its next start resends none
     of them (they would be counted as sent twice, and cost a report)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowRaywatch)
+    server = serve(_SlowRaywatch)
     server.stored, server.arrived = [], threading.Event()  # type: ignore[attr-defined]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     env = agent_env(url, "rwa_" + "x" * 40, tmp_path, "gpu-s", "10.9.0.9")
     spool = Path(env["RAYWATCH_AGENT_SPOOL"])

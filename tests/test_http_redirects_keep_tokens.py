@@ -5,16 +5,14 @@ operator can give that address instead."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
 from collectors.http import SourceError, get_json
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core.models import SourceHealth
+from tests.receivers import JsonHandler, serve
 
 RAY_TOKEN = "ray-token-never-elsewhere-5d1f"
 
@@ -27,7 +25,7 @@ class Server:
         self.headers_seen: list[dict[str, str]] = []
         recorder = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 recorder.headers_seen.append(dict(self.headers))
                 self.send_response(status)
@@ -37,12 +35,8 @@ class Server:
                 self.end_headers()
                 self.wfile.write(b"[]")
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = serve(Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
 
 @pytest.fixture

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
@@ -17,6 +14,7 @@ from django.test import Client
 
 from dashboard.cluster.tasks import poll_ray_state
 from tests.conftest import PASSWORD, api_token
+from tests.receivers import JsonHandler, serve
 
 RAY_TOKEN = "ray-token-Q7xv9KpL2mZ8"
 PASSWORD_IN_URL = "hunter2-in-the-url"
@@ -30,7 +28,7 @@ class Echo:
         self.status, self.as_json, self.headers_seen = 500, False, []
         echo = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 echo.headers_seen.append(dict(self.headers))
                 said = "\n".join(f"{k}: {v}" for k, v in self.headers.items())
@@ -41,12 +39,8 @@ class Echo:
                 self.end_headers()
                 self.wfile.write(body.encode())
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture
