@@ -1,7 +1,7 @@
 """A trial whose results only node agents send is not called stalled because its agents
 went quiet (an agent stopped, the network between, raywatch restarted before the
 agents reconnected): its silence is counted up to their last report. Once they report
-again, or after AGENT_HOLD_MAX_S, the clock counts; a real hang is still caught."""
+again, or after SILENCE_HOLD_MAX_S, the clock counts; a real hang is still caught."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from collectors.agent import wire
-from dashboard.agents.freshness import AGENT_HOLD_MAX_S
 from dashboard.agents.ingest import decode_report, ingest_reports
 from dashboard.agents.models import AgentStream, NodeToken
 from dashboard.incidents.models import Incident
+from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.tasks import poll_trial_logs
 from tests.test_incremental_detection import (
     STALL_MIN_S,
@@ -101,7 +101,7 @@ def test_an_agent_sending_its_backlog_holds_the_stall_until_it_is_in(search: Clo
 def test_agents_gone_for_good_hold_nothing_past_the_limit(search: Clock) -> None:
     clock = search
     agents_reported(clock.now)
-    clock.now += timedelta(seconds=AGENT_HOLD_MAX_S + 1)
+    clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S + 1)
     assert len(stalled(clock)) == TRIALS
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
     assert "its node agent (gpu-" in summary and "has sent nothing newer than" in summary

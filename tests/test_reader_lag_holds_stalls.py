@@ -1,8 +1,9 @@
 """When raywatch's own reading lags (another process is still reading a long history, a
 poll that takes minutes), 300 running trials are not all called stalled at once: their
 silence is counted to what was read, the status strip says why, and once the reader
-catches up a real silence is still caught. The other reader is a real second Postgres
-session holding the reader's lock."""
+catches up a real silence is still caught. A reader stuck for good (a hung file system)
+holds no hang for ever: past SILENCE_HOLD_MAX_S the clock counts again, and says why.
+The other reader is a real second Postgres session holding the reader's lock."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from django.db import connection
 
 from dashboard.core.models import SourceHealth
 from dashboard.incidents.models import Incident
-from dashboard.trials import lag
+from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.ingest import READER_LOCK
 from dashboard.trials.tasks import poll_trial_logs
 from tests.test_incremental_detection import STALL_MIN_S, Clock, ray_answered, running_search
@@ -30,9 +31,7 @@ def search(transactional_db: None, settings: Any, tmp_path: Path,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     clock = next(running := running_search(TRIALS, settings, monkeypatch))
     settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(tmp_path)]  # read here, centrally
-    lag._read_until.clear()
     yield clock
-    lag._read_until.clear()
     next(running, None)
 
 
@@ -63,3 +62,23 @@ def test_stalls_wait_while_another_process_reads_and_are_caught_after(search: Cl
     assert stalled(clock) == TRIALS  # read to the end again: they really are silent
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
     assert "reported no result for" in summary
+
+
+def test_a_reader_stuck_for_good_holds_no_stall_for_ever(search: Clock) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("one reader at a time across processes is a Postgres lock")
+    clock = search
+    assert stalled(clock) == 0
+    params = connection.get_connection_params()
+    other = psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"},
+                            autocommit=True)
+    try:  # the other reader never finishes
+        other.execute("SELECT pg_advisory_lock(%s)", [READER_LOCK])
+        clock.now += timedelta(seconds=STALL_MIN_S + 60)
+        assert stalled(clock) == 0
+        clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S)
+        assert stalled(clock) == TRIALS
+        summary = Incident.objects.filter(kind="trial_stalled").first().summary
+        assert "log reader has read nothing of the log dirs for" in summary, summary
+    finally:
+        other.close()

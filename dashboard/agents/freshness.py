@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.db.models.functions import Coalesce
 
 from dashboard.agents.models import AgentStream
+from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.models import Trial
 
 AGENT_PLACE_SEP = ":/"  # an agent's experiment_dir: "<node>:/<its path on the node>"
@@ -51,11 +52,6 @@ def last_reports(cluster_nodes: Iterable[tuple[int, str]]) -> dict[tuple[int, st
             if (r["token__cluster_id"], r["token__node"]) in wanted}
 
 
-# Past this long the clock counts again (a hang must not wait on an agent gone for
-# good), and the stall says the agents are silent.
-AGENT_HOLD_MAX_S = 600.0
-
-
 def agents_silence(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
     """TrialSnapshot fields (data_until, agent_note) of the running trials whose results
     only agents send, all of them silent for more than AGENT_STALE_S; others absent."""
@@ -68,7 +64,7 @@ def agents_silence(trials: list[Trial], now: datetime) -> dict[int, dict[str, An
         silent = (now - last).total_seconds() if last else 0.0
         if silent <= settings.AGENT_STALE_S:
             continue
-        if silent < AGENT_HOLD_MAX_S:
+        if silent < SILENCE_HOLD_MAX_S:  # then the clock counts again, saying why
             out[pk] = {"data_until": last}
         else:
             out[pk] = {"agent_note": f"its node agent ({', '.join(sorted(nodes))}) has sent "

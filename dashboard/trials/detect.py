@@ -323,6 +323,9 @@ UNREAD_BY_RULES = ("config", "last_metrics", "metric_range", "last_parse_error")
 # fields}. The agents app registers its own in AppConfig.ready(): this app does not
 # import it.
 SilenceSource = Callable[[list[Trial], datetime], dict[int, dict[str, Any]]]
+# Past this long a source holds no trial's clock (a hang must not wait on an agent gone
+# for good, or on a log reader stuck on a hung file system): the stall says why instead.
+SILENCE_HOLD_MAX_S = 600.0
 _silence_sources: list[SilenceSource] = []
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from dashboard.cluster.models import settings_cluster_pk
+from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.models import Trial
 
 _read_until: list[datetime] = []  # when the newest poll that read the log dirs began
@@ -29,6 +30,11 @@ def note_busy(at: datetime) -> None:
         _read_until[:] = [at]
 
 
+def forget() -> None:
+    """As a new process: nothing read yet (tests: each starts with a reader of its own)."""
+    _read_until.clear()
+
+
 def behind_s() -> float:
     """How long the reader may be behind before stalls wait for it: a few polls."""
     return max(3 * settings.POLL_LOGS_S, 10.0)
@@ -42,8 +48,12 @@ def reader_lag(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
     behind = (now - until).total_seconds()
     if behind <= behind_s():
         return {}
-    note = (f"raywatch's log reader is {behind:.0f} s behind the log dirs (a long first "
-            "ingest, or a slow machine): its silence is counted to what was read")
+    if behind < SILENCE_HOLD_MAX_S:
+        held = {"data_until": until, "agent_note": (
+            f"raywatch's log reader is {behind:.0f} s behind the log dirs (a long first "
+            "ingest, or a slow machine): its silence is counted to what was read")}
+    else:  # a reader stuck for good (a hung file system) holds no hang for ever
+        held = {"agent_note": f"raywatch's log reader has read nothing of the log dirs for "
+                              f"{behind:.0f} s: its silence is counted to now"}
     cluster = settings_cluster_pk()
-    return {t.pk: {"data_until": until, "agent_note": note} for t in trials
-            if t.experiment.cluster_id == cluster}
+    return {t.pk: held for t in trials if t.experiment.cluster_id == cluster}
