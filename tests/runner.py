@@ -202,6 +202,9 @@ def run_suite(argv: list[str]) -> int:
         if not answers(parsed.hostname or "127.0.0.1", parsed.port or 6379):
             redis_url = start_throwaway_redis(stack)
         say(f"Postgres {urlparse(db_url).netloc}, Redis {urlparse(redis_url).netloc}")
+        say(machine_speed())
+        began, cpu = time.monotonic(), busy_cpu_s()
+        stack.callback(lambda: say(took(time.monotonic() - began, busy_cpu_s() - cpu)))
         # Everything the run writes to a temporary place (pytest's tmp_path, data dirs,
         # JUnit reports, the clusters' and servers' temp files, the pymp-* dirs Ray's
         # dashboard leaves behind when its cluster stops) lives under one dir, removed
@@ -240,6 +243,37 @@ def run_suite(argv: list[str]) -> int:
                       f"{signal.Signals(-code).name} (its output above says where)",
                       flush=True)
         return verdict(codes)
+
+
+# The suite's minutes follow the machine's speed, which differs from one machine of the
+# same size to the next (a run took 999 s on one two-core machine and 1,488 s on another):
+# each run says how fast its machine is and how busy it kept the cores, to compare runs by.
+REFERENCE_LOOP = 20_000_000
+
+
+def machine_speed() -> str:
+    began, total = time.process_time(), 0
+    for i in range(REFERENCE_LOOP):
+        total += i
+    return (f"this machine: {os.cpu_count()} cores; a reference loop ({REFERENCE_LOOP:,} "
+            f"additions in CPython) took {time.process_time() - began:.2f} CPU s")
+
+
+def busy_cpu_s() -> float:
+    """The machine's busy CPU seconds since boot, all cores (/proc/stat); 0 without it."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def took(wall_s: float, cpu_s: float) -> str:
+    cores = os.cpu_count() or 1
+    busy = f", the cores {100 * cpu_s / (wall_s * cores):.0f}% busy ({cpu_s:,.0f} CPU s)" \
+        if cpu_s > 0 and wall_s > 0 else ""
+    return f"the run took {wall_s:,.0f} s{busy}"
 
 
 def plan(argv: list[str]) -> int:

@@ -60,6 +60,30 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+# Several management commands in one Django start, each as `manage.py` runs it (the same
+# parser and handle(), through call_command): a start costs 2 to 3 CPU s, and the suite's
+# served tests ran some ninety of them, most back to back.
+_ALL = """
+import contextlib, io, json, os
+from django.core.management import call_command
+said = []
+for args in json.loads(os.environ["RAYWATCH_TEST_COMMANDS"]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        call_command(*args, stdout=out)
+    said.append(out.getvalue())
+print(RS + json.dumps(said))
+"""
+_RS = "\x1e"  # ends what the commands printed themselves
+
+
+def manage_all(env: dict[str, str], *commands: tuple[str, ...]) -> list[str]:
+    """`manage.py A ...`, `manage.py B ...`, in order, in one process: what each printed."""
+    out = manage({**env, "RAYWATCH_TEST_COMMANDS": json.dumps(commands)}, "shell", "-v", "0",
+                 "-c", f"RS = {_RS!r}\n{_ALL}")
+    return json.loads(out.rpartition(_RS)[2])
+
+
 # What this pytest process's first `manage.py migrate` on each backend made, from an empty
 # database: a SQLite file, or a Postgres database to create others from (TEMPLATE).
 _MIGRATED: dict[str, str] = {}
@@ -129,9 +153,9 @@ def first_run(env: dict[str, str]) -> tuple[str, str]:
     """What the documented first start does (`migrate`, `ensure_admin`): the admin's API token
     and the password `ensure_admin` wrote down."""
     migrate(env)
-    manage(env, "ensure_admin")
+    _, token = manage_all(env, ("ensure_admin",), ("drf_create_token", "admin"))
     password = (Path(env["RAYWATCH_DATA_DIR"]) / "admin-password.txt").read_text().split()[1]
-    return manage(env, "drf_create_token", "admin").split()[2], password
+    return token.split()[2], password
 
 
 def api_post(url: str, token: str, body: dict) -> dict:

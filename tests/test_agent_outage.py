@@ -21,7 +21,15 @@ from collectors.localray import free_port
 from tests import served
 from tests.agents import agent_env, running_agent
 from tests.conftest import wait_for
-from tests.served import api_get, api_post, embedded_env, manage, start_serve, stop_serve
+from tests.served import (
+    api_get,
+    api_post,
+    embedded_env,
+    manage,
+    manage_all,
+    start_serve,
+    stop_serve,
+)
 
 pytestmark = pytest.mark.beside
 
@@ -91,9 +99,9 @@ def test_an_agent_rides_out_a_restart_and_signals_its_nodes_processes(  # type: 
         raywatch_env: dict[str, str], tmp_path: Path, ray_worker_process) -> None:
     env = raywatch_env
     served.migrate(env)
-    manage(env, "ensure_admin")
-    api_token = manage(env, "drf_create_token", "admin").split()[2]
-    node_token = manage(env, "agent_token", NODE, "--ip", NODE_IP).strip()
+    _, api_token, node_token = manage_all(env, ("ensure_admin",), ("drf_create_token", "admin"),
+                                          ("agent_token", NODE, "--ip", NODE_IP))
+    api_token, node_token = api_token.split()[2], node_token.strip()
     port = free_port()
     url, log = f"http://127.0.0.1:{port}", tmp_path / "serve.log"
     node = {**agent_env(url, node_token, tmp_path, NODE, NODE_IP),

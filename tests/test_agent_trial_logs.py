@@ -31,7 +31,15 @@ from dashboard.agents import tokens
 from dashboard.trials.models import Experiment, StepResult, Trial
 from tests.agents import agent_env, running_agent, stop_agent
 from tests.conftest import LiveServer, start_search, token_client, wait_for
-from tests.served import api_get, embedded_env, manage, migrate, start_serve, stop_serve
+from tests.served import (
+    api_get,
+    embedded_env,
+    manage,
+    manage_all,
+    migrate,
+    start_serve,
+    stop_serve,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NAME = "agent_search"
@@ -311,9 +319,9 @@ def test_on_the_embedded_default_with_central_reading_off(  # type: ignore[no-un
                        RAYWATCH_GPU_SOURCE="off", RAYWATCH_CENTRAL_LOGS="0",
                        RAYWATCH_LOG_DIRS=str(logs), RAYWATCH_POLL_LOGS_S="0.5")
     migrate(env)
-    manage(env, "ensure_admin")
-    api_token = manage(env, "drf_create_token", "admin").split()[2]
-    node_token = manage(env, "agent_token", "gpu-a").strip()
+    _, api_token, node_token = manage_all(env, ("ensure_admin",), ("drf_create_token", "admin"),
+                                          ("agent_token", "gpu-a"))
+    api_token, node_token = api_token.split()[2], node_token.strip()
     port, log = free_port(), tmp_path / "serve.log"
     url = f"http://127.0.0.1:{port}"
     agent = {**node(url, tmp_path, "gpu-a", logs), "RAYWATCH_AGENT_TOKEN": node_token}

@@ -14,7 +14,7 @@ import pytest
 from collectors.localray import free_port
 from dashboard.core.staticfinders import PLOTLY_JS
 from tests.conftest import wait_for
-from tests.served import embedded_env, manage, migrate, start_serve, stop_serve
+from tests.served import embedded_env, manage_all, migrate, start_serve, stop_serve
 
 pytestmark = pytest.mark.browser
 HASHED = re.compile(r"/static/vendor/plotly\.min\.[0-9a-f]{12}\.js$")
@@ -37,8 +37,7 @@ def test_plotly_is_served_compressed_and_cached_for_good(browser, tmp_path: Path
     env = embedded_env(tmp_path, RAY_ADDRESS=f"http://127.0.0.1:{free_port()}",
                        RAYWATCH_GPU_SOURCE="off")
     migrate(env)  # what `make run` does
-    for command in (["ensure_admin"], ["collectstatic", "--noinput", "-v", "0"]):
-        manage(env, *command)
+    manage_all(env, ("ensure_admin",), ("collectstatic", "--noinput", "-v", "0"))
     password = (tmp_path / "admin-password.txt").read_text().split()[1]
     port, log = free_port(), tmp_path / "serve.log"
     base = f"http://127.0.0.1:{port}"

@@ -42,6 +42,7 @@ from tests.served import (
     embedded_env,
     first_run,
     manage,
+    manage_all,
     nodes_or_none,
     scratch_database,
     start_serve,
@@ -145,13 +146,14 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
     env = {**backend, **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,
            "RAYWATCH_LOG_DIRS": str(storage_a)}
     token, password = first_run(env)
-    manage(env, "cluster", "add", "beta", beta_cluster.dashboard_url,
-           "--gcs", beta_cluster.gcs_address, "--token-file", str(token_file))
     to_beta, to_alpha = receivers(200), receivers(200)
-    manage(env, "shell", "-c", CHANNELS.format(beta=to_beta.url, alpha=to_alpha.url))
     beta_ip = beta_cluster.gcs_address.rpartition(":")[0]
-    node_token = manage(env, "agent_token", "beta-head", "--ip", beta_ip,
-                        "--cluster", "beta").strip()
+    *_, node_token = manage_all(
+        env, ("cluster", "add", "beta", beta_cluster.dashboard_url,
+              "--gcs", beta_cluster.gcs_address, "--token-file", str(token_file)),
+        ("shell", "-v", "0", "-c", CHANNELS.format(beta=to_beta.url, alpha=to_alpha.url)),
+        ("agent_token", "beta-head", "--ip", beta_ip, "--cluster", "beta"))
+    node_token = node_token.strip()
     with running_searches((ray_cluster, storage_a, name_a, "quick"),
                           (beta_cluster, storage_b, name_b, "objective")) as searches, \
             serving(env, token, password, tmp_path) as rw:
@@ -311,8 +313,9 @@ def test_a_cluster_its_head_agent_announces_is_polled_once_approved(  # type: ig
     _, beta_cluster = beta
     env = {**embedded_env(tmp_path / "data"), **FAST, "RAY_ADDRESS": ray_cluster.gcs_address}
     token, password = first_run(env)
-    heads = {name: manage(env, "agent_token", f"{name}-head").strip()
-             for name in ("alpha", "beta")}
+    heads = {name: said.strip() for name, said in zip(
+        ("alpha", "beta"), manage_all(env, ("agent_token", "alpha-head"),
+                                      ("agent_token", "beta-head")), strict=True)}
     with serving(env, token, password, tmp_path) as rw:
         temp_dirs = {"alpha": Path(ray_cluster.session_dir).parent,
                      "beta": Path(beta_cluster.session_dir).parent}

@@ -21,7 +21,7 @@ from collectors.localray import LocalCluster, free_port
 from tests import served
 from tests.agents import agent_env as node_agent_env
 from tests.conftest import wait_for
-from tests.served import ROOT, api_get, fake_gpu_spec, manage, nodes_or_none
+from tests.served import ROOT, api_get, fake_gpu_spec, manage, manage_all, nodes_or_none
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray]
 
@@ -84,8 +84,10 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
     })
     (tmp_path / "logs").mkdir()
     served.migrate(env)
-    manage(env, "ensure_admin")
-    token = manage(env, "drf_create_token", "admin").split()[2]
+    _, token, *nodes = manage_all(env, ("ensure_admin",), ("drf_create_token", "admin"),
+                                  ("agent_token", "gpu-a", "--ip", "10.9.0.2"),
+                                  ("agent_token", "gpu-b", "--ip", "10.9.0.3"))
+    token, node_tokens = token.split()[2], [n.strip() for n in nodes]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # `serve` runs this host's agent; two more GPU nodes run theirs (make agent), each
@@ -96,9 +98,9 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
                               start_new_session=True)
     agents = [subprocess.Popen(
         [sys.executable, "-m", "collectors.agent"], cwd=ROOT, start_new_session=True,
-        env=node_agent_env(url, manage(env, "agent_token", node, "--ip", ip).strip(),
-                           tmp_path, node, ip, 2))
-              for node, ip in (("gpu-a", "10.9.0.2"), ("gpu-b", "10.9.0.3"))]
+        env=node_agent_env(url, node_token, tmp_path, node, ip, 2))
+              for node_token, (node, ip) in zip(node_tokens, (("gpu-a", "10.9.0.2"),
+                                                              ("gpu-b", "10.9.0.3")), strict=True)]
     try:
         nodes = wait_for(lambda: nodes_or_none(f"{url}/api/nodes/", token),
                          120, 1, "Celery to poll Ray into Postgres")

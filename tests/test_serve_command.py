@@ -25,6 +25,7 @@ from tests.served import (
     embedded_env,
     fake_gpu_spec,
     manage,
+    manage_all,
     migrate,
     nodes_or_none,
 )
@@ -49,8 +50,9 @@ def test_serve_embedded_watches_local_cluster_and_stops_cleanly(tmp_path: Path) 
     migrate(env)
     created = manage(env, "ensure_admin")
     assert "created admin login" in created and (tmp_path / "admin-password.txt").exists()
-    assert "admin login: admin" in manage(env, "ensure_admin")  # second run keeps it
-    token = manage(env, "drf_create_token", "admin").split()[2]
+    again, token = manage_all(env, ("ensure_admin",), ("drf_create_token", "admin"))
+    assert "admin login: admin" in again  # a second run keeps it
+    token = token.split()[2]
 
     port = free_port()
     server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)],

@@ -23,7 +23,7 @@ from tests.served import (
     api_get,
     embedded_env,
     fake_gpu_spec,
-    manage,
+    manage_all,
     migrate,
     start_serve,
     stop_serve,
@@ -61,8 +61,8 @@ def test_concurrent_requests_while_the_scheduler_writes(tmp_path: Path, database
         RAYWATCH_POLL_GPU_S="0.2", RAYWATCH_POLL_RAY_S="0.2", RAYWATCH_POLL_LOGS_S="0.2",
         RAYWATCH_LOG_DIRS=str(tmp_path / "ray_results"), **extra)
     migrate(env)
-    manage(env, "ensure_admin")
-    token = manage(env, "drf_create_token", "admin").split()[2]
+    _, token = manage_all(env, ("ensure_admin",), ("drf_create_token", "admin"))
+    token = token.split()[2]
     port, log = free_port(), tmp_path / "serve.log"
     url = f"http://127.0.0.1:{port}"
     server = start_serve(env, port, log)
