@@ -27,7 +27,6 @@ import atexit
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 import harness
 
 from collectors.localray import free_port
+from tests.served import manage
 
 LOADS = int(os.environ.get("BENCH_LOADS", harness.sized("5", "1")))
 CHROMIUM = "/usr/bin/chromium"
@@ -51,11 +51,6 @@ NAVIGATION = """() => {
           plotly_encoded: plotly.encodedBodySize, plotly_transfer: plotly.transferSize,
           plotly_decoded: plotly.decodedBodySize};
 }"""
-
-
-def manage(env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], cwd=harness.REPO, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
 
 
 def load(browser: Any, base: str, state: dict[str, Any], link: dict[str, Any] | None
