@@ -92,15 +92,17 @@ def test_an_agent_keeps_reporting_when_its_spool_cannot_be_written(
         wait_for(lambda: GpuSample.objects.count() >= 4, 60, 0.3, "the agent's reports",
                  explain=lambda: log.read_text()[-2000:])
         broken = Full(small_disk) if fault == "disk full" else lose(spool)
-        said = wait_for(lambda: [p for p in agent_problems() if "cannot write its spool" in p],
-                        30, 0.3, "the coverage to say the spool cannot be written",
-                        explain=lambda: (agent_problems(), log.read_text()[-2000:]))
-        then = GpuSample.objects.count()
-        wait_for(lambda: GpuSample.objects.count() >= then + 2 * 5, 30, 0.3,
-                 "five more polls of its two GPUs, reported from memory",
-                 explain=lambda: log.read_text()[-2000:])
-
-        broken.unlink()  # room again (or the directory free to be made again)
+        try:
+            said = wait_for(
+                lambda: [p for p in agent_problems() if "cannot write its spool" in p],
+                30, 0.3, "the coverage to say the spool cannot be written",
+                explain=lambda: (agent_problems(), log.read_text()[-2000:]))
+            then = GpuSample.objects.count()
+            wait_for(lambda: GpuSample.objects.count() >= then + 2 * 5, 30, 0.3,
+                     "five more polls of its two GPUs, reported from memory",
+                     explain=lambda: log.read_text()[-2000:])
+        finally:  # room again (or the directory free to be made again); a failed wait
+            broken.unlink()  # above leaves no filler thread writing until pytest ends
         wait_for(lambda: not agent_problems(), 30, 0.3, "the problem to go",
                  explain=agent_problems)
         again = GpuSample.objects.count()
