@@ -96,9 +96,9 @@ class _Trial:
     kept only while the directory keeps changing (a running trial, handed on every poll)
     and is not quiet. No Path is kept: `path` is the directory's, as a str, the same
     object as the key it is filed under and its container's entry. Eight slots, the
-    flags in one int: a quiet trial dir costs ~0.4 KB live (bench/README.md,
-    history_scale_bench), against ~2.4 KB as a TrialDir with its Paths and a dict of
-    file stats."""
+    flags in one int: a quiet trial dir costs ~0.4 KB live
+    (docs/benchmarks/history_scale_bench.md), against ~2.4 KB as a TrialDir with its
+    Paths and a dict of file stats."""
 
     __slots__ = ("flags", "framework", "hot_until", "names", "path", "root", "stats",
                  "trial_dir")
@@ -734,7 +734,7 @@ def _stats(path: str, names: tuple[str, ...], dir_mtime: int) -> bytes:
     other; (-1, -1) for one that could not be statted. One bytes object (8 bytes, 16 a
     file and ~33 of its own) is what a quiet trial dir keeps of its files: a tuple of
     ints cost ~230 bytes for a Tune trial dir's 2-3 files, and the mtime as an int ~48
-    more (bench/README.md, history_scale_bench)."""
+    more (docs/benchmarks/history_scale_bench.md)."""
     stats = bytearray(_MTIME.pack(dir_mtime))
     for name in names:
         try:

@@ -591,7 +591,7 @@ class TuneStates:
     def forget_idle(self, idle_s: float) -> None:
         """Drop the experiments not asked about for `idle_s`: one whose trials all settled
         is read again only if they wake up. A finished search's state held for the
-        process's life cost ~160 bytes a trial (bench/README.md, history_scale_bench)."""
+        process's life cost ~160 bytes a trial (docs/benchmarks/history_scale_bench.md)."""
         cutoff = self.clock() - idle_s
         for key in [k for k, asked in self._asked.items() if asked < cutoff]:
             del self._asked[key]

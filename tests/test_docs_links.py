@@ -22,8 +22,12 @@ CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
+BENCH_README = ROOT / "bench" / "README.md"
+BENCH_PAGES = DOCS / "benchmarks"
+
+
 def pages() -> list[Path]:
-    return [README, *sorted(DOCS.glob("*.md"))]
+    return [README, *sorted(DOCS.glob("*.md")), BENCH_README, *sorted(BENCH_PAGES.glob("*.md"))]
 
 
 def prose(path: Path, code_spans: bool = False) -> list[tuple[int, str]]:
@@ -92,6 +96,21 @@ def test_the_readme_links_every_docs_page():
                for _, target in links(README) if not target.startswith(("http:", "https:"))}
     missing = [page.name for page in sorted(DOCS.glob("*.md")) if page.resolve() not in targets]
     assert not missing, f"README.md links no docs page named {missing}"
+
+
+def test_every_bench_has_a_page_and_the_bench_index_links_it():
+    """One page per script in bench/ (docs/benchmarks/<script>.md), each linked from
+    bench/README.md's index, and no page for a bench that is gone."""
+    from tests.test_benches_smoke import BENCHES
+
+    wanted = {(BENCH_PAGES / bench).with_suffix(".md") for bench in BENCHES}
+    linked = {(BENCH_README.parent / target.partition("#")[0]).resolve()
+              for _, target in links(BENCH_README)}
+    assert {p.name for p in wanted if not p.exists()} == set(), "benches with no page"
+    assert {p.name for p in wanted if p.resolve() not in linked} == set(), \
+        "pages bench/README.md does not link"
+    assert {p.name for p in BENCH_PAGES.glob("*.md")} - {p.name for p in wanted} == set(), \
+        "pages of no bench"
 
 
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(ROOT)))

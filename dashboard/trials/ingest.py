@@ -64,7 +64,8 @@ class StoreSink:
     # Bigger than an agent's report (256 KiB): a batch of thousands of results is stored by
     # COPY (under bulkwrite.COPY_MIN_ROWS rows, a row at a time in INSERTs: 4x slower a
     # first ingest). Not bigger: a batch is held whole, decoded, while it is stored, and a
-    # first start keeps that high-water mark (8 MiB: +11 MB RSS, no faster; bench/README).
+    # first start keeps that high-water mark (8 MiB: +11 MB RSS, no faster;
+    # docs/benchmarks/quiet_history_bench.md).
     batch_bytes = 1 << 20
 
     def __init__(self) -> None:
