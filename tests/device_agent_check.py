@@ -25,9 +25,11 @@ import multiprocessing
 import os
 import resource
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,10 +121,12 @@ def main(out_dir: str) -> int:
 NODE = "device"
 
 
-def gpu_pids(stand_in: AgentApiStandIn, since: int = 0) -> list[set[int]]:
-    """For each GPU poll reported after the first `since`: the pids NVML listed on any GPU."""
+def gpu_pids(stand_in: AgentApiStandIn, since: int = 0) -> list[set[int] | None]:
+    """For each GPU poll reported after the first `since`: the pids NVML listed on any GPU
+    (None: a GPU's process list could not be read, so who holds it is unknown)."""
     polls = [wire.decode_gpu_poll(r, node=NODE)[0] for r in stand_in.records(wire.GPU_POLL)]
-    return [{p.pid for g in poll.gpus for p in g.processes or ()}
+    return [None if any(g.processes is None for g in poll.gpus)
+            else {p.pid for g in poll.gpus for p in g.processes or ()}
             for poll in polls[since:] if poll is not None]
 
 
@@ -145,6 +149,9 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
     token = "rwa_" + secrets.token_urlsafe(32)
     key, stand_in, home = wire.command_key(token), AgentApiStandIn(NODE), out_dir / "node-home"
     home.mkdir(parents=True, exist_ok=True)
+    # A spool of its own each run: the command ids it remembers would refuse a rerun's.
+    spool = Path(tempfile.mkdtemp(prefix="agent-check-spool-"))
+    victim = subprocess.Popen(["sleep", "600"])  # a process of this node the agent does not watch
     ctx = multiprocessing.get_context("spawn")
     ready, release = ctx.Event(), ctx.Event()
     holder = ctx.Process(target=hold_gpu_memory, args=(ready, release))
@@ -155,7 +162,7 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
                      if (Path(p) / "bin" / "py-spy").exists()), None)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path),
            "RAYWATCH_URL": stand_in.url, "RAYWATCH_AGENT_TOKEN": token, **NVML,
-           "RAYWATCH_AGENT_SPOOL": str(out_dir / "agent-spool"),
+           "RAYWATCH_AGENT_SPOOL": str(spool),
            "RAYWATCH_RAY_TMP_DIR": str(home / "ray-tmp"), "RAYWATCH_AGENT_PROCESSES_S": "1",
            "RAYWATCH_PY_SPY": str(py_spy if py_spy.exists() else site_spy or "py-spy")}
     with (out_dir / "agent_process.log").open("w") as log_file:
@@ -163,52 +170,60 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
                                  stdout=log_file, stderr=subprocess.STDOUT)
     t0 = time.monotonic()
     try:
-        on_gpu = stand_in.wait(lambda: any(holder.pid in pids for pids in gpu_pids(stand_in)),
-                               30)
-        first_s = time.monotonic() - t0
+        on_gpu = stand_in.wait(lambda: any(holder.pid in (pids or ()) for pids in
+                                           gpu_pids(stand_in)), 30)
+        seen_s = time.monotonic() - t0
         fact = stand_in.wait(lambda: latest_fact(stand_in, holder.pid), 15) or {}
         started = fact.get("create_time")
         stand_in.send(signed_command(key, 1, wire.STACK, NODE,
                                      {"pid": holder.pid, "create_time": started}))
         stack = outcome(stand_in, 1, 40)
-        me = psutil.Process()
         stand_in.send(signed_command(key, 2, wire.SIGNAL, NODE, {
-            "pid": me.pid, "create_time": me.create_time(), "signal": "SIGTERM"}))
+            "pid": victim.pid, "create_time": psutil.Process(victim.pid).create_time(),
+            "signal": "SIGTERM"}))
         refused = outcome(stand_in, 2)
+        victim_alive = victim.poll() is None
         polls_before = len(gpu_pids(stand_in))
         term = signed_command(key, 3, wire.SIGNAL, NODE, {
             "pid": holder.pid, "create_time": started, "signal": "SIGTERM"}, ttl_s=120)
         stand_in.send(term)
         signalled = outcome(stand_in, 3)
         holder.join(20)
-        freed = stand_in.wait(lambda: any(holder.pid not in pids for pids in
-                                          gpu_pids(stand_in, polls_before)), 20)
+        freed = stand_in.wait(lambda: any(pids is not None and holder.pid not in pids
+                                          for pids in gpu_pids(stand_in, polls_before)), 20)
         stand_in.forget(3)
         stand_in.send(term)  # the same command again: a replay
         replay = outcome(stand_in, 3)
         agent.send_signal(signal.SIGTERM)
         t_stop = time.monotonic()
-        code = agent.wait(30)
+        try:
+            code: int | None = agent.wait(30)
+        except subprocess.TimeoutExpired:
+            code = None  # still running: the check fails, and it is killed below
         stop_s = time.monotonic() - t_stop
+        spooled = list(spool.glob(f"**/*{SUFFIX}"))
     finally:
         if agent.poll() is None:
             agent.kill()
+        victim.kill()
+        victim.wait()
+        shutil.rmtree(spool, ignore_errors=True)
         release.set()
         holder.join(10)
         if holder.is_alive():
             holder.kill()
         stand_in.stop()
-    spooled = list((out_dir / "agent-spool").glob(f"**/*{SUFFIX}"))
     results = [
         ("the agent process reports the CUDA holder on its GPU",
-         bool(on_gpu), f"first seen {first_s:.1f} s after the agent started"),
+         bool(on_gpu), f"first seen {seen_s:.1f} s after the agent started"),
         ("the holder's process facts carry its start time", started is not None,
          json.dumps(fact)[:200]),
         ("a stack of the holder is taken (py-spy) and returned as the command's result",
          stack["outcome"] == "taken" and hold_gpu_memory.__name__ in stack["detail"],
          f"{stack['outcome']}: {stack['detail'][:300]}"),
-        ("a signal for a process the agent does not watch is refused",
-         refused["outcome"] == "refused", f"{refused['outcome']}: {refused['detail']}"),
+        ("a signal for a process the agent does not watch is refused; it lives on",
+         refused["outcome"] == "refused" and victim_alive,
+         f"{refused['outcome']}: {refused['detail']}"),
         ("SIGTERM for the holder is sent; the holder ends",
          signalled["outcome"] == "signalled" and holder.exitcode == -signal.SIGTERM,
          f"{signalled['outcome']}: {signalled['detail']}; exit code {holder.exitcode}"),
@@ -220,7 +235,7 @@ def agent_process_checks(out_dir: Path) -> tuple[list[tuple[str, bool, str]], di
          f"exit {code} after {stop_s:.1f} s, {len(spooled)} batches spooled for its restart"),
     ]
     summary = {"reports": len(stand_in.reports), "gpu_polls": len(gpu_pids(stand_in)),
-               "results": stand_in.results, "first_report_s": round(first_s, 2)}
+               "results": stand_in.results, "holder_seen_s": round(seen_s, 2)}
     return results, summary
 
 

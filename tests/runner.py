@@ -260,13 +260,14 @@ def machine_speed() -> str:
 
 
 def busy_cpu_s() -> float:
-    """The machine's busy CPU seconds since boot, all cores (/proc/stat); 0 without it."""
+    """The machine's busy CPU seconds since boot, all cores (/proc/stat: user, nice,
+    system, irq, softirq); 0 without it."""
     try:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return 0.0
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:7]) - idle) / os.sysconf("SC_CLK_TCK")  # steal (the 8th) is not ours
 
 
 def took(wall_s: float, cpu_s: float) -> str:

@@ -69,8 +69,12 @@ from django.core.management import call_command
 said = []
 for args in json.loads(os.environ["RAYWATCH_TEST_COMMANDS"]):
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        call_command(*args, stdout=out)
+    try:
+        with contextlib.redirect_stdout(out):
+            call_command(*args, stdout=out)
+    except BaseException:
+        print("".join(said) + out.getvalue() + "manage.py " + " ".join(args) + " failed:")
+        raise
     said.append(out.getvalue())
 print(RS + json.dumps(said))
 """

@@ -11,28 +11,36 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.models import Trial
 
 _read_until: list[datetime] = []  # when the newest poll that read the log dirs began
+_read_ended: list[datetime] = []  # when it ended: the reader's last sign of progress
+_other_reads: list[bool] = []  # [True] while another process holds the reading
 
 
 def note_read(started: datetime) -> None:
-    """This process's poll that began at `started` read the log dirs to the end."""
+    """This process's poll that began at `started` read the log dirs to the end (now)."""
     _read_until[:] = [started]
+    _read_ended[:] = [timezone.now()]
+    _other_reads.clear()
 
 
 def note_busy(at: datetime) -> None:
     """Another process is reading the log dirs: what this one knows ends here."""
     if not _read_until:
         _read_until[:] = [at]
+    _other_reads[:] = [True]
 
 
 def forget() -> None:
     """As a new process: nothing read yet (tests: each starts with a reader of its own)."""
     _read_until.clear()
+    _read_ended.clear()
+    _other_reads.clear()
 
 
 def behind_s() -> float:
@@ -48,12 +56,17 @@ def reader_lag(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
     behind = (now - until).total_seconds()
     if behind <= behind_s():
         return {}
-    if behind < SILENCE_HOLD_MAX_S:
+    # A read that took long (a first ingest) holds the clock to where it began until the
+    # next one; reads that stop ending (a hung file system) hold it SILENCE_HOLD_MAX_S
+    # at most. Another process's reading is waited for: it ends by itself.
+    stuck = (now - _read_ended[0]).total_seconds() if _read_ended and not _other_reads \
+        else 0.0
+    if stuck < SILENCE_HOLD_MAX_S:
         held = {"data_until": until, "agent_note": (
             f"raywatch's log reader is {behind:.0f} s behind the log dirs (a long first "
             "ingest, or a slow machine): its silence is counted to what was read")}
-    else:  # a reader stuck for good (a hung file system) holds no hang for ever
-        held = {"agent_note": f"raywatch's log reader has read nothing of the log dirs for "
-                              f"{behind:.0f} s: its silence is counted to now"}
+    else:
+        held = {"agent_note": f"raywatch's log reader has finished no read of the log dirs "
+                              f"for {stuck:.0f} s: its silence is counted to now"}
     cluster = settings_cluster_pk()
     return {t.pk: held for t in trials if t.experiment.cluster_id == cluster}
