@@ -26,11 +26,14 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def answer(self, body: Any, status: int = 200) -> None:
         raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client is gone (an agent stopped during its long-poll): no one to tell
 
     def body(self) -> bytes:
         """The request's body, gunzipped when it came gzipped."""
