@@ -175,6 +175,7 @@ def main() -> None:
         agent.terminate()
         _, errors = agent.communicate(timeout=30)
         server.shutdown()
+        server.server_close()
         shutil.rmtree(work, ignore_errors=True)
     if agent.returncode not in (0, -15):
         raise SystemExit(f"the agent failed:\n{errors.decode()[-3000:]}")

@@ -104,5 +104,6 @@ def test_an_agent_stopped_while_a_report_is_on_its_way_keeps_none_raywatch_store
             assert agent.wait(30) == 0
     finally:
         server.shutdown()
+        server.server_close()
     left = {int(p.name.removesuffix(".batch.json")) for p in spool.glob("*.batch.json")}
     assert server.stored and not left & set(server.stored), (server.stored, left)

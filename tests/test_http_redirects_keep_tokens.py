@@ -44,6 +44,7 @@ def elsewhere() -> Iterator[Server]:
     server = Server()
     yield server
     server.httpd.shutdown()
+    server.httpd.server_close()
 
 
 @pytest.fixture
@@ -51,6 +52,7 @@ def redirecting(elsewhere: Server) -> Iterator[Server]:
     server = Server(302, location=elsewhere.url)
     yield server
     server.httpd.shutdown()
+    server.httpd.server_close()
 
 
 def sent_anything_secret(server: Server) -> bool:

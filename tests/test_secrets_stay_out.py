@@ -51,6 +51,7 @@ def echo(settings) -> Iterator[Echo]:  # type: ignore[no-untyped-def]
     settings.RAY_AUTH_TOKEN = RAY_TOKEN
     yield server
     server.server.shutdown()
+    server.server.server_close()
 
 
 def everything_shown(admin, caplog) -> str:  # type: ignore[no-untyped-def]
