@@ -7,6 +7,7 @@ source of silences (TrialsConfig.ready), as the node agents' is."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,30 +18,30 @@ from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.models import Trial
 
-_read_until: list[datetime] = []  # when the newest poll that read the log dirs began
-_read_ended: list[datetime] = []  # when it ended: the reader's last sign of progress
-_other_reads: list[bool] = []  # [True] while another process holds the reading
+
+@dataclass(frozen=True)
+class _Mark:
+    until: datetime  # when the newest poll that read the log dirs began
+    ended: datetime | None  # when it ended, the reader's last sign of progress (None: none)
+    others: bool  # another process holds the reading now
+
+
+_mark: list[_Mark] = []  # this process's, once it read or found another reading
 
 
 def note_read(started: datetime) -> None:
     """This process's poll that began at `started` read the log dirs to the end (now)."""
-    _read_until[:] = [started]
-    _read_ended[:] = [timezone.now()]
-    _other_reads.clear()
+    _mark[:] = [_Mark(started, timezone.now(), others=False)]
 
 
 def note_busy(at: datetime) -> None:
     """Another process is reading the log dirs: what this one knows ends here."""
-    if not _read_until:
-        _read_until[:] = [at]
-    _other_reads[:] = [True]
+    _mark[:] = [replace(_mark[0], others=True) if _mark else _Mark(at, None, others=True)]
 
 
 def forget() -> None:
     """As a new process: nothing read yet (tests: each starts with a reader of its own)."""
-    _read_until.clear()
-    _read_ended.clear()
-    _other_reads.clear()
+    _mark.clear()
 
 
 def behind_s() -> float:
@@ -50,19 +51,18 @@ def behind_s() -> float:
 
 def reader_lag(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
     """The trials of the reader's cluster, held at its data while it lags."""
-    if not settings.CENTRAL_LOGS or not _read_until:
+    if not settings.CENTRAL_LOGS or not _mark:
         return {}
-    until = _read_until[0]
-    behind = (now - until).total_seconds()
+    mark = _mark[0]
+    behind = (now - mark.until).total_seconds()
     if behind <= behind_s():
         return {}
     # A read that took long (a first ingest) holds the clock to where it began until the
     # next one; reads that stop ending (a hung file system) hold it SILENCE_HOLD_MAX_S
     # at most. Another process's reading is waited for: it ends by itself.
-    stuck = (now - _read_ended[0]).total_seconds() if _read_ended and not _other_reads \
-        else 0.0
+    stuck = (now - mark.ended).total_seconds() if mark.ended and not mark.others else 0.0
     if stuck < SILENCE_HOLD_MAX_S:
-        held = {"data_until": until, "agent_note": (
+        held = {"data_until": mark.until, "agent_note": (
             f"raywatch's log reader is {behind:.0f} s behind the log dirs (a long first "
             "ingest, or a slow machine): its silence is counted to what was read")}
     else:
