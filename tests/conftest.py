@@ -283,14 +283,12 @@ def ray_temp_dir_of_the_run() -> Iterator[Path]:
 def host_log_reader_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Each test's reading of this host's log dirs starts with cursors of its own: the
     database is emptied between tests, and cursors kept from an earlier test would say
-    its files were read. Nor has the reader read anything yet: how far an earlier test's
-    read reached would hold this test's stalls at that moment (dashboard/trials/lag.py)."""
-    from dashboard.trials import ingest, lag
+    its files were read."""
+    from dashboard.trials import ingest
 
     where = tmp_path_factory.mktemp("host-reader")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ingest, "state_dir", lambda: where)
-        lag.forget()
         yield
     ingest.forget_reader()
 

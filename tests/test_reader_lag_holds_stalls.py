@@ -4,12 +4,15 @@ silence is counted to what was read, the status strip says why, and once the rea
 catches up a real silence is still caught. A reader stuck for good (a hung file system)
 holds no hang for ever: once its reads stop ending for SILENCE_HOLD_MAX_S, the clock
 counts again, and says why; a read that took that long (a first ingest) holds as any.
-The other reader is a real second Postgres session holding the reader's lock."""
+The mark is one for every raywatch process (a Celery worker's children take turns reading
+and each evaluates): a read in another process moves it, and a reader that shows no
+progress (hung, killed mid-read) holds nothing longer than a reader here would. The
+other reader is a real second process, or a second Postgres session holding its lock."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,12 @@ from django.db import connection
 
 from dashboard.core.models import SourceHealth
 from dashboard.incidents.models import Incident
-from dashboard.trials import tasks
+from dashboard.trials import ingest, lag
 from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.ingest import READER_LOCK, IngestStats
 from dashboard.trials.tasks import evaluate_and_push, poll_trial_logs
+from tests.alerting import database_url
+from tests.served import embedded_env, manage
 from tests.test_incremental_detection import STALL_MIN_S, Clock, ray_answered, running_search
 
 TRIALS = 300
@@ -43,27 +48,90 @@ def stalled(clock: Clock) -> int:
     return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING).count()
 
 
-def test_stalls_wait_while_another_process_reads_and_are_caught_after(search: Clock) -> None:
+def another_reader() -> psycopg.Connection:
+    """A second Postgres session, as another raywatch process's reader holds its lock."""
     if connection.vendor != "postgresql":
         pytest.skip("one reader at a time across processes is a Postgres lock")
-    clock = search
-    assert stalled(clock) == 0  # read to the end at t0
     params = connection.get_connection_params()
     other = psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"},
                             autocommit=True)
+    other.execute("SELECT pg_advisory_lock(%s)", [READER_LOCK])
+    return other
+
+
+def test_stalls_wait_while_another_process_reads_and_are_caught_after(search: Clock) -> None:
+    clock = search
+    assert stalled(clock) == 0  # read to the end at t0
+    other = another_reader()
     try:  # another raywatch process starts a long first ingest and holds the reader
-        other.execute("SELECT pg_advisory_lock(%s)", [READER_LOCK])
-        clock.now += timedelta(seconds=STALL_MIN_S + 60)
-        assert stalled(clock) == 0
-        health = SourceHealth.objects.get(source="trial_logs", scope="")
-        assert health.state == SourceHealth.DEGRADED  # the status strip says why
-        assert "its stalls wait for what it reads" in health.last_error
+        with lag.reading(clock.now) as progress:  # as its ingest marks it, for all
+            clock.now += timedelta(seconds=STALL_MIN_S + 60)
+            assert stalled(clock) == 0
+            health = SourceHealth.objects.get(source="trial_logs", scope="")
+            assert health.state == SourceHealth.DEGRADED  # the status strip says why
+            assert "its stalls wait for what it reads" in health.last_error
+            for _ in range(3):  # it goes on past SILENCE_HOLD_MAX_S, storing as it reads
+                clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 2)
+                progress()
+                assert stalled(clock) == 0
     finally:
         other.close()  # its ingest is done
     clock.now += timedelta(seconds=2)
     assert stalled(clock) == TRIALS  # read to the end again: they really are silent
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
     assert "reported no result for" in summary
+
+
+def test_another_process_stuck_reading_holds_no_stall_for_ever(search: Clock) -> None:
+    """The process that holds the reader hangs in its read (a hung file system) or was
+    killed mid-read: no progress for SILENCE_HOLD_MAX_S, and the silence counts again,
+    saying why."""
+    clock = search
+    assert stalled(clock) == 0
+    other = another_reader()
+    try:
+        hung = lag.reading(clock.now)
+        hung.__enter__()  # its read began, and never ends
+        clock.now += timedelta(seconds=STALL_MIN_S + 60)
+        assert stalled(clock) == 0
+        clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S)
+        assert stalled(clock) == TRIALS
+    finally:
+        other.close()
+    summary = Incident.objects.filter(kind="trial_stalled").first().summary
+    assert "log reader has read nothing (a read of the log dirs in progress since" in summary
+
+
+def read_in_another_process(at: datetime, log_dir: Path, data_dir: Path) -> None:
+    """Another raywatch process (a Celery worker's other child) reads the log dirs at
+    `at`, with its own cursors, on this test's database."""
+    code = ("import datetime\nfrom pathlib import Path\nfrom django.utils import timezone\n"
+            "from dashboard.trials.ingest import ingest_logs\n"
+            f"at = datetime.datetime.fromisoformat({at.isoformat()!r})\n"
+            "timezone.now = lambda: at\n"
+            f"assert not ingest_logs([Path({str(log_dir)!r})], at).busy\n")
+    manage({**embedded_env(data_dir), "DATABASE_URL": database_url(),
+            "RAYWATCH_LOG_DIRS": str(log_dir)}, "shell", "-v", "0", "-c", code)
+
+
+def test_a_read_in_another_process_moves_the_mark_every_process_sees(
+        search: Clock, tmp_path: Path) -> None:
+    """Two children of a worker take turns reading. This one read at t0; the other reads
+    when the trials have been silent past their limit, and its stall opens. This one's
+    evaluations then count to what the other read, not to its own older read: the stall
+    stays open (no incident that opens and resolves poll by poll)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("one raywatch process on SQLite")
+    clock = search
+    assert stalled(clock) == 0  # this process read at t0
+    clock.now += timedelta(seconds=STALL_MIN_S + 60)
+    read_in_another_process(clock.now, tmp_path, tmp_path / "other")
+    for _ in range(3):
+        clock.now += timedelta(seconds=2)
+        assert evaluated(clock) == TRIALS
+    assert Incident.objects.filter(kind="trial_stalled").count() == TRIALS  # none flapped
+    mark = lag.LogReading.objects.get()
+    assert mark.read_from == clock.now - timedelta(seconds=6) and mark.reading_since is None
 
 
 def evaluated(clock: Clock) -> int:
@@ -81,14 +149,13 @@ def test_a_read_that_took_long_holds_the_clock_to_where_it_began(
     clock = search
     assert stalled(clock) == 0
     clock.now += timedelta(seconds=STALL_MIN_S - 10)
-    read = tasks.ingest_logs
+    finish = ingest._note_reader  # the read's last step
 
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        done = read(*args, **kwargs)
+    def slow(*args: Any) -> Any:
         clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S + 100)
-        return done
+        return finish(*args)
 
-    monkeypatch.setattr(tasks, "ingest_logs", slow)
+    monkeypatch.setattr(ingest, "_note_reader", slow)
     assert stalled(clock) == 0
     health = SourceHealth.objects.get(source="trial_logs", scope="")
     assert "stalls are counted to what it read" in health.last_error
@@ -106,3 +173,23 @@ def test_reads_that_stop_ending_hold_no_stall_for_ever(search: Clock) -> None:
     assert evaluated(clock) == TRIALS
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
     assert "log reader has finished no read of the log dirs for" in summary, summary
+
+
+def test_reads_that_keep_failing_are_no_progress(search: Clock,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every poll begins a read and fails at once (the reader's state dir unwritable,
+    say): a read begun each poll is not a reader making progress, and the trials wait
+    SILENCE_HOLD_MAX_S at most."""
+    clock = search
+    assert stalled(clock) == 0
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("dashboard.trials.ingest._reader", fails)
+    for _ in range(int(SILENCE_HOLD_MAX_S / 60) + 2):
+        clock.now += timedelta(seconds=60)
+        count = stalled(clock)
+    assert count == TRIALS
+    health = SourceHealth.objects.get(source="trial_logs", scope="")
+    assert "Read-only file system" in health.last_error

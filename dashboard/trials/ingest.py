@@ -41,7 +41,7 @@ from collectors.logscan import LogScanner
 from collectors.rootfiles import Caps
 from dashboard.cluster.models import settings_cluster_pk
 from dashboard.core.locks import first_in
-from dashboard.trials import planner
+from dashboard.trials import lag, planner
 from dashboard.trials.store import IngestStats, store_updates
 
 __all__ = ["READER_LOCK", "IngestStats", "ingest_logs", "the_only_reader"]
@@ -127,20 +127,32 @@ def ingest_logs(roots: Sequence[Path], now: datetime,
     with _POLL_LOCK, the_only_reader() as mine:
         if not mine:
             return IngestStats(busy=True)
-        reader = _reader([Path(r) for r in roots])
-        stats = reader.sink.totals = IngestStats()
-        reader.sink.now, reader.sink.on_stored = now, on_stored
-        for turn in range(MAX_POLLS):
-            poll = reader.collector.poll()
-            stats.bytes_read += poll.bytes_read
-            stats.dirs += poll.dirs
-            if turn == 0:
-                stats.checked, stats.known = poll.checked, poll.known
-            if not poll.backlog or not poll.bytes_read:
-                break
-        _note_reader(reader)
+        with lag.reading(now) as progress:
+            reader = _reader([Path(r) for r in roots])
+            stats = reader.sink.totals = IngestStats()
+            reader.sink.now = now
+            reader.sink.on_stored = _stored_then(progress, on_stored)
+            for turn in range(MAX_POLLS):
+                poll = reader.collector.poll()
+                progress()
+                stats.bytes_read += poll.bytes_read
+                stats.dirs += poll.dirs
+                if turn == 0:
+                    stats.checked, stats.known = poll.checked, poll.known
+                if not poll.backlog or not poll.bytes_read:
+                    break
+            _note_reader(reader)
     planner.stored(stats.results)  # after the poll's transactions
     return stats
+
+
+def _stored_then(progress: Callable[[], None], on_stored: Callable[[IngestStats], None] | None
+                 ) -> Callable[[IngestStats], None]:
+    def stored(stats: IngestStats) -> None:
+        progress()  # a batch stored: the read goes on (lag.reader_lag waits for it)
+        if on_stored is not None:
+            on_stored(stats)
+    return stored
 
 
 def _reader(roots: list[Path]) -> _Reader:

@@ -156,3 +156,19 @@ class TrialStack(models.Model):
 
     def __str__(self) -> str:
         return f"stack of {self.trial_id} at {self.requested_at:%H:%M:%S} ({self.state})"
+
+
+class LogReading(models.Model):
+    """How far raywatch's central reading of this host's log dirs reaches, shared by every
+    raywatch process (a Celery worker's children take turns reading; any of them may
+    evaluate): one row, written by whichever process reads (dashboard.trials.lag)."""
+
+    ONLY = 1  # the one row's pk: one central reader, of the settings cluster's log dirs
+
+    read_from = models.DateTimeField(null=True)  # when the newest finished read began
+    read_ended = models.DateTimeField(null=True)  # when it ended
+    reading_since = models.DateTimeField(null=True)  # a read in progress began (None: none)
+    progress_at = models.DateTimeField(null=True)  # that read's last sign of progress
+
+    def __str__(self) -> str:
+        return f"log dirs read from {self.read_from} (reading since {self.reading_since})"

@@ -31,14 +31,12 @@ def poll_trial_logs() -> None:
                 poll.warnings.append("no log directory exists yet: " + ", ".join(map(str, roots)))
             started = timezone.now()
             stats = ingest_logs(roots, started, on_stored=push_points)
-            if not stats.busy:
-                lag.note_read(started)
+            if not stats.busy:  # read to the end (lag.reading marked it, for all)
                 took = (timezone.now() - started).total_seconds()
                 if took > lag.behind_s():
                     poll.warnings.append(f"this poll of the log dirs took {took:.0f} s: until "
                                          "the next one, stalls are counted to what it read")
             else:
-                lag.note_busy(started)
                 poll.warnings.append("another raywatch process is still reading the log "
                                      "directories (a first ingest of a long history, say); "
                                      "this poll left the reading to it, and its stalls "
