@@ -29,6 +29,16 @@ NOT_INHERITED = {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MO
                  "DJANGO_ALLOW_ASYNC_UNSAFE"}
 
 
+# A served raywatch that a test waits on judges in seconds what the shipped defaults judge
+# in minutes (those are for real searches): it polls every second, and a stall, a gone
+# process, a slow step and a terminate's grace take a few seconds.
+QUICK = {
+    "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
+    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_SLOW_MIN_EXCESS_S": "2",
+    "RAYWATCH_TERMINATE_GRACE_S": "3",
+}
+
+
 @dataclass(frozen=True)
 class Raywatch:
     """A raywatch served by `manage.py serve` for a test: its URL, an API token, the

@@ -27,6 +27,7 @@ from playwright.sync_api import expect
 from collectors.localray import LocalCluster, free_port
 from tests.conftest import start_search, stop_node, wait_for
 from tests.served import (
+    QUICK,
     api_get,
     embedded_env,
     fake_gpu_spec,
@@ -38,12 +39,6 @@ from tests.served import (
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
 GPU = "GPU-e2e-0"
-# Short thresholds so a hang is found in seconds; the defaults are for real searches.
-FAST = {
-    "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
-    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_SLOW_MIN_EXCESS_S": "2",
-    "RAYWATCH_TERMINATE_GRACE_S": "3",
-}
 # Where to save screenshots of the embedded run, when a person wants to look at them.
 SHOTS = os.environ.get("RAYWATCH_E2E_SHOTS")
 
@@ -91,7 +86,7 @@ def raywatch(backend_env, tune_search, ray_cluster: LocalCluster,  # type: ignor
     """raywatch as docs/deploying.md starts it, pointed at the test cluster and the search's
     storage, with a fake NVML (no GPU here) that shows one GPU."""
     backend, env = backend_env
-    env = {**env, **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,
+    env = {**env, **QUICK, "RAY_ADDRESS": ray_cluster.gcs_address,
            "RAYWATCH_LOG_DIRS": str(tune_search[1]), "RAYWATCH_GPU_SOURCE": "nvml",
            "RAYWATCH_NVML_MODULE": "tests.fake_pynvml",
            "FAKE_NVML_SPEC": fake_gpu_spec(tmp_path / "gpus.json", "e2e", 1)}

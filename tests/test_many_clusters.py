@@ -37,6 +37,7 @@ from collectors.localray import LocalCluster, LocalRay, free_port
 from tests.agents import agent_env, running_agent
 from tests.conftest import start_search, wait_for
 from tests.served import (
+    QUICK,
     Raywatch,
     api_post,
     embedded_env,
@@ -53,10 +54,9 @@ from tests.test_end_to_end import login, screenshots
 pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.browser, pytest.mark.timeout(600)]
 # Where to save screenshots (1280 and 1440 px) when a person wants to look at them.
 SHOTS = os.environ.get("RAYWATCH_CLUSTERS_SHOTS")
-FAST = {
-    "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
-    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_CLUSTER_ENDED_S": "6",
-    "RAYWATCH_CLUSTER_NAME": "alpha", "RAYWATCH_GPU_SOURCE": "off",
+ALPHA = {
+    **QUICK, "RAYWATCH_CLUSTER_ENDED_S": "6", "RAYWATCH_CLUSTER_NAME": "alpha",
+    "RAYWATCH_GPU_SOURCE": "off",
     "RAYWATCH_WEBHOOK_ALLOW_PRIVATE": "1",  # the test's receivers are on loopback
 }
 CHANNELS = """
@@ -143,7 +143,7 @@ def test_two_clusters_are_watched_apart_and_an_ended_one_stays_browsable(  # typ
     storage_b.mkdir()
     name_a, name_b = f"alpha-{uuid.uuid4().hex[:6]}", f"beta-{uuid.uuid4().hex[:6]}"
     token_file = Path.home() / ".ray" / "auth_token"  # both clusters take the suite's token
-    env = {**backend, **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,
+    env = {**backend, **ALPHA, "RAY_ADDRESS": ray_cluster.gcs_address,
            "RAYWATCH_LOG_DIRS": str(storage_a)}
     token, password = first_run(env)
     to_beta, to_alpha = receivers(200), receivers(200)
@@ -311,7 +311,7 @@ def test_a_cluster_its_head_agent_announces_is_polled_once_approved(  # type: ig
     namespace from the environment); it waits for an admin, then is polled. alpha's own
     head agent announces alpha, which raywatch knows by its session: nothing new."""
     _, beta_cluster = beta
-    env = {**embedded_env(tmp_path / "data"), **FAST, "RAY_ADDRESS": ray_cluster.gcs_address}
+    env = {**embedded_env(tmp_path / "data"), **ALPHA, "RAY_ADDRESS": ray_cluster.gcs_address}
     token, password = first_run(env)
     heads = {name: said.strip() for name, said in zip(
         ("alpha", "beta"), manage_all(env, ("agent_token", "alpha-head"),

@@ -36,6 +36,7 @@ from collectors.localray import LocalCluster, free_port
 from tests.agents import agent_env, running_agent, stop_agent
 from tests.conftest import stop_ray_start, wait_for, worker_ports
 from tests.served import (
+    QUICK,
     ROOT,
     Raywatch,
     api_get,
@@ -53,11 +54,7 @@ pytestmark = [pytest.mark.beside, pytest.mark.ray, pytest.mark.browser, pytest.m
 NODE_B, NODE_B_IP = "node-b", "127.0.0.2"
 # Where to save screenshots (1280 and 1440 px) when a person wants to look at them.
 SHOTS = os.environ.get("RAYWATCH_TWO_NODE_SHOTS")
-FAST = {
-    "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
-    "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_SLOW_MIN_EXCESS_S": "2",
-    "RAYWATCH_TERMINATE_GRACE_S": "3", "RAYWATCH_AGENT_STALE_S": "6",
-}
+QUICK_AGENTS = {**QUICK, "RAYWATCH_AGENT_STALE_S": "6"}  # node B's agent silent: in seconds
 
 
 @dataclass(frozen=True)
@@ -171,7 +168,8 @@ def search_on_b(ray_cluster: LocalCluster, node_b: NodeB) -> Iterator[tuple[str,
 
 @pytest.fixture(params=["embedded", "production"])
 def raywatch(request, ray_cluster: LocalCluster, tmp_path: Path) -> Iterator[Raywatch]:  # type: ignore[no-untyped-def]
-    env = {**embedded_env(tmp_path / "data"), **FAST, "RAY_ADDRESS": ray_cluster.gcs_address,
+    env = {**embedded_env(tmp_path / "data"), **QUICK_AGENTS,
+           "RAY_ADDRESS": ray_cluster.gcs_address,
            "RAYWATCH_CENTRAL_LOGS": "0", "RAYWATCH_GPU_SOURCE": "off"}
     with scratch_database(os.environ["DATABASE_URL"]) as database_url:
         if request.param == "production":
