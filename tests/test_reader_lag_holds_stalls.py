@@ -4,13 +4,14 @@ silence is counted to what was read, the status strip says why, and once the rea
 catches up a real silence is still caught. A reader stuck for good (a hung file system)
 holds no hang for ever: once its reads stop ending for SILENCE_HOLD_MAX_S, the clock
 counts again, and says why; a read that took that long (a first ingest) holds as any.
-The mark is one for every raywatch process (a Celery worker's children take turns reading
+The mark is one for every raywatch process (a Celery prefork pool's children take turns reading
 and each evaluates): a read in another process moves it, and a reader that shows no
 progress (hung, killed mid-read) holds nothing longer than a reader here would. The
 other reader is a real second process, or a second Postgres session holding its lock."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from django.db import connection
 
 from dashboard.core.models import SourceHealth
 from dashboard.incidents.models import Incident
-from dashboard.trials import ingest, lag
+from dashboard.trials import ingest, lag, tasks
 from dashboard.trials.detect import SILENCE_HOLD_MAX_S
 from dashboard.trials.ingest import READER_LOCK, IngestStats
 from dashboard.trials.tasks import evaluate_and_push, poll_trial_logs
@@ -89,17 +90,93 @@ def test_another_process_stuck_reading_holds_no_stall_for_ever(search: Clock) ->
     clock = search
     assert stalled(clock) == 0
     other = another_reader()
+    hung = lag.reading(clock.now)
     try:
-        hung = lag.reading(clock.now)
         hung.__enter__()  # its read began, and never ends
         clock.now += timedelta(seconds=STALL_MIN_S + 60)
         assert stalled(clock) == 0
         clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S)
         assert stalled(clock) == TRIALS
+        summary = Incident.objects.filter(kind="trial_stalled").first().summary
+        assert "log reader has shown no progress for" in summary, summary
+        assert "hung, failed, or its process is gone" in summary, summary
     finally:
         other.close()
+        hung.gen.close()
+
+
+def test_after_a_restart_a_read_in_progress_holds_where_the_last_one_began(
+        search: Clock) -> None:
+    """raywatch was down for an hour; the first read after its restart (in another of
+    its processes) takes minutes: the trials are held where the last read before the
+    restart began, not where this one began (to which nothing is read yet)."""
+    clock = search
+    assert stalled(clock) == 0  # read at t0, then raywatch stopped
+    clock.now += timedelta(hours=1)
+    other = another_reader()
+    try:
+        with lag.reading(clock.now) as progress:
+            for _ in range(3):
+                clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 2)
+                progress()
+                assert evaluated(clock) == 0
+    finally:
+        other.close()
+
+
+def test_a_first_ingest_that_fails_keeps_its_trials_held_where_it_began(
+        search: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No read has ever finished, and the first one fails (the database went away for a
+    moment, say) and is begun again: what was read is held to where the first began, for
+    SILENCE_HOLD_MAX_S at most (the reads show no progress), not counted to now."""
+    clock = search
+    read = ingest._reader
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ingest, "_reader", fails)
+    assert stalled(clock) == 0
+    for _ in range(3):
+        clock.now += timedelta(seconds=STALL_MIN_S + 60)
+        assert stalled(clock) == 0
+    clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S)
+    assert stalled(clock) == TRIALS
     summary = Incident.objects.filter(kind="trial_stalled").first().summary
-    assert "log reader has read nothing (a read of the log dirs in progress since" in summary
+    assert "log reader has shown no progress for" in summary, summary
+    monkeypatch.setattr(ingest, "_reader", read)
+    assert stalled(clock) == TRIALS  # read at last: they really are silent
+
+
+def test_a_long_read_shows_progress_as_it_stores(
+        search: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One read stores batch after batch for longer than SILENCE_HOLD_MAX_S (a first
+    ingest of a long history): evaluations meanwhile (an agent's report asked for them)
+    hold the trials as long as it stores."""
+    clock = search
+    monkeypatch.setattr(ingest.StoreSink, "batch_bytes", 2048)  # a batch every ~20 lines
+    assert stalled(clock) == 0
+    clock.now += timedelta(seconds=STALL_MIN_S + 60)
+    for n in range(40):  # a finished search's history: a batch is about two trials
+        trial = tmp_path / "history" / f"train_fn_ab12c_{n:05d}_0_2026-11-21_16-30-01"
+        trial.mkdir(parents=True)
+        (trial / "params.json").write_text("{}")
+        (trial / "result.json").write_text("".join(json.dumps(
+            {"training_iteration": i, "trial_id": f"ab12c_{n:05d}", "score": float(i),
+             "timestamp": 1795280000 + i}) + "\n" for i in range(1, 12)))
+    during: list[int] = []
+
+    def stored(stats: IngestStats) -> None:
+        clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 3)
+        ray_answered(clock.now)
+        evaluate_and_push(IngestStats())
+        during.append(Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING,
+                                              subject__contains="big_asha").count())
+
+    monkeypatch.setattr(tasks, "push_points", stored)
+    poll_trial_logs()
+    assert len(during) >= 6, during  # twice SILENCE_HOLD_MAX_S within the one read
+    assert during == [0] * len(during)
 
 
 def read_in_another_process(at: datetime, log_dir: Path, data_dir: Path) -> None:
@@ -186,10 +263,14 @@ def test_reads_that_keep_failing_are_no_progress(search: Clock,
     def fails(*args: Any, **kwargs: Any) -> None:
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr("dashboard.trials.ingest._reader", fails)
+    monkeypatch.setattr(ingest, "_reader", fails)
+    counts = []
     for _ in range(int(SILENCE_HOLD_MAX_S / 60) + 2):
         clock.now += timedelta(seconds=60)
-        count = stalled(clock)
-    assert count == TRIALS
+        counts.append(stalled(clock))
+    assert counts[0] == 0  # held at first: the last read that ended is recent
+    assert counts[-1] == TRIALS, counts
     health = SourceHealth.objects.get(source="trial_logs", scope="")
     assert "Read-only file system" in health.last_error
+    summary = Incident.objects.filter(kind="trial_stalled").first().summary
+    assert "log reader has shown no progress for" in summary, summary

@@ -5,21 +5,27 @@ leaves every trial's newest results unread: counting their silence to now would 
 thousands of them stalled at once. Registered with the trial detectors as a source of
 silences (TrialsConfig.ready), as the node agents' is.
 
-The mark is shared by every raywatch process, in the database (models.LogReading): a
-Celery worker's children take turns reading, and each of them evaluates, so a mark of
-each process's own would let a child that read long ago resolve a stall another opened.
-The reader marks where a read begins, shows progress as it stores, and where it ends; a
-read that shows none for SILENCE_HOLD_MAX_S (a hung file system, a reader killed
-mid-way) holds no stall longer, whichever process it is in."""
+The mark is shared by every raywatch process, in the database (models.LogReading), and
+outlives them: where several processes take turns reading and each evaluates (a prefork
+pool, more than one worker), a mark of each one's own would let one that read long ago
+resolve a stall another opened; after a restart, the new process knows where reading
+stood. The reader marks where a read begins, shows progress as it stores, and where it
+ends; a reader that shows none for SILENCE_HOLD_MAX_S (a hung file system, a process
+killed mid-read, reads that fail) holds no stall longer, whichever process it is in.
+The stamps are the writing process's clock, compared with the evaluating one's: the
+processes that read a host's log dirs run on that host, and so do the workers that
+evaluate in docker-compose.yml (more than one host would want the database's clock)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from dashboard.cluster.models import settings_cluster_pk
@@ -35,12 +41,23 @@ def _mark(**fields: Any) -> None:
 
 
 @contextmanager
-def reading(started: datetime) -> Iterator[Any]:
+def reading(started: datetime) -> Iterator[Callable[[], None]]:
     """This process reads the log dirs from `started` (and holds the reader's lock):
     yields progress(), to call as it goes; marks the read finished when the block ends.
-    A read that fails marks none: reads that keep failing, however often they begin,
-    are no progress."""
-    _mark(reading_since=started, progress_at=started)
+
+    An unfinished read is not forgotten: while none ever finished (a first ingest that
+    failed, or whose process was killed, and is read again), the trials stay held where
+    the first one began. A read that fails shows no progress, and nor does the next one
+    until it has some of its own: reads that keep failing, however often they begin,
+    hold nothing longer than SILENCE_HOLD_MAX_S."""
+    before = LogReading.objects.filter(pk=LogReading.ONLY).first()
+    begun: dict[str, Any] = {}
+    if before is None or before.reading_since is None:
+        begun["reading_since"] = started
+    if before is None or before.reading_since is None or before.progress_at is not None:
+        begun["progress_at"] = started  # the last read did not fail: this one is news
+    if begun:
+        _mark(**begun)
     shown = [started]
 
     def progress() -> None:
@@ -52,7 +69,8 @@ def reading(started: datetime) -> Iterator[Any]:
     try:
         yield progress
     except BaseException:
-        _mark(reading_since=None, progress_at=None)
+        with contextlib.suppress(DatabaseError):  # the error that ended the read is told
+            _mark(progress_at=None)
         raise
     _mark(read_from=started, read_ended=timezone.now(), reading_since=None,
           progress_at=None)
@@ -65,7 +83,7 @@ def behind_s() -> float:
 
 def reader_lag(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
     """The trials of the reader's cluster, held at its data while it lags."""
-    if not settings.CENTRAL_LOGS:
+    if not settings.CENTRAL_LOGS or not trials:
         return {}
     mark = LogReading.objects.filter(pk=LogReading.ONLY).first()
     until = mark and (mark.read_from or mark.reading_since)
@@ -74,21 +92,25 @@ def reader_lag(trials: list[Trial], now: datetime) -> dict[int, dict[str, Any]]:
     behind = (now - until).total_seconds()
     if behind <= behind_s():
         return {}
-    # A read that took long (a first ingest) holds the clock to where it began until the
-    # next one ends, and one in progress (here or in another process) while it shows
-    # progress; a reader that shows none (a hung file system, a process killed mid-read,
-    # polls that stopped) holds it SILENCE_HOLD_MAX_S at most.
-    alive = max(t for t in (mark.read_ended, mark.progress_at, until) if t)
+    # Held where the last finished read began (or the first read, while none finished)
+    # as long as the reader shows a sign of life: a read ending, or one in progress
+    # storing what it reads, here or in another process. A reader that shows none (a
+    # hung file system, a process killed mid-read, reads that fail, polls that stopped)
+    # holds the clock SILENCE_HOLD_MAX_S at most.
+    alive = max((t for t in (mark.read_ended, mark.progress_at) if t), default=until)
     quiet = (now - alive).total_seconds()
     if quiet < SILENCE_HOLD_MAX_S:
         held = {"data_until": until, "agent_note": (
             f"raywatch's log reader is {behind:.0f} s behind the log dirs (a long first "
-            "ingest, or a slow machine): its silence is counted to what was read")}
+            "ingest, another raywatch process reading, or a slow machine): this trial's "
+            f"silence is counted up to {timezone.localtime(until):%H:%M:%S}, what was read")}
+    elif mark.reading_since:
+        held = {"agent_note": (
+            f"raywatch's log reader has shown no progress for {quiet:.0f} s (a read of the "
+            f"log dirs begun {timezone.localtime(mark.reading_since):%Y-%m-%d %H:%M:%S} "
+            "hung, failed, or its process is gone): this trial's silence is counted to now")}
     else:
-        what = ("has read nothing (a read of the log dirs in progress since "
-                f"{timezone.localtime(mark.reading_since):%H:%M:%S})" if mark.reading_since
-                else "has finished no read of the log dirs")
-        held = {"agent_note": f"raywatch's log reader {what} for {quiet:.0f} s: its "
-                              "silence is counted to now"}
+        held = {"agent_note": f"raywatch's log reader has finished no read of the log dirs "
+                              f"for {quiet:.0f} s: this trial's silence is counted to now"}
     cluster = settings_cluster_pk()
     return {t.pk: held for t in trials if t.experiment.cluster_id == cluster}
