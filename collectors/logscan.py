@@ -239,6 +239,10 @@ class LogScanner:
         # costs O(n). An entry says itself whether it is in it (no set of 100,000 paths).
         self.rotation: deque[_Trial] = deque()
         self.last_scan: float | None = None
+        # Called at each directory a scan visits or checks: a walk of a vast history on a
+        # slow file system stores nothing for minutes, yet it goes on (raywatch's own
+        # reader tells its other processes so: dashboard/trials/lag.py). Cheap to call.
+        self.on_progress: Callable[[], None] | None = None
 
     # --- one poll: work in proportion to containers, hot trial dirs and the rescan share -----
     def scan(self) -> Scan:
@@ -251,16 +255,22 @@ class LogScanner:
         checked = 0
         for path in [p for p in self.hot if p not in walk.new_paths]:
             checked += 1
+            self._progress()
             entry = self.trials[path]
             if self._check(entry, now):
                 out.append(entry)
         for entry in self._rescan_share(now):
             checked += 1
+            self._progress()
             if not self._unchanged(entry) and self._check(entry, now):
                 out.append(entry)  # what the mtimes missed: watched again
         self.last_scan = now
         self._shrink_hot()
         return Scan(TrialDirs(out), walk.state_dirs, checked, len(self.trials), len(walk.new))
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress()
 
     def _shrink_hot(self) -> None:
         """A first pass makes a whole history hot; once it settled, the hot set's table
@@ -333,6 +343,7 @@ class LogScanner:
         key = key or str(directory)
         if key in self.trials:  # a root that is itself a trial dir
             return
+        self._progress()
         try:
             stat = os.stat(directory, follow_symlinks=depth == 0)
         except OSError:

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from collectors.logscan import LogScanner
 from dashboard.core.models import SourceHealth
 from dashboard.incidents.models import Incident
 from dashboard.trials import ingest, lag, tasks
@@ -168,15 +169,47 @@ def test_a_long_read_shows_progress_as_it_stores(
 
     def stored(stats: IngestStats) -> None:
         clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 3)
-        ray_answered(clock.now)
-        evaluate_and_push(IngestStats())
-        during.append(Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING,
-                                              subject__contains="big_asha").count())
+        during.append(evaluated_count(clock))
 
     monkeypatch.setattr(tasks, "push_points", stored)
     poll_trial_logs()
     assert len(during) >= 6, during  # twice SILENCE_HOLD_MAX_S within the one read
     assert during == [0] * len(during)
+
+
+def test_a_long_walk_shows_progress_as_it_goes(
+        search: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first walk of a vast history on a slow file system finds directory after
+    directory for longer than SILENCE_HOLD_MAX_S before it stores anything: evaluations
+    meanwhile hold the trials as long as it walks."""
+    clock = search
+    assert stalled(clock) == 0
+    clock.now += timedelta(seconds=STALL_MIN_S + 60)
+    for n in range(40):
+        (tmp_path / "history" / f"train_fn_cd34e_{n:05d}_0_2026-11-21_16-30-01").mkdir(
+            parents=True)
+    listed = LogScanner._list
+    during: list[int] = []
+
+    def slow(scanner: LogScanner, directory: Path, *args: Any) -> bool:
+        clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 5)  # a slow file system
+        turned = listed(scanner, directory, *args)
+        if "cd34e" in directory.name and int(directory.name.split("_")[3]) % 4 == 3:
+            during.append(evaluated_count(clock))
+        return turned
+
+    monkeypatch.setattr(LogScanner, "_list", slow)
+    poll_trial_logs()
+    assert len(during) >= 6, during  # the walk outlasted SILENCE_HOLD_MAX_S many times
+    assert during == [0] * len(during)
+
+
+def evaluated_count(clock: Clock) -> int:
+    """evaluated(), counting only the search's own trials' stalls."""
+    ray_answered(clock.now)
+    evaluate_and_push(IngestStats())
+    return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING,
+                                   subject__contains="big_asha").count()
 
 
 def read_in_another_process(at: datetime, log_dir: Path, data_dir: Path) -> None:

@@ -131,16 +131,21 @@ def ingest_logs(roots: Sequence[Path], now: datetime,
             reader = _reader([Path(r) for r in roots])
             stats = reader.sink.totals = IngestStats()
             reader.sink.now = now
+            # Signs of life for the other processes, as the read goes: each batch stored,
+            # each directory walked (a first walk of a vast history stores nothing yet).
             reader.sink.on_stored = _stored_then(progress, on_stored)
-            for turn in range(MAX_POLLS):
-                poll = reader.collector.poll()
-                progress()
-                stats.bytes_read += poll.bytes_read
-                stats.dirs += poll.dirs
-                if turn == 0:
-                    stats.checked, stats.known = poll.checked, poll.known
-                if not poll.backlog or not poll.bytes_read:
-                    break
+            reader.collector.scanner.on_progress = progress
+            try:
+                for turn in range(MAX_POLLS):
+                    poll = reader.collector.poll()
+                    stats.bytes_read += poll.bytes_read
+                    stats.dirs += poll.dirs
+                    if turn == 0:
+                        stats.checked, stats.known = poll.checked, poll.known
+                    if not poll.backlog or not poll.bytes_read:
+                        break
+            finally:
+                reader.collector.scanner.on_progress = None
             _note_reader(reader)
     planner.stored(stats.results)  # after the poll's transactions
     return stats
