@@ -199,6 +199,10 @@ def hang_verdict(dumps: list[str], function: str, cpu_percent: float | None,
         busy.append(f"CPU {cpu_percent:.0f}%")
     if gpu_percent is not None and gpu_percent >= BUSY_PERCENT:
         busy.append(f"GPU {gpu_percent:.0f}%")
+    if still and not waits_on and all(t.idle is False for t in seen):
+        # py-spy saw it run its own code at every sample (the OS had it running or ready
+        # to run, not waiting): a loop that the machine starves of CPU is busy, not hung.
+        busy.append("running at every sample")
     said = [f"CPU {cpu_percent:.0f}%" if cpu_percent is not None else "CPU unknown",
             f"GPU {gpu_percent:.0f}%" if gpu_percent is not None else "no GPU"]
     samples = f"{len(seen)} stacks"

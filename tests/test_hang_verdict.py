@@ -38,6 +38,19 @@ def test_an_unchanged_idle_stack_is_hung_in_the_runs_own_frame() -> None:
                                     "reward.py:42), waiting on a sleep or a native call")
 
 
+def test_a_loop_that_runs_at_every_sample_is_busy_even_when_starved_of_cpu() -> None:
+    """The same line in every stack, and CPU under the busy mark: a spinning loop on a
+    machine whose cores are taken (18% of one), which py-spy sees running each time, is
+    slow and busy, not hung; the same stack seen idle is hung."""
+    spinning = dump("spin (tests/tune_scripts/search.py:56)", idle=False)
+    verdict = hang_verdict([spinning] * 3, "spin", cpu_percent=18.0, gpu_percent=None)
+    assert verdict is not None and not verdict.hung
+    assert verdict.words == ("slow, busy in spin (tests/tune_scripts/search.py:56) (running at "
+                             "every sample; 3 stacks, CPU 18%, no GPU)")
+    once_idle = [spinning, spinning, spinning.replace("(active)", "(idle)", 1)]
+    assert hang_verdict(once_idle, "spin", 18.0, None).hung  # type: ignore[union-attr]
+
+
 def test_what_a_hung_call_waits_on_is_named() -> None:
     waits = {
         "ray.get on another call": (f"get ({SITE}/ray/_private/worker.py:2800)",
