@@ -169,7 +169,7 @@ def test_a_long_read_shows_progress_as_it_stores(
 
     def stored(stats: IngestStats) -> None:
         clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 3)
-        during.append(evaluated_count(clock))
+        during.append(evaluated(clock))
 
     monkeypatch.setattr(tasks, "push_points", stored)
     poll_trial_logs()
@@ -195,21 +195,13 @@ def test_a_long_walk_shows_progress_as_it_goes(
         clock.now += timedelta(seconds=SILENCE_HOLD_MAX_S / 5)  # a slow file system
         turned = listed(scanner, directory, *args)
         if "cd34e" in directory.name and int(directory.name.split("_")[3]) % 4 == 3:
-            during.append(evaluated_count(clock))
+            during.append(evaluated(clock))
         return turned
 
     monkeypatch.setattr(LogScanner, "_list", slow)
     poll_trial_logs()
     assert len(during) >= 6, during  # the walk outlasted SILENCE_HOLD_MAX_S many times
     assert during == [0] * len(during)
-
-
-def evaluated_count(clock: Clock) -> int:
-    """evaluated(), counting only the search's own trials' stalls."""
-    ray_answered(clock.now)
-    evaluate_and_push(IngestStats())
-    return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING,
-                                   subject__contains="big_asha").count()
 
 
 def read_in_another_process(at: datetime, log_dir: Path, data_dir: Path) -> None:
@@ -245,10 +237,12 @@ def test_a_read_in_another_process_moves_the_mark_every_process_sees(
 
 
 def evaluated(clock: Clock) -> int:
-    """An evaluation no read came before (an agent's report asked for it, say)."""
+    """An evaluation no read came before (an agent's report asked for it, say): the
+    search's own trials that are stalled."""
     ray_answered(clock.now)
     evaluate_and_push(IngestStats())
-    return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING).count()
+    return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING,
+                                   subject__contains="big_asha").count()
 
 
 def test_a_read_that_took_long_holds_the_clock_to_where_it_began(
