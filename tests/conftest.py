@@ -516,7 +516,10 @@ def login(page, server: LiveServer, user: User, next_path: str = "/cluster/") ->
 
 
 # --- a real Tune search watched by raywatch's collectors ------------------------------------
-POLL_S = 0.5
+# Once a second, as `serve` polls in the end-to-end tests (tests/served.py QUICK): each
+# poll costs the test's process and Ray's dashboard some 50 CPU ms, and twice as often
+# made no test more telling.
+POLL_S = 1.0
 STALL_MIN_S = 6.0
 
 

@@ -91,13 +91,15 @@ def bench_env() -> Iterator[dict[str, str]]:
     """BENCH_DATABASE_URL / BENCH_REDIS_URL on the servers `make test` provides."""
     server = urlsplit(os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/x")
     name = f"raywatch_bench_smoke_{os.getpid()}"
+    template = f"raywatch_bench_template_{os.getpid()}"  # bench/harness.py keep_as_template
     env = {**os.environ,
            "BENCH_DATABASE_URL": server._replace(path=f"/{name}").geturl(),
-           "BENCH_REDIS_URL": redis_url()}
+           "BENCH_REDIS_URL": redis_url(), "BENCH_TEMPLATE_DATABASE": template}
     yield env
     with psycopg.connect(server._replace(path="/postgres").geturl(), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
+        for database in (name, template):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(database)))
 
 
 def figures_of(stdout: str) -> dict[str, object]:
