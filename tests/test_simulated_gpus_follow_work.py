@@ -25,6 +25,10 @@ from collectors.simworkload import CUDA_CONTEXT_BYTES, RayWorkload, visible_devi
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 SPIN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+# The simulation reads every process of this host: the suite's other parts run `make demo`
+# and Tune on simulated GPUs 0-3 meanwhile, so the processes here hold GPUs 4-7 of eight.
+GPUS = 8
+RAY_WORKER_GPU, SLEEPING_GPU, SPINNING_GPU, FREE_GPU = 4, 5, 6, 7
 
 
 def worker(pid: int, leases: dict[str, list[tuple[int, float]]]) -> common_pb2.CoreWorkerStats:
@@ -59,16 +63,18 @@ def test_cuda_visible_devices_as_simulated_gpu_indices() -> None:
 
 @pytest.fixture
 def started_with_gpus() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    """A process spinning on GPU 2, one sleeping on GPU 1, a sleeping Ray worker whose
-    environment names GPU 0 (Ray's record decides for Ray workers), one naming none."""
+    """A process spinning on GPU 6, one sleeping on GPU 5, a sleeping Ray worker whose
+    environment names GPU 4 (Ray's record decides for Ray workers), one naming none."""
     base = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     processes = {
         "spinning": subprocess.Popen([sys.executable, "-c", SPIN],
-                                     env={**base, "CUDA_VISIBLE_DEVICES": "2"}),
-        "sleeping": subprocess.Popen(sleep, env={**base, "CUDA_VISIBLE_DEVICES": "1"}),
+                                     env={**base, "CUDA_VISIBLE_DEVICES": f"{SPINNING_GPU}"}),
+        "sleeping": subprocess.Popen(sleep, env={**base,
+                                                 "CUDA_VISIBLE_DEVICES": f"{SLEEPING_GPU}"}),
         "ray_worker": subprocess.Popen(["bash", "-c", 'exec -a "ray::IDLE" sleep 60'],
-                                       env={**base, "CUDA_VISIBLE_DEVICES": "0"}),
+                                       env={**base,
+                                            "CUDA_VISIBLE_DEVICES": f"{RAY_WORKER_GPU}"}),
         "no_gpu": subprocess.Popen(sleep, env=base),
     }
     yield processes
@@ -80,7 +86,7 @@ def started_with_gpus() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
 @pytest.fixture
 def simnvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """The simulated module following a cluster whose GCS does not answer."""
-    monkeypatch.setenv("RAYWATCH_SIM_GPUS", "4")
+    monkeypatch.setenv("RAYWATCH_SIM_GPUS", str(GPUS))
     monkeypatch.setenv("RAYWATCH_SIM_GCS", f"127.0.0.1:{free_port()}")
     module = load_nvml_module("collectors.simnvml")
     shutdown_nvml(module)  # read the environment afresh at the next nvmlInit
@@ -92,18 +98,20 @@ def test_processes_started_with_cuda_visible_devices_hold_their_gpus(
     started_with_gpus: dict[str, subprocess.Popen[bytes]]
 ) -> None:
     clock = [0.0]
-    workload = RayWorkload(f"127.0.0.1:{free_port()}", None, 4, clock=lambda: clock[0])
+    workload = RayWorkload(f"127.0.0.1:{free_port()}", None, GPUS, clock=lambda: clock[0])
     workload.holders()  # the first reading starts each process's CPU measurement
     clock[0] += 1.0
     time.sleep(1)  # CPU time for the spinning process to show
     holders, problem = workload.holders()
 
     spinning, sleeping = started_with_gpus["spinning"].pid, started_with_gpus["sleeping"].pid
-    assert [h.pid for h in holders[2]] == [spinning]
-    assert [h.pid for h in holders[1]] == [sleeping]
-    assert holders[0] == [] and holders[3] == []  # the Ray worker is Ray's to tell
-    assert holders[2][0].cpu_percent > 5 and holders[1][0].cpu_percent < 5
-    assert all(h.memory_bytes > CUDA_CONTEXT_BYTES for h in holders[1] + holders[2])
+    assert [h.pid for h in holders[SPINNING_GPU]] == [spinning]
+    assert [h.pid for h in holders[SLEEPING_GPU]] == [sleeping]
+    # The Ray worker is Ray's to tell.
+    assert holders[RAY_WORKER_GPU] == [] and holders[FREE_GPU] == []
+    assert holders[SPINNING_GPU][0].cpu_percent > 5 and holders[SLEEPING_GPU][0].cpu_percent < 5
+    assert all(h.memory_bytes > CUDA_CONTEXT_BYTES
+               for h in holders[SLEEPING_GPU] + holders[SPINNING_GPU])
     assert problem is not None and "cannot list the nodes of the Ray cluster" in problem
 
 
@@ -112,9 +120,12 @@ def test_unreadable_cluster_leaves_gpu_holders_unknown_through_the_nvml_path(
 ) -> None:
     poll = NvmlSource(simnvml, "demo", simulated=True).poll(NOW)
 
-    assert [g.gpu_index for g in poll.gpus] == [0, 1, 2, 3]
+    assert [g.gpu_index for g in poll.gpus] == list(range(GPUS))
     by_index = {g.gpu_index: g for g in poll.gpus}
     assert all(g.simulated and g.processes is None for g in poll.gpus)
-    assert sorted(poll.problems) == [f"GPU {i} processes: Unknown Error" for i in range(4)]
-    assert by_index[1].memory_used_bytes and by_index[1].memory_used_bytes > CUDA_CONTEXT_BYTES
-    assert by_index[0].memory_used_bytes == by_index[3].memory_used_bytes == 0
+    assert sorted(poll.problems) == sorted(f"GPU {i} processes: Unknown Error"
+                                           for i in range(GPUS))
+    sleeping = by_index[SLEEPING_GPU].memory_used_bytes
+    assert sleeping and sleeping > CUDA_CONTEXT_BYTES
+    assert by_index[RAY_WORKER_GPU].memory_used_bytes == 0
+    assert by_index[FREE_GPU].memory_used_bytes == 0
