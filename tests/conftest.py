@@ -95,13 +95,15 @@ def _quick_password_hashing() -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`ray` says what a test needs, so it is not kept by hand: every test that uses the
-    session's real cluster (the ray_cluster fixture, directly or through ray_settings or
-    watched) carries it."""
+    """`ray` and `browser` say what a test needs, so they are not kept by hand: every test
+    that uses the session's real cluster (the ray_cluster fixture, directly or through
+    ray_settings or watched) carries `ray`, and every test that drives Chromium (the
+    browser fixture, directly or through page) carries `browser`."""
     for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()) and \
-                item.get_closest_marker("ray") is None:
-            item.add_marker(pytest.mark.ray)
+        fixtures = getattr(item, "fixturenames", ())
+        for fixture, mark in (("ray_cluster", pytest.mark.ray), ("browser", pytest.mark.browser)):
+            if fixture in fixtures and item.get_closest_marker(mark.name) is None:
+                item.add_marker(mark)
 
 
 # --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
