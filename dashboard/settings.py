@@ -175,12 +175,23 @@ REDIS_URL = env_url_with_password("REDIS_URL", ("redis", "rediss", "unix"),
                                   # default: the password in `REDIS_URL`, if any
                                   "RAYWATCH_REDIS_PASSWORD")
 EMBEDDED = REDIS_URL is None
+
+
+def redis_layer_host(url: str) -> dict[str, object]:
+    """The channel layer's connection to Redis at `url`. A page's socket waits on Redis
+    for its next message 5 s at a time (channels_redis: BZPOPMIN, brpop_timeout), and
+    redis-py 8 stops reading after its socket_timeout, 5 s too by default: a page with
+    nothing new for 5 s lost its socket ("Timeout reading from ..."). Reads may take
+    three times that wait; a Redis that answers nothing for 15 s is taken for gone."""
+    return {"address": url, "socket_timeout": 15, "socket_connect_timeout": 3}
+
+
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                "hosts": [redis_layer_host(REDIS_URL)],
                 # The prefix of the channel layer's keys in Redis.
                 "prefix": env_str("RAYWATCH_CHANNEL_PREFIX", "raywatch"),
                 "capacity": 1000,

@@ -119,6 +119,19 @@ def test_unchanged_poll_pushes_nothing(live_server_asgi: LiveServer, viewer) -> 
             receive_topic(ws, "cluster", timeout=1.0)
 
 
+def test_a_quiet_page_keeps_its_socket(live_server_asgi: LiveServer, viewer) -> None:  # type: ignore[no-untyped-def]
+    """Nothing new for longer than the channel layer waits on Redis at a time (5 s): the
+    socket stays open and the next change still arrives (redis-py's 5 s read timeout
+    ended the page's consumer there: "Timeout reading from 127.0.0.1:6379")."""
+    ingest_nodes([node(cpu_used=1)], datetime.now(UTC))
+    with open_socket(live_server_asgi, session_cookie(viewer)) as ws:
+        receive_topic(ws, "cluster")
+        with pytest.raises(TimeoutError):  # quiet: no message, and no close either
+            receive_topic(ws, "cluster", timeout=12)
+        ingest_nodes([node(cpu_used=4)], datetime.now(UTC))
+        assert cpu_used(receive_topic(ws, "cluster")) == 4
+
+
 def test_reconnect_reads_state_changed_while_away(live_server_asgi: LiveServer, viewer) -> None:  # type: ignore[no-untyped-def]
     cookie = session_cookie(viewer)
     ingest_nodes([node(cpu_used=1)], datetime.now(UTC))

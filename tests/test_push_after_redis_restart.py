@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 
 from collectors.localray import free_port
 from dashboard.cluster.state import ingest_nodes
+from dashboard.settings import redis_layer_host
 from tests.conftest import LiveServer, login, wait_for
 from tests.test_live_push import node
 
@@ -45,7 +46,7 @@ def private_redis(settings):  # type: ignore[no-untyped-def]
     state = {"process": start_redis(port), "port": port}
     settings.CHANNEL_LAYERS = {"default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [f"redis://127.0.0.1:{port}/0"]},
+        "CONFIG": {"hosts": [redis_layer_host(f"redis://127.0.0.1:{port}/0")]},
     }}
     channel_layers.backends.clear()
     yield state
