@@ -11,17 +11,19 @@ Where a test runs is its file's marks, declared once in pyproject.toml
 
 - `beside`: the file mostly waits (on raywatch, the demo or Celery started as processes
   of their own, or on a real Tune search of several minutes). The whole suite runs as
-  three pytest processes at once (RUNS): `-m "not beside and not ray"`, `-m "not beside
-  and ray"` and `-m beside`, each with its own test database, Redis db, data dir and, if
-  it has Ray tests, Ray cluster; the last line counts all three. Mark by duration
+  four pytest processes at once (RUNS): `-m "not beside and not ray and not browser"`,
+  `-m "not beside and not ray and browser"`, `-m "not beside and ray"` and `-m beside`,
+  each with its own test database, Redis db, data dir and, if it has Ray tests, Ray
+  cluster; the last line counts all four. Mark by duration
   (--durations, and the slowest files the run prints), so that they take about the same
   time.
 - `both_backends`: the file's code path makes queries of its own (ORM lookups, raw SQL,
   bulk writes, locking); tests/test_on_embedded_default.py runs `-m "both_backends and
   not ray"` again on the embedded default's SQLite, in the background of the main process.
 - `ray`, `browser`: what the tests need (a real local Ray cluster, Chromium). A test that
-  uses the session's cluster (the `ray_cluster` fixture) carries `ray` without being
-  marked by hand (tests/conftest.py).
+  uses the session's cluster (the `ray_cluster` fixture) carries `ray`, and one that
+  uses the `browser` fixture (or `page`) carries `browser`, without being marked by hand
+  (tests/conftest.py).
 - The bench smokes (tests/test_benches_smoke.py) take every script in bench/, and mark each
   by what its code starts.
 
@@ -151,7 +153,7 @@ def _stop(process: subprocess.Popen) -> None:
         process.kill()
 
 
-# The split of the whole suite between its processes: by the files' marks, three of them.
+# The split of the whole suite between its processes: by the files' marks, four of them.
 # Measured 2026-11-29 on this 2-core machine, the same code: with two (`beside` or not)
 # each was a chain of about 19 minutes of tests that mostly wait (on Tune searches,
 # servers, Ray), the cores 80-82% busy, and `make test` took 1,150-1,188 s; with these
@@ -161,9 +163,10 @@ def _stop(process: subprocess.Popen) -> None:
 # four (each of the two halves again by Ray or Chromium) was no faster: two more Ray
 # clusters, on cores already 84% busy. Past this, the suite is bound by its CPU.
 # 2026-11-30, on a faster two-core machine (0.74 CPU s for the reference loop): 965 s
-# with these three less the browser split (main 957, beside 924, ray 821; 1,735 CPU s),
-# main a chain of 813 tests. Its Chromium tests (browser, and neither beside nor ray: 261
-# s of it) make a fourth, which starts no Ray cluster.
+# with three (main 957, beside 924, ray 821; 1,735 CPU s), main a chain of 813 tests.
+# Its Chromium tests (browser, and neither beside nor ray: 261 s of it) make a fourth,
+# which starts no Ray cluster: 961 s (main 916, browser 434, ray 872, beside 957, the
+# cores 94% busy), before test_browser_trial_terminate (53 s, no Ray) left `beside`.
 RUNS = (("main", ("-m", "not beside and not ray and not browser")),  # shown as it goes
         ("browser", ("-m", "not beside and not ray and browser")),
         ("ray", ("-m", "not beside and ray")),

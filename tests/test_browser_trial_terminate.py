@@ -18,7 +18,7 @@ from tests.agents import node_agent
 from tests.conftest import LiveServer, login, off_the_loop, wait_for
 from tests.test_terminate_on_this_host import hung_trial
 
-pytestmark = [pytest.mark.beside, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

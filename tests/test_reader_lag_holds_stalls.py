@@ -155,7 +155,7 @@ def test_a_long_read_shows_progress_as_it_stores(
     ingest of a long history): evaluations meanwhile (an agent's report asked for them)
     hold the trials as long as it stores."""
     clock = search
-    monkeypatch.setattr(ingest.StoreSink, "batch_bytes", 2048)  # a batch every ~20 lines
+    monkeypatch.setattr(ingest.StoreSink, "batch_bytes", 6000)  # a batch every ~60 lines
     assert stalled(clock) == 0
     clock.now += timedelta(seconds=STALL_MIN_S + 60)
     for n in range(40):  # a finished search's history: a batch is about two trials
