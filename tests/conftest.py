@@ -108,7 +108,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly:  # --collect-only (runner --plan): nothing runs
+    option = session.config.option
+    if option.collectonly or option.setupplan or option.setuponly:  # no test runs
         return
     ids = [item.nodeid for item in session.items]
     first = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass
 class Rerun:
     process: subprocess.Popen[bytes]
-    output: Path
+    output: Path  # in a temporary dir of its own, removed when the session ends
     started: float
 
     def wait(self, timeout_s: float) -> tuple[int, str]:
@@ -116,10 +117,12 @@ _stopping = threading.Event()
 
 
 def stop_all() -> None:
-    """End reruns nobody waited for (the session was interrupted)."""
+    """End reruns nobody waited for (the session was interrupted), and remove their
+    temporary dirs (a pytest run outside `make test` writes them to /tmp itself)."""
     _stopping.set()
     for rerun in _STARTED.values():
         if rerun.process.poll() is None:
             rerun.process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 rerun.process.wait(10)
+        shutil.rmtree(rerun.output.parent, ignore_errors=True)
