@@ -30,10 +30,12 @@ NOT_INHERITED = {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MO
 
 
 # A served raywatch that a test waits on judges in seconds what the shipped defaults judge
-# in minutes (those are for real searches): it polls every second, and a stall, a gone
+# in minutes (those are for real searches): it reads the logs every second, and a stall, a gone
 # process, a slow step and a terminate's grace take a few seconds.
 QUICK = {
-    "RAYWATCH_POLL_RAY_S": "1", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
+    # Ray's state every 2 s (each poll costs Ray's dashboard some 20 CPU ms per cluster);
+    # the trial logs, where a stall shows first, every second.
+    "RAYWATCH_POLL_RAY_S": "2", "RAYWATCH_POLL_LOGS_S": "1", "RAYWATCH_POLL_GPU_S": "1",
     "RAYWATCH_STALL_MIN_S": "6", "RAYWATCH_GONE_GRACE_S": "3", "RAYWATCH_SLOW_MIN_EXCESS_S": "2",
     "RAYWATCH_TERMINATE_GRACE_S": "3",
 }
