@@ -82,6 +82,12 @@ def bench_data_dir() -> str:
     return _DATA_DIR[0]
 
 
+def database_exists(conn: Any, name: str) -> bool:
+    """Whether the Postgres server that `conn` (a psycopg connection) reaches has `name`."""
+    return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                        (name,)).fetchone() is not None
+
+
 def ensure_database(url: str) -> None:
     """Create the bench database when it does not exist yet (never drops anything)."""
     import psycopg
@@ -92,8 +98,7 @@ def ensure_database(url: str) -> None:
     if not name:
         raise SystemExit(f"bench database URL names no database: {url}")
     with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if not exists:
+        if not database_exists(conn, name):
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
@@ -111,8 +116,7 @@ def throwaway_database(label: str) -> Iterator[str]:
     template = os.environ.get(TEMPLATE_ENV)
     with psycopg.connect(admin, autocommit=True) as conn:
         create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if template and conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                                     (template,)).fetchone():
+        if template and database_exists(conn, template):
             create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
         conn.execute(create)
     try:
@@ -165,8 +169,7 @@ def keep_as_template(url: str) -> None:
     source = str(conninfo_to_dict(url).get("dbname") or "")
     connections.close_all()
     with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
-                        (template,)).fetchone():
+        if database_exists(conn, template):
             return
         # Another bench made it first, or still holds the source: no copy this time.
         with suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.ObjectInUse):
