@@ -45,7 +45,8 @@ LINK = {"offline": False, "latency": 40, "downloadThroughput": 20e6 / 8,
 LINKS = harness.sized((("loopback", None), ("20 Mbit/s 40 ms", LINK)), (("loopback", None),))
 NAVIGATION = """() => {
   const nav = performance.getEntriesByType('navigation')[0];
-  const plotly = performance.getEntriesByType('resource').find(e => e.name.includes('plotly.min'));
+  const plotly = performance.getEntriesByType('resource')
+    .find(e => e.name.includes('/vendor/plotly'));
   return {load_ms: nav.loadEventEnd - nav.startTime, plotly_url: plotly.name,
           plotly_ms: plotly.responseEnd - plotly.startTime,
           plotly_encoded: plotly.encodedBodySize, plotly_transfer: plotly.transferSize,

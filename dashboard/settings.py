@@ -626,13 +626,9 @@ SPECTACULAR_SETTINGS = {
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
+# Plotly.js comes from static/vendor/ (its basic bundle: scatter and bar are all the
+# charts draw), never a CDN: clusters are often air-gapped.
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# plotly.min.js is served from the plotly package itself: no CDN, works air-gapped.
-STATICFILES_FINDERS = [
-    "django.contrib.staticfiles.finders.FileSystemFinder",
-    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "dashboard.core.staticfinders.PlotlyFinder",
-]
 WHITENOISE_USE_FINDERS = True
 # Hashed names and gzip copies from `collectstatic` (make run runs it): served compressed,
 # cached for good. Without it, the plain files from the sources (dashboard/core/staticstorage.py).

@@ -1,7 +1,7 @@
 """Static files named by their content and compressed, for WhiteNoise to serve.
 
 `collectstatic` (make run and the image run it) writes each file under a name with
-its hash and a gzip copy beside it; WhiteNoise then serves plotly.min.js (4.8 MB) and
+its hash and a gzip copy beside it; WhiteNoise then serves Plotly.js (1.2 MB) and
 the rest compressed to browsers that accept it, with far-future cache headers (a new
 content is a new name). Until collectstatic has run (tests, a fresh checkout), or once a
 source file changed after it ran, pages name the plain files, which WhiteNoise serves

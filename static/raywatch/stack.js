@@ -21,9 +21,24 @@
       when(s.requested_at) + "): ";
   }
 
+  // How far a stack has got: asked for, then an outcome (taken, or why not). A stack with a
+  // larger id was asked for later.
+  const STAGE = { pending: 0, failed: 1, taken: 1 };
+
+  // Whether `s` is older than what the box shows: the reply to "Take stack now" can reach
+  // the page after the push of that stack's outcome, and must not put "taking" back.
+  function older(box, s) {
+    const shown = box.dataset.key ? JSON.parse(box.dataset.key) : null;
+    if (!shown) return false;
+    if (!s) return true; // a stack once shown stays (its trial's history)
+    if (s.id !== shown.id) return s.id < shown.id;
+    return STAGE[s.state] < STAGE[shown.state];
+  }
+
   function renderStack(box, s) {
     const key = JSON.stringify(s || null);
     if (box.dataset.key === key) return; // unchanged: keep the reader's scroll position
+    if (older(box, s)) return;
     box.dataset.key = key;
     box.replaceChildren();
     box.dataset.state = s ? s.state : "none";

@@ -231,13 +231,14 @@
   // --- stack ----------------------------------------------------------------------------
   const stackBox = document.getElementById("trial-stack");
   const renderStack = (s) => window.raywatch.renderStack(stackBox, s);
+  const stackUrl = "/api/trials/" + trial.id + "/stack"; // GET the newest, POST take one
   async function takeStack(button) {
     const error = document.getElementById("take-stack-error");
     const input = document.querySelector("input[name=csrfmiddlewaretoken]");
     button.disabled = true;
     error.hidden = true;
     try {
-      const reply = await fetch("/api/trials/" + encodeURIComponent(button.dataset.trial) + "/stack", {
+      const reply = await fetch(stackUrl, {
         method: "POST", credentials: "same-origin",
         headers: { "X-CSRFToken": input ? input.value : "" },
       });
@@ -247,6 +248,13 @@
     } finally {
       button.disabled = false;
     }
+  }
+  // The push of a stack's outcome is the way it arrives; the channel layer is at-most-once,
+  // so while one is being taken it is also read again every few seconds.
+  async function rereadStack() {
+    if (stackBox.dataset.state !== "pending" || document.visibilityState !== "visible") return;
+    const reply = await fetch(stackUrl, { credentials: "same-origin" });
+    if (reply.ok) renderStack((await reply.json()).stack);
   }
   const takeButton = document.getElementById("take-stack");
   if (takeButton) takeButton.addEventListener("click", () => takeStack(takeButton));
@@ -292,6 +300,7 @@
   setInterval(() => {  // a running trial's output moves: follow it while the page is seen
     if (trial.status === "RUNNING" && document.visibilityState === "visible") loadOutput();
   }, 10000);
+  setInterval(() => rereadStack().catch(() => {}), 5000);
   window.raywatch.connect("/ws/trials/" + trial.id + "/", {
     trial: (t) => { trial = t; renderFacts(); },
     results: (rows) => addResults(rows, true),
