@@ -12,6 +12,7 @@ every cluster on the machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -108,14 +109,25 @@ class LocalRay:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free now. Each socket stays bound until all are picked: two
+    free_port() calls in a row can get the same port, and Ray refuses to start when two of
+    its components are given one ("trying to use a port number ... that is used by other
+    components")."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None,
            temp_dir: Path | None = None, log_monitor: bool = True) -> None:
-    _ray_params_default("dashboard_agent_listen_port", free_port())
+    agent_port, dashboard_port = free_ports(2)
+    _ray_params_default("dashboard_agent_listen_port", agent_port)
     if not log_monitor:
         _ray_params_default("include_log_monitor", False)
     # This process is the cluster's first driver and never runs a task; Ray would start a
@@ -125,7 +137,7 @@ def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     scratch = _scratch_of_its_own()
     try:
-        _run_cluster(info_file, num_cpus, num_gpus, parent_pid, temp_dir)
+        _run_cluster(info_file, num_cpus, num_gpus, parent_pid, temp_dir, dashboard_port)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -150,7 +162,7 @@ def _scratch_of_its_own() -> Path | None:
 
 
 def _run_cluster(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int | None,
-                 temp_dir: Path | None) -> None:
+                 temp_dir: Path | None, dashboard_port: int) -> None:
     import ray
 
     stop = threading.Event()
@@ -164,7 +176,7 @@ def _run_cluster(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pi
         num_gpus=num_gpus,
         include_dashboard=True,
         dashboard_host="127.0.0.1",
-        dashboard_port=free_port(),
+        dashboard_port=dashboard_port,
         log_to_driver=False,
         configure_logging=False,
         **({"_temp_dir": str(temp_dir)} if temp_dir is not None else {}),

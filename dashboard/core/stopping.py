@@ -20,6 +20,13 @@ import uvicorn
 from celery.signals import worker_shutting_down
 
 SHUTDOWN_GRACE_S = 3  # how long a stop lets open requests (pages' websockets) finish
+# How long an idle keep-alive connection stays open. uvicorn's own 5 s is shorter than
+# what clients keep a pooled connection for (the Caddy proxy of docker-compose.yml: 2
+# minutes; nginx's upstream keepalive and cloud load balancers: 60 s; Playwright's
+# request context: until the server's close arrives), and a request sent on a connection
+# the server is closing meets a reset: a 502 for an operator's action behind the proxy.
+# Longer than all of them, the server is never the one that closes under a request.
+KEEP_ALIVE_S = 130
 
 _events: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Event] = (
     weakref.WeakKeyDictionary())
@@ -59,7 +66,8 @@ class Server(uvicorn.Server):
                  **config: Any) -> None:
         super().__init__(uvicorn.Config(
             "dashboard.asgi:application", host=host, port=port, lifespan="off",
-            log_level="warning", timeout_graceful_shutdown=grace_s, **config))
+            log_level="warning", timeout_graceful_shutdown=grace_s,
+            timeout_keep_alive=KEEP_ALIVE_S, **config))
 
     async def shutdown(self, sockets: Any = None) -> None:
         announce()
