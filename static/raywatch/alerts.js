@@ -87,29 +87,13 @@
     return tr;
   }
 
-  // Rows are rebuilt only when their incident changed: a row someone is about to click
-  // stays the same element while other incidents update around it.
-  const rows = new Map(); // id -> {key, tr}
-  function rowFor(i, canAct) {
-    const key = JSON.stringify(i) + stateOf(i);
-    const known = rows.get(i.id);
-    if (known && known.key === key) return known.tr;
-    const tr = alertRow(i, canAct);
-    rows.set(i.id, { key: key, tr: tr });
-    return tr;
-  }
+  let listRows = null; // the list's rows (live.js keyedRows), made at the first render
 
   function renderList(incidents, total, page) {
     const table = document.getElementById("alerts");
     const canAct = table.dataset.canAct === "1";
-    const body = table.tBodies[0];
-    const wanted = incidents.map((i) => rowFor(i, canAct));
-    for (const id of [...rows.keys()]) {
-      if (!incidents.some((i) => i.id === id)) rows.delete(id);
-    }
-    if (wanted.length !== body.children.length || wanted.some((tr, n) => body.children[n] !== tr)) {
-      body.replaceChildren(...wanted);
-    }
+    listRows = listRows || window.raywatch.keyedRows(table.tBodies[0], (i) => alertRow(i, canAct));
+    listRows(incidents, (i) => i.id, (i) => JSON.stringify(i));
     document.getElementById("no-alerts").hidden = incidents.length > 0;
     const n = (v) => Number(v).toLocaleString("en-US");
     listPages = Math.max(1, Math.ceil(total / LIST_PAGE));

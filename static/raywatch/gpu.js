@@ -122,11 +122,19 @@
     set("at", window.raywatch.time.stamp(tile.at) + (tile.stale ? " (stale)" : ""));
   }
 
+  // Each push (every second) brings every process again, its age one second older: a row
+  // is rebuilt only when something else about it changed, its age written in place, so
+  // the Kill… button an admin is about to click stays the same element.
+  const processRows = window.raywatch.keyedRows(document.querySelector("#processes tbody"), processRow);
+
   function renderProcesses() {
-    const body = document.querySelector("#processes tbody");
     const rows = [...tile.processes].sort((a, b) =>
       (b.owner.kind === "orphan") - (a.owner.kind === "orphan") || (b.used_memory || 0) - (a.used_memory || 0));
-    body.replaceChildren(...rows.map(processRow));
+    processRows(rows, (p) => p.pid, (p) => JSON.stringify({ ...p, age_s: null }));
+    for (const p of rows) {
+      const age = document.querySelector('#processes tr[data-pid="' + p.pid + '"] [data-col="age"]');
+      gpus.setText(age, gpus.duration(p.age_s));
+    }
     document.getElementById("no-processes").hidden = rows.length > 0;
   }
 
@@ -138,7 +146,8 @@
     if (p.owner.reason) owner.append(el("div", { class: "reason" }, p.owner.reason));
     tr.append(
       el("td", {}, p.pid), owner, el("td", {}, gpus.bytes(p.used_memory)),
-      el("td", { title: "first seen " + window.raywatch.time.abs(p.first_seen_at) }, gpus.duration(p.age_s)),
+      el("td", { "data-col": "age", title: "first seen " + window.raywatch.time.abs(p.first_seen_at) },
+        gpus.duration(p.age_s)),
       el("td", {}, p.type),
     );
     const action = el("td", {});

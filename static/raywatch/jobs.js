@@ -32,10 +32,14 @@
     return tr;
   }
 
+  // Pushes come with every change of a job's calls too: a job's row (its Stop… button)
+  // stays the same element unless the job changed.
+  const jobRows = window.raywatch.keyedRows(table.querySelector("tbody"), row);
+
   function render(data) {
     window.raywatch.calls.render(document.getElementById("calls"),
       document.getElementById("calls-empty"), data.calls || [], true);
-    table.querySelector("tbody").replaceChildren(...data.jobs.map(row));
+    jobRows(data.jobs, (j) => j.key, (j) => JSON.stringify(j));
     document.getElementById("jobs-empty").hidden = data.jobs.length > 0;
     const internal = document.getElementById("jobs-internal");
     internal.hidden = !data.internal_hidden;

@@ -121,6 +121,31 @@
     return pairs.filter(([n]) => n).map(([n, what]) => n + " " + what).join(", ");
   }
 
-  window.raywatch = Object.assign(window.raywatch || {},
-    { connect: connect, el: el, renderHealth: renderHealth, onTopic: onTopic, counted: counted });
+  // A live table's body whose rows are rebuilt only when what they show changed: a button
+  // someone is about to click stays the same element while pushes (every second on some
+  // pages) update the rows around it. A row replaced between mouse-down and mouse-up
+  // loses the click. `make(item)` builds a row; each render names an item's row by
+  // `idOf(item)` and what it shows by `keyOf(item)` (a string).
+  function keyedRows(body, make) {
+    const rows = new Map(); // id -> {key, tr}
+    return function render(items, idOf, keyOf) {
+      const seen = new Set();
+      const wanted = items.map((item) => {
+        const id = idOf(item), key = keyOf(item);
+        seen.add(id);
+        const known = rows.get(id);
+        if (known && known.key === key) return known.tr;
+        const tr = make(item);
+        rows.set(id, { key: key, tr: tr });
+        return tr;
+      });
+      for (const id of [...rows.keys()]) if (!seen.has(id)) rows.delete(id);
+      if (wanted.length !== body.children.length || wanted.some((tr, n) => body.children[n] !== tr)) {
+        body.replaceChildren(...wanted);
+      }
+    };
+  }
+
+  window.raywatch = Object.assign(window.raywatch || {}, { connect: connect, el: el,
+    renderHealth: renderHealth, onTopic: onTopic, counted: counted, keyedRows: keyedRows });
 })();
