@@ -25,11 +25,12 @@ from django.test import Client
 from knox.models import AuthToken
 from rest_framework.test import APIClient
 
-from collectors.localray import LocalCluster, LocalRay, free_port
+from collectors.localray import LocalCluster, LocalRay, free_port, free_ports
 from dashboard.celery import app as celery_app
 from dashboard.core import stopping
 from dashboard.core.scheduler import EmbeddedScheduler
 from tests import embedded
+from tests.patience import ms, patient
 from tests.receivers import Receiver
 
 # Ray reads this once, when it is first imported: a driver that joins the test
@@ -63,12 +64,17 @@ CHROMIUM_FLAGS = [
 ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-timeout reads the test timeout
 def pytest_configure(config: pytest.Config) -> None:
+    # The test timeout (pyproject.toml's, or a test's timeout mark) is stretched alike,
+    # unless --timeout or PYTEST_TIMEOUT gives one.
+    if config.getvalue("timeout") is None and not os.environ.get("PYTEST_TIMEOUT"):
+        config.option.timeout = patient(float(config.getini("timeout") or 0)) or None
     # A loaded CI machine (several pytest processes, Ray and Chromium on two cores) can take
     # more than Playwright's 5 s to answer a fetch; an assertion's outcome stays the same.
     from playwright.sync_api import expect
 
-    expect.set_options(timeout=15_000)
+    expect.set_options(timeout=ms(15))
 
 
 # Users made by the tests are hashed with PBKDF2 at few iterations: the suite creates and
@@ -104,6 +110,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, mark in (("ray_cluster", pytest.mark.ray), ("browser", pytest.mark.browser)):
             if fixture in fixtures and item.get_closest_marker(mark.name) is None:
                 item.add_marker(mark)
+        timeout = item.get_closest_marker("timeout")
+        if timeout is not None and timeout.args:  # a test's own timeout, stretched alike
+            item.add_marker(pytest.mark.timeout(patient(timeout.args[0])), append=False)
 
 
 # --- the SQLite rerun starts with the session (tests/test_on_embedded_default.py) ----------
@@ -331,6 +340,13 @@ def ray_settings(settings, ray_cluster: LocalCluster) -> LocalCluster:  # type: 
     return ray_cluster
 
 
+def port_flags(names: list[str], more: int = 0) -> tuple[list[str], list[int]]:
+    """`ray start` flags `--name=PORT`, and `more` ports beside them: each port free and
+    none given twice (picked at once: ports picked one by one can repeat)."""
+    ports = free_ports(len(names) + more)
+    return [f"--{n}={p}" for n, p in zip(names, ports, strict=False)], ports[len(names):]
+
+
 def worker_ports(slot: int) -> list[str]:
     """`ray start` flags for a worker port range of 41 ports below the ephemeral range
     (32768+) that free_port() and outgoing connections draw from, and away from the
@@ -358,7 +374,7 @@ def add_worker_node(ray_cluster: LocalCluster, tmp_path: Path
         ]
         cmd = [ray_bin, "start", "--address", ray_cluster.gcs_address, "--block",
                f"--num-cpus={num_cpus}", "--disable-usage-stats",
-               *worker_ports(4 + len(started)), *[f"--{name}={free_port()}" for name in ports]]
+               *worker_ports(4 + len(started)), *port_flags(ports)[0]]
         if node_ip:
             cmd.append(f"--node-ip-address={node_ip}")
         if hostname:
@@ -386,7 +402,7 @@ def _gave_up_joining(process: subprocess.Popen, said: Path, timeout_s: float = 6
     (ray/_private/node.py, raylet_start_wait_time_s, not configurable), which a machine
     running the whole suite can miss ("RPC error: Deadline Exceeded"). The node is
     started again then; anything else is the test's to see."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patient(timeout_s)
     while time.monotonic() < deadline:
         text = said.read_text(errors="replace")
         if "Ray runtime started" in text:
@@ -423,14 +439,17 @@ def _stop(process: subprocess.Popen, terminate: Callable[[], None], timeout_s: f
 
 def wait_for(predicate: Callable[[], object], timeout_s: float = 30, every_s: float = 0.2,
              what: str = "condition", explain: Callable[[], object] | None = None) -> object:
-    deadline = time.monotonic() + timeout_s
+    """`predicate()`'s first true value, asked every `every_s`; an AssertionError once
+    `timeout_s` (as on a quick machine: the run's PATIENCE stretches it) has passed."""
+    deadline = time.monotonic() + patient(timeout_s)
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             seen = f"; state: {explain()}" if explain else ""
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{seen}")
+            raise AssertionError(f"timed out after {patient(timeout_s):g} s ({timeout_s} s x "
+                                 f"patience {patient(1):g}) waiting for {what}{seen}")
         time.sleep(every_s)
 
 
@@ -502,9 +521,17 @@ def browser() -> Iterator[object]:
         chromium.close()
 
 
+def browser_context(browser, **options: Any):  # type: ignore[no-untyped-def]
+    """A new context whose clicks, fills and page loads wait as this run allows
+    (Playwright's own 30 s, stretched by the run's patience)."""
+    context = browser.new_context(**options)
+    context.set_default_timeout(ms(30))
+    return context
+
+
 @pytest.fixture
 def page(browser):  # type: ignore[no-untyped-def]
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context = browser_context(browser, viewport={"width": 1400, "height": 900})
     page = context.new_page()
     yield page
     context.close()

@@ -12,9 +12,10 @@ Where a test runs is its file's marks, declared once in pyproject.toml
 - `beside`: the file mostly waits (on raywatch, the demo or Celery started as processes
   of their own, or on a real Tune search of several minutes). The whole suite runs as
   four pytest processes at once (RUNS): `-m "not beside and not ray and not browser"`,
-  `-m "not beside and not ray and browser"`, `-m "not beside and ray"` and `-m beside`,
-  each with its own test database, Redis db, data dir and, if it has Ray tests, Ray
-  cluster; the last line counts all four. Mark by duration
+  `-m "not ray and (browser or beside)"` (a process that starts no Ray cluster: the
+  Chromium tests, and the `beside` files that need no Ray), `-m "not beside and ray"`
+  and `-m "beside and ray"`, each with its own test database, Redis db, data dir and, if
+  it has Ray tests, Ray cluster; the last line counts all four. Mark by duration
   (--durations, and the slowest files the run prints), so that they take about the same
   time.
 - `both_backends`: the file's code path makes queries of its own (ORM lookups, raw SQL,
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 from xml.etree import ElementTree
+
+from tests import served
 
 CHROMIUM = "/usr/bin/chromium"
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/raywatch"
@@ -167,10 +170,14 @@ def _stop(process: subprocess.Popen) -> None:
 # Its Chromium tests (browser, and neither beside nor ray: 261 s of it) make a fourth,
 # which starts no Ray cluster: 961 s (main 916, browser 434, ray 872, beside 957, the
 # cores 94% busy), before test_browser_trial_terminate (53 s, no Ray) left `beside`.
+# 2026-11-30, a clean clone on a two-core machine (0.40 CPU s for the loop): 851 s (main
+# 792, browser 386, ray 770, beside 845), then 803 s (1,512 CPU s; main 796, browser 513,
+# ray 771, beside 757) once the `beside` files that need no Ray (test_agent_outage, 73 s)
+# ran in the process that starts none.
 RUNS = (("main", ("-m", "not beside and not ray and not browser")),  # shown as it goes
-        ("browser", ("-m", "not beside and not ray and browser")),
+        ("browser", ("-m", "not ray and (browser or beside)")),
         ("ray", ("-m", "not beside and ray")),
-        ("beside", ("-m", "beside")))
+        ("beside", ("-m", "beside and ray")))
 
 
 # pytest options whose value is the next argument: a plugin, an ini override, a config
@@ -220,6 +227,9 @@ def run_suite(argv: list[str]) -> int:
         # socket paths can live under it.
         scratch = Path(tempfile.mkdtemp(prefix="rwtest-"))
         stack.callback(tidy, scratch, codes := [])
+        # The databases the run's first `migrate` on each backend made, which its pytest
+        # processes copy (tests/served.py `migrate`): removed once all of them are done.
+        stack.callback(served.forget_migrated, scratch / "migrated")
         if as_asked(argv):
             codes.append(pytest_run(argv, db_url, redis_url, scratch / "run").wait())
             return verdict(codes)
@@ -346,6 +356,7 @@ def pytest_run(args: list[str], db_url: str, redis_url: str, tmp: Path, stdout: 
     (tmp / "data").mkdir(parents=True)
     env = {**inherited, "DATABASE_URL": db_url, "REDIS_URL": redis_url,
            "TMPDIR": str(tmp), "RAYWATCH_DATA_DIR": str(tmp / "data"),
+           served.MIGRATED_DIR_ENV: str(tmp.parent / "migrated"),
            # Server threads in the tests must not hold the test database open.
            "RAYWATCH_DB_CONN_MAX_AGE": "0",
            # A crash, even after the last test (while the interpreter shuts down), prints

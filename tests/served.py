@@ -4,6 +4,7 @@ in-process scheduler) or the production topology (Postgres, Redis, Celery)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
+
+from tests.patience import patient
 
 ROOT = Path(__file__).resolve().parent.parent
 # What must not leak from the test process into a raywatch it starts: the backend
@@ -100,25 +103,47 @@ def manage_all(env: dict[str, str], *commands: tuple[str, ...]) -> list[str]:
     return json.loads(out.rpartition(_RS)[2])
 
 
-# What this pytest process's first `manage.py migrate` on each backend made, from an empty
-# database: a SQLite file, or a Postgres database to create others from (TEMPLATE).
+# What the first `manage.py migrate` on each backend made, from an empty database: a
+# SQLite file, or a Postgres database to create others from (TEMPLATE). Under `make test`
+# the run's pytest processes share them (tests/runner.py sets MIGRATED_DIR_ENV to a dir
+# of the run's, and removes what is there at its end); otherwise each process keeps its own.
 _MIGRATED: dict[str, str] = {}
 SQLITE_FILE = "raywatch.sqlite3"  # the embedded default's database in its data dir (settings.py)
 _TEMPLATE_DIR = Path(tempfile.gettempdir()) / f"raywatch-migrated-{os.getpid()}"
+MIGRATED_DIR_ENV = "RAYWATCH_TEST_MIGRATED_DIR"
+STORE_FILE = "migrated.json"  # in MIGRATED_DIR_ENV's dir: what `migrate` kept there
 
 
 def migrate(env: dict[str, str]) -> None:
     """`manage.py migrate --noinput` for a raywatch the test starts, on env's empty database.
 
-    The first on each backend in this pytest process runs it, from the empty database (what
-    docs/deploying.md's first start does); later ones get a copy of what it made, which is
-    the same schema and rows (the migrations are deterministic). A run of all 74 migrations
-    costs about 5 CPU s, and the suite starts some thirty raywatch processes: that was more
-    CPU than all of its Postgres. A database that is not empty is migrated as usual."""
+    The first on each backend in the run (in this pytest process when run alone) runs it,
+    from the empty database (what docs/deploying.md's first start does); later ones get a
+    copy of what it made, which is the same schema and rows (the migrations are
+    deterministic). A run of all 74 migrations costs about 5 CPU s, and the suite starts
+    some thirty raywatch processes: that was more CPU than all of its Postgres. A database
+    that is not empty is migrated as usual."""
+    shared = os.environ.get(MIGRATED_DIR_ENV)
+    if not shared:
+        _migrate(env, _MIGRATED, _TEMPLATE_DIR, f"raywatch_migrated_{os.getpid()}")
+        return
+    where = Path(shared)
+    where.mkdir(parents=True, exist_ok=True)
+    # One process at a time: a second one waits for the first's migrate, then copies.
+    with (where / "lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        store_file = where / STORE_FILE
+        store = json.loads(store_file.read_text()) if store_file.exists() else {}
+        _migrate(env, store, where, f"raywatch_migrated_{where.parent.name.replace('-', '_')}")
+        store_file.write_text(json.dumps(store))
+
+
+def _migrate(env: dict[str, str], store: dict[str, str], template_dir: Path,
+             template_name: str) -> None:
     url = env.get("DATABASE_URL", "")
     if not url:
         target = Path(env["RAYWATCH_DATA_DIR"]) / SQLITE_FILE
-        template = _MIGRATED.get("sqlite")
+        template = store.get("sqlite")
         if template and not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(template, target)
@@ -126,15 +151,15 @@ def migrate(env: dict[str, str]) -> None:
         fresh = not target.exists()
         manage(env, "migrate", "--noinput", "-v", "0")
         if fresh and not template:
-            _TEMPLATE_DIR.mkdir(exist_ok=True)
-            _MIGRATED["sqlite"] = str(shutil.copyfile(target, _TEMPLATE_DIR / SQLITE_FILE))
+            template_dir.mkdir(exist_ok=True)
+            store["sqlite"] = str(shutil.copyfile(target, template_dir / SQLITE_FILE))
         return
     if not url.startswith("postgres"):
         manage(env, "migrate", "--noinput", "-v", "0")
         return
     parsed = urlparse(url)
     name, admin_url = parsed.path.lstrip("/"), urlunparse(parsed._replace(path="/postgres"))
-    template, fresh = _MIGRATED.get("postgres"), not _has_tables(url)
+    template, fresh = store.get("postgres"), not _has_tables(url)
     if template and fresh:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
@@ -142,12 +167,11 @@ def migrate(env: dict[str, str]) -> None:
         return
     manage(env, "migrate", "--noinput", "-v", "0")
     if fresh and not template:
-        template = f"raywatch_migrated_{os.getpid()}"
         with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{template}"')
-            conn.execute(f'CREATE DATABASE "{template}" TEMPLATE "{name}"')
-        _MIGRATED["postgres"] = template
-        _MIGRATED["postgres_admin"] = admin_url
+            conn.execute(f'DROP DATABASE IF EXISTS "{template_name}"')
+            conn.execute(f'CREATE DATABASE "{template_name}" TEMPLATE "{name}"')
+        store["postgres"] = template_name
+        store["postgres_admin"] = admin_url
 
 
 def _has_tables(url: str) -> bool:
@@ -156,13 +180,21 @@ def _has_tables(url: str) -> bool:
                             ).fetchone() is not None
 
 
-def forget_migrated() -> None:
-    """Remove what `migrate` kept (at the end of the session): the machine as it was."""
-    shutil.rmtree(_TEMPLATE_DIR, ignore_errors=True)
-    if "postgres" in _MIGRATED:
-        with psycopg.connect(_MIGRATED["postgres_admin"], autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{_MIGRATED["postgres"]}" WITH (FORCE)')
-    _MIGRATED.clear()
+def forget_migrated(shared: Path | None = None) -> None:
+    """Remove what `migrate` kept: this process's own (at the end of its session), or with
+    `shared`, the run's (tests/runner.py, at the run's end). The machine as it was."""
+    if shared is None:
+        if os.environ.get(MIGRATED_DIR_ENV):
+            return  # the run's: the runner removes it once every process is done
+        store, where = _MIGRATED, _TEMPLATE_DIR
+    else:
+        store_file, where = shared / STORE_FILE, shared
+        store = json.loads(store_file.read_text()) if store_file.exists() else {}
+    shutil.rmtree(where, ignore_errors=True)
+    if "postgres" in store:
+        with psycopg.connect(store["postgres_admin"], autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{store["postgres"]}" WITH (FORCE)')
+    store.clear()
 
 
 def first_run(env: dict[str, str]) -> tuple[str, str]:
@@ -231,7 +263,7 @@ def stop_serve(server: subprocess.Popen[bytes], log: Path, timeout_s: float = 90
     """Ctrl-C, as a person stops `make run`; what it printed."""
     server.send_signal(signal.SIGINT)
     try:
-        server.wait(timeout_s)
+        server.wait(patient(timeout_s))
     except subprocess.TimeoutExpired:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()

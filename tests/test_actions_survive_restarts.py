@@ -21,6 +21,7 @@ from dashboard.actions.models import AuditEntry
 from tests.agents import node_agent
 from tests.alerting import start_worker
 from tests.conftest import LiveServer, token_client, wait_for
+from tests.patience import patient
 from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads what we commit
@@ -41,7 +42,7 @@ def deaf_worker_process() -> Iterator[subprocess.Popen]:
 
 def stop(worker: subprocess.Popen, sig: int) -> None:
     os.killpg(worker.pid, sig)
-    worker.wait(30)
+    worker.wait(patient(30))
 
 
 def terminate(api, trial):  # type: ignore[no-untyped-def]

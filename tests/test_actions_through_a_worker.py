@@ -20,6 +20,7 @@ from dashboard.trials.models import Trial
 from tests.agents import node_agent
 from tests.alerting import start_worker
 from tests.conftest import LiveServer, mark_ray_current, token_client, wait_for
+from tests.patience import patient
 from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads what we commit
@@ -39,7 +40,7 @@ def worker(settings, tmp_path, monkeypatch) -> Iterator[subprocess.Popen]:  # ty
     yield process
     with contextlib.suppress(ProcessLookupError):  # a test may have stopped it
         os.killpg(process.pid, signal.SIGTERM)
-    process.wait(30)
+    process.wait(patient(30))
 
 
 def finished(api, action_id: int) -> dict | None:  # type: ignore[no-untyped-def]
@@ -117,7 +118,7 @@ def test_a_worker_stopped_while_waiting_on_tune_writes_why_and_exits(  # type: i
                           "the outcome", explain=lambda: log.read_text()[-2000:])
         assert action["state"] == "succeeded"
         os.killpg(worker.pid, signal.SIGTERM)  # Tune has said nothing of the trial yet
-        worker.wait(60)
+        worker.wait(patient(60))
         steps = told_by_tune(api, reply.json()["action_id"])
     assert steps is not None, "the worker exited without writing down Tune's outcome"
     assert steps["unknown"] == "raywatch stopped before Tune reported the trial's new state"

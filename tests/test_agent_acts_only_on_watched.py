@@ -23,6 +23,7 @@ from dashboard.agents.commands import create_stack
 from dashboard.agents.models import AgentCommand, NodeProcess
 from tests.agents import agent_env, running_agent
 from tests.conftest import LiveServer, wait_for
+from tests.patience import patient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NODE, NODE_IP = "gpu-b", "10.9.0.3"
@@ -82,7 +83,7 @@ def test_a_process_the_agent_does_not_watch_is_never_signalled_or_sampled(
         own = entry_for(gpu_user.pid)
         said = RemoteProcess(own, NODE, gpu_user.pid,
                              psutil.Process(gpu_user.pid).create_time()).send(signal.SIGTERM)
-        assert gpu_user.wait(20) == -signal.SIGTERM
+        assert gpu_user.wait(patient(20)) == -signal.SIGTERM
 
     assert stranger.poll() is None  # alive: neither signalled nor stopped by a ptrace
     why = f"pid {stranger.pid} is not a process this agent watches"

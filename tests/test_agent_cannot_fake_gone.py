@@ -16,6 +16,7 @@ from dashboard.agents import tokens
 from dashboard.agents.commands import hand_out, take_result
 from dashboard.agents.models import NodeProcess
 from tests.conftest import mark_ray_current, token_client
+from tests.patience import patient
 from tests.test_terminate_on_this_host import hung_trial
 
 # On SQLite too: an agent's "gone" against Ray's view. The action runs in a thread.
@@ -38,7 +39,7 @@ def test_an_agent_saying_gone_while_ray_lists_the_actor_alive_is_no_success(  # 
     assert reply.status_code == 202, reply.content
     entry = AuditEntry.objects.get(pk=reply.json()["action_id"])
     answered = 0
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patient(60)
     while entry.state in AuditEntry.ACTIVE and time.monotonic() < deadline:
         mark_ray_current()  # Ray keeps answering: its actor is alive
         for command in hand_out(row, timezone.now()):  # the agent answers "gone", always

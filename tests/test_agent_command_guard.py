@@ -23,6 +23,7 @@ import pytest
 from collectors.agent import wire
 from collectors.agent.commands import CommandGuard, Watched, carry_out
 from collectors.procstat import ProcessWatcher
+from tests.patience import patient
 from tests.served import ROOT
 
 TOKEN = "rwa_" + "k" * 43
@@ -110,7 +111,7 @@ def test_a_reused_pid_is_not_signalled(hung_process: subprocess.Popen) -> None:
                       "payload": {"pid": hung_process.pid, "signal": "SIGSTOP",
                                   "create_time": started}}, watched).outcome == "refused"
     assert carry_out(command(hung_process.pid, started), watched).outcome == "signalled"
-    assert hung_process.wait(10) == -signal.SIGTERM
+    assert hung_process.wait(patient(10)) == -signal.SIGTERM
 
 
 def test_a_stack_is_taken_of_the_process_raywatch_meant_and_no_other(
@@ -175,7 +176,7 @@ def test_a_slow_stack_does_not_hold_up_a_signal(tmp_path: Path,
     agent.handle_beside(checks, stack_command(hung_process.pid, started, id=8, **fresh))
     outcome = agent.handle(checks, command(hung_process.pid, started, id=9, **fresh))
     assert outcome.outcome == "signalled"
-    assert hung_process.wait(10) == -signal.SIGTERM
+    assert hung_process.wait(patient(10)) == -signal.SIGTERM
     # Signalled while the stack was still being taken: it did not wait for it.
     assert [t for t in threading.enumerate() if t.name == "stack-8"]
 

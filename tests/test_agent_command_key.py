@@ -30,6 +30,7 @@ from dashboard.agents.coverage_data import coverage_payload
 from dashboard.agents.models import AgentCommand, NodeToken
 from tests.agents import agent_env, commands, gpu_record, report, running_agent
 from tests.conftest import LiveServer, wait_for
+from tests.patience import patient
 from tests.receivers import AgentApiStandIn, signed_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,7 +81,7 @@ def test_what_the_database_holds_signs_no_command_the_agent_accepts(
         genuine = signal_command(7, ray_worker.pid, wire.command_key(token))
         stand_in.send(genuine)
         assert stand_in.result(7)["outcome"] == "signalled"
-        assert ray_worker.wait(20) == -signal.SIGKILL
+        assert ray_worker.wait(patient(20)) == -signal.SIGKILL
         stand_in.send({**genuine, "id": 7})  # the same command again, as recorded
         stand_in.forget(7)
         replayed = stand_in.result(7)

@@ -17,6 +17,7 @@ from collectors.agent.config import AgentConfig
 from collectors.agent.spool import Spool
 from collectors.procstat import ProcessWatcher
 from tests.agents import agent_env
+from tests.patience import patient
 
 
 class Clock:
@@ -59,7 +60,7 @@ def test_snapshots_every_5_s_and_every_poll_after_a_signal(  # type: ignore[no-u
         outcome = agent.handle(guard, {"id": 1, "kind": wire.SIGNAL, "payload": {
             "pid": victim.pid, "create_time": started, "signal": "SIGTERM"}})
         assert outcome.outcome != "refused", outcome
-        assert victim.wait(10) == -15
+        assert victim.wait(patient(10)) == -15
     finally:
         victim.kill()
     fast = []

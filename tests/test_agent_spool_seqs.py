@@ -15,6 +15,7 @@ from pathlib import Path
 
 from collectors.agent.spool import Spool
 from tests.agents import agent_env, running_agent
+from tests.patience import patient
 from tests.receivers import JsonHandler, serve
 
 # A spool process that appends `n` batches, removes them as an acknowledging raywatch
@@ -99,9 +100,9 @@ def test_an_agent_stopped_while_a_report_is_on_its_way_keeps_none_raywatch_store
     spool = Path(env["RAYWATCH_AGENT_SPOOL"])
     try:
         with running_agent(env, tmp_path / "agent.log") as agent:
-            assert server.arrived.wait(60), (tmp_path / "agent.log").read_text()
+            assert server.arrived.wait(patient(60)), (tmp_path / "agent.log").read_text()
             agent.send_signal(signal.SIGTERM)  # raywatch has the report, not yet answered
-            assert agent.wait(30) == 0
+            assert agent.wait(patient(30)) == 0
     finally:
         server.shutdown()
         server.server_close()

@@ -31,6 +31,7 @@ from dashboard.agents import tokens
 from dashboard.trials.models import Experiment, StepResult, Trial
 from tests.agents import agent_env, running_agent, stop_agent
 from tests.conftest import LiveServer, start_search, token_client, wait_for
+from tests.patience import patient
 from tests.served import (
     api_get,
     embedded_env,
@@ -51,7 +52,7 @@ def tune_output(ray_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFact
     """What a real Tune run leaves: three trials of six results (tests/tune_scripts)."""
     storage = tmp_path_factory.mktemp("tune")
     search = start_search(ray_cluster, storage, NAME, "quick")
-    assert search.wait(240) == 0, "the Tune search failed"
+    assert search.wait(patient(240)) == 0, "the Tune search failed"
     return storage / NAME
 
 

@@ -13,6 +13,7 @@ import pytest
 from dashboard.celery import app as celery_app
 from tests.alerting import Detector, start_worker, webhook
 from tests.conftest import wait_for
+from tests.patience import patient
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the kick follows a real commit
 
@@ -39,6 +40,6 @@ def test_with_celery_an_incident_is_sent_by_the_workers_without_beat(  # type: i
         wait_for(receiver.accepted, 30, 0.1, "the message, with no beat running")
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(30)
+        worker.wait(patient(30))
     assert [b["group"]["key"] for b in receiver.accepted()] == ["experiment:exp1"]
 

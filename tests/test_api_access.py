@@ -66,7 +66,7 @@ def test_drf_create_token_command_makes_a_working_token(viewer) -> None:  # type
 def test_plotly_is_served_from_our_static_files(viewer) -> None:  # type: ignore[no-untyped-def]
     from django.contrib.staticfiles import finders
 
-    path = finders.find("vendor/plotly.min.js")
+    path = finders.find("vendor/plotly-basic.min.js")
     assert path
     with open(path, "rb") as script:
         assert script.read(200).startswith(b"/**")

@@ -9,6 +9,7 @@ flush: nothing lives there between two tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
+import psutil
 import psycopg
 import pytest
 from psycopg import sql
@@ -27,13 +29,14 @@ from psycopg import sql
 from tests import embedded
 from tests.conftest import BENCH_BACKGROUND
 from tests.embedded import Rerun
+from tests.patience import patient
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every script in bench/ (a file that runs as one: harness.py and other shared modules do
 # not), so that a new bench is smoked, and marked, without a list to edit here.
 BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py")
                  if 'if __name__ == "__main__"' in p.read_text())
-SMOKE_TIMEOUT_S = 240
+SMOKE_TIMEOUT_S = patient(240)
 # A bench's marks come from what its own code starts: Chromium, a real local Ray cluster.
 NEEDS = {"sync_playwright(": pytest.mark.browser, "LocalRay(": pytest.mark.ray}
 
@@ -128,13 +131,58 @@ def test_bench_runs_in_smoke_mode(bench: str, request: pytest.FixtureRequest) ->
         assert passed, why
         return
     bench_env = request.getfixturevalue("bench_env")
+    code, stdout, stderr = run_smoke([sys.executable, f"bench/{bench}", "--smoke"], bench_env,
+                                     SMOKE_TIMEOUT_S)
+    why = f"{bench} --smoke:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    assert code is not None, f"{bench} --smoke still running after {SMOKE_TIMEOUT_S:.0f} s: {why}"
+    assert code == 0, why
+    assert figures_of(stdout), why
+
+
+# A bench that starts a server in a session of its own, as bench/harness.py served does,
+# and never ends.
+STARTS_A_SERVER = """
+import subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                          start_new_session=True)
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_smoke_past_its_time_leaves_nothing_running() -> None:
+    code, stdout, _ = run_smoke([sys.executable, "-c", STARTS_A_SERVER], dict(os.environ), 5)
+    assert code is None, stdout
+    server = int(stdout.split()[0])
+    with contextlib.suppress(psutil.NoSuchProcess):  # gone, or a zombie not yet reaped
+        assert psutil.Process(server).status() == psutil.STATUS_ZOMBIE, \
+            f"the bench's server (pid {server}) still runs after the bench was ended"
+
+
+def run_smoke(command: list[str], env: dict[str, str],
+              timeout_s: float) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr) of a bench; the code is None when it ran past
+    `timeout_s`. Then it is killed with every process below it: the servers a bench starts
+    in sessions of their own (bench/harness.py served) are stopped by its own `finally`,
+    which a SIGKILL to the bench alone skips, and they would run on beside the suite."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
-        done = subprocess.run([sys.executable, f"bench/{bench}", "--smoke"], cwd=ROOT,
-                              env=bench_env, capture_output=True, text=True,
-                              timeout=SMOKE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as slow:
-        pytest.fail(f"{bench} --smoke still running after {SMOKE_TIMEOUT_S} s:\n"
-                    f"{(slow.stdout or b'')[-3000:]!r}")
-    why = f"{bench} --smoke:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    assert done.returncode == 0, why
-    assert figures_of(done.stdout), why
+        stdout, stderr = process.communicate(timeout=timeout_s)
+        return process.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        family = [psutil.Process(process.pid)]
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family += family[0].children(recursive=True)
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        psutil.wait_procs(family, timeout=30)
+        try:
+            stdout, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # a process outside its tree holds its output
+            process.stdout.close()  # type: ignore[union-attr]
+            process.stderr.close()  # type: ignore[union-attr]
+            process.wait()
+            stdout, stderr = "", "(its output is held open by a process outside its tree)"
+        return None, stdout, stderr

@@ -20,6 +20,7 @@ from dashboard.cluster.models import Node
 from dashboard.core.scheduler import EmbeddedScheduler
 from tests.agents import agent_env, gpu_record, report, running_agent
 from tests.conftest import LiveServer, login, token_client, wait_for
+from tests.patience import ms, patient
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray]
 STALE_S = 5.0
@@ -60,7 +61,7 @@ def test_cluster_page_shows_which_nodes_an_agent_covers(  # type: ignore[no-unty
     page.evaluate("window.__noReload = true")
 
     with running_agent(env, tmp_path / "agent.log") as agent:
-        expect(head_cell.locator(".coverage")).to_have_text("agent connected", timeout=60_000)
+        expect(head_cell.locator(".coverage")).to_have_text("agent connected", timeout=ms(60))
         expect(head_cell).to_contain_text(f"v{AGENT_VERSION}")
         expect(head_cell).to_contain_text("last report")
         expect(head_cell).to_contain_text("raywatch's own host")
@@ -78,19 +79,19 @@ def test_cluster_page_shows_which_nodes_an_agent_covers(  # type: ignore[no-unty
         assert [i["what"] for i in seen["node-b"]["lost"]] == LOST
 
         agent.terminate()
-        agent.wait(20)
+        agent.wait(patient(20))
         expect(head_cell.locator(".coverage")).to_have_text("agent stale",
                                                              timeout=(STALE_S + 20) * 1000)
         expect(head_cell).to_contain_text("no report since")
         assert coverage(api)["nodes"][0]["agent"]["stale_since"] is not None
 
     with running_agent(env, tmp_path / "agent.log"):  # back, with the same spool
-        expect(head_cell.locator(".coverage")).to_have_text("agent connected", timeout=60_000)
+        expect(head_cell.locator(".coverage")).to_have_text("agent connected", timeout=ms(60))
     assert page.evaluate("window.__noReload") is True
 
     # An agent whose node is no Ray node is shown apart, with its state.
     other = tokens.issue("gpu-elsewhere", None, head.last_seen_at)[1]
     assert report(live_server_asgi.url, other, 1, [gpu_record("GPU-elsewhere-0")]).status == 200
     row = page.locator('#agent-only-nodes tr[data-agent-node="gpu-elsewhere"]')
-    expect(row.locator(".coverage")).to_have_text("agent connected", timeout=20_000)
+    expect(row.locator(".coverage")).to_have_text("agent connected", timeout=ms(20))
     assert [a["node"] for a in coverage(api)["agent_only"]] == ["gpu-elsewhere"]

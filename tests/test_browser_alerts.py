@@ -16,7 +16,6 @@ from dashboard.incidents.service import sync_findings
 from tests.conftest import LiveServer, login, off_the_loop
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-LIVE_MS = 15_000  # a push crosses Redis and the socket; generous on a busy machine
 
 
 def detector_finds(*findings: Finding) -> list[Incident]:
@@ -35,7 +34,7 @@ def stalled(trial: str) -> Finding:
 
 def expect_open_count(page, n: int) -> None:  # type: ignore[no-untyped-def]
     badge = page.locator("#alert-count")
-    expect(badge).to_have_attribute("data-open", str(n), timeout=LIVE_MS)
+    expect(badge).to_have_attribute("data-open", str(n))
     expect(badge).to_have_text(f"{n} open alert{'' if n == 1 else 's'}")
 
 
@@ -50,7 +49,7 @@ def test_operator_sees_an_incident_arrive_and_acknowledges_it(  # type: ignore[n
 
     [incident] = detector_finds(stalled("t_0001"))
     row = page.locator(f'#alerts tr[data-incident="{incident.pk}"]')
-    expect(row).to_be_visible(timeout=LIVE_MS)
+    expect(row).to_be_visible()
     expect(row.locator("td.state")).to_have_text("firing")
     expect(row).to_contain_text("t_0001: no result for 9 min")
     expect(row).to_contain_text("experiment mnist")
@@ -60,7 +59,7 @@ def test_operator_sees_an_incident_arrive_and_acknowledges_it(  # type: ignore[n
     expect_open_count(page, 1)
 
     row.locator("button.ack").click()
-    expect(row.locator("td.state")).to_have_text("acknowledged", timeout=LIVE_MS)
+    expect(row.locator("td.state")).to_have_text("acknowledged")
     expect(row).to_contain_text(f"acknowledged by {operator.username}")
     expect(row.locator("button.ack")).to_have_count(0)
     expect_open_count(page, 0)
@@ -86,7 +85,7 @@ def test_every_page_header_follows_the_open_alert_count(  # type: ignore[no-unty
     detector_finds(stalled("t_0001"))
     login(page, live_server_asgi, viewer, path)
     expect_open_count(page, 1)  # as rendered by the server
-    expect(page.locator("#live-state")).to_have_text("live", timeout=LIVE_MS)
+    expect(page.locator("#live-state")).to_have_text("live")
     page.evaluate("window.__noReload = true")
 
     detector_finds(stalled("t_0001"), stalled("t_0002"))

@@ -16,7 +16,6 @@ from dashboard.cluster.workload import ingest_jobs
 from tests.conftest import LiveServer, login, off_the_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
-LIVE_MS = 15_000
 
 
 def job(key: str, status: str, entrypoint: str, minutes_ago: int) -> JobRecord:
@@ -60,7 +59,7 @@ def test_jobs_arrive_live_and_a_running_one_can_be_stopped(  # type: ignore[no-u
                                job("raysubmit_grpo", "RUNNING", "python -m grpo --nodes 4", 1)],
                  timezone.now())
     new = page.locator('#jobs tr[data-job="raysubmit_grpo"]')
-    expect(new).to_be_visible(timeout=LIVE_MS)
+    expect(new).to_be_visible()
     expect(new.locator("td.status")).to_have_text("RUNNING")
     stop = new.locator("button[data-stop-job]")
     expect(stop).to_be_visible()
@@ -103,6 +102,6 @@ def test_calls_running_now_arrive_live_and_an_overdue_one_shows_it(  # type: ign
 
     off_the_loop(ingest_calls, [call("t-run", "Runner.run"), call("t-gen",
                  "WorkerDict.actor_rollout_ref_generate_sequences")], timezone.now(), cluster)
-    expect(page.locator('#calls tr[data-call="t-gen"]')).to_be_visible(timeout=LIVE_MS)
+    expect(page.locator('#calls tr[data-call="t-gen"]')).to_be_visible()
     expect(reward).to_have_count(0)
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280

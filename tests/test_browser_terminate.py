@@ -16,6 +16,7 @@ from collectors.hostinfo import host_name
 from dashboard.incidents.models import Incident
 from tests.agents import node_agent
 from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
+from tests.patience import ms, patient
 
 pytestmark = [pytest.mark.beside, pytest.mark.browser, pytest.mark.ray,
               pytest.mark.django_db(transaction=True)]
@@ -51,13 +52,13 @@ def test_an_operator_terminates_a_hung_trial_from_its_alert(  # type: ignore[no-
             page.click("#action-confirm")
             expect(dialog).to_be_hidden()
             state = page.locator("#action-state")
-            expect(state).to_have_text("succeeded", timeout=30_000)
+            expect(state).to_have_text("succeeded", timeout=ms(30))
             expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
                 f"SIGTERM sent to pid {trial.pid}")
             expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
                 f"by the agent of {host_name()}")
             expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(
-                timeout=40_000)  # Tune's verdict arrives after the process is gone
+                timeout=ms(40))  # Tune's verdict arrives after the process is gone
             assert not psutil.pid_exists(trial.pid)
             page.goto(f"{live_server_asgi.url}/audit/")
             row = page.locator("#audit tbody tr").first
@@ -106,14 +107,22 @@ def test_an_admin_kills_an_orphan_from_the_gpu_page(  # type: ignore[no-untyped-
                         pid=stranger.pid, on_gpu=True, memory=12 * 1024**3):
             off_the_loop(mark_ray_current)
             login(page, live_server_asgi, admin, f"/gpus/GPU-{node}-0/")
-            page.click(f'#processes tr[data-pid="{stranger.pid}"] [data-kill-process]')
+            # The agent's reports push the process again every second, a second older:
+            # the row is written in place, and the button an admin is about to click
+            # stays the element it was (a row rebuilt under the pointer loses the click).
+            row = page.locator(f'#processes tr[data-pid="{stranger.pid}"]')
+            row.locator("[data-kill-process]").evaluate("b => { b.dataset.seen = 'at first' }")
+            age = row.locator('[data-col="age"]')
+            expect(age).not_to_have_text(age.inner_text())
+            expect(row.locator("[data-kill-process]")).to_have_attribute("data-seen", "at first")
+            row.locator("[data-kill-process]").click()
             dialog = page.locator("#action-dialog")
             expect(dialog.locator('[data-fact="Process"]')).to_have_text(f"pid {stranger.pid}")
             expect(dialog.locator('[data-fact="Memory held"]')).to_have_text("12.0 GiB")
             page.fill("#action-reason", "left over by a crashed vLLM start")
             page.click("#action-confirm")
-            expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
-            assert stranger.wait(10) == -15  # it obeyed SIGTERM
+            expect(page.locator("#action-state")).to_have_text("succeeded", timeout=ms(30))
+            assert stranger.wait(patient(10)) == -15  # it obeyed SIGTERM
     finally:
         stranger.kill()
         stranger.wait()

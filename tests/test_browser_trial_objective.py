@@ -25,6 +25,7 @@ from playwright.sync_api import expect
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
 from tests.conftest import LiveServer, login, start_search, stop_node, wait_for
+from tests.patience import ms
 from tests.test_end_to_end import screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
@@ -89,7 +90,7 @@ def test_trial_table_and_page_follow_a_real_search(  # type: ignore[no-untyped-d
         expect(listed.locator("a").first).to_have_attribute("href", f"/incidents/{incident.pk}/")
         # What the trial printed before it hung, from its worker's log through Ray.
         expect(page.locator("#output-stdout")).to_contain_text("hanging at iteration 5",
-                                                               timeout=30_000)
+                                                               timeout=ms(30))
         expect(page.locator("#output-stdout")).to_contain_text("iteration 4: score 12.0")
         expect(page.locator("#output-source")).to_contain_text("Ray's log API, actor")
         expect(page.locator("#actor-link")).to_have_attribute(

@@ -16,6 +16,7 @@ from dashboard.agents.models import NodeProcess
 from dashboard.trials.models import Trial
 from tests.agents import node_agent
 from tests.conftest import LiveServer, login, off_the_loop, wait_for
+from tests.patience import ms
 from tests.test_terminate_on_this_host import hung_trial
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -57,10 +58,10 @@ def test_terminate_from_the_trial_page(  # type: ignore[no-untyped-def]
         expect(dialog).to_be_hidden()
         wait_for(lambda: hung_process.poll() is not None, 30, 0.2, "the process to end")
         off_the_loop(lambda: Trial.objects.filter(pk=trial.pk).update(status=Trial.ERROR))
-        expect(page.locator("#action-state")).to_have_text("succeeded", timeout=30_000)
+        expect(page.locator("#action-state")).to_have_text("succeeded", timeout=ms(30))
     expect(page.locator('#action-steps li[data-step="signalled"]')).to_contain_text(
         f"SIGTERM sent to pid {hung_process.pid}")
-    expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(timeout=40_000)
+    expect(page.locator('#action-steps li[data-step="errored"]')).to_be_visible(timeout=ms(40))
     assert errors == []
 
 

@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from dashboard.trials.models import Trial
 from tests.conftest import LiveServer, login, search_said, start_search, stop_node, wait_for
+from tests.patience import ms
 
 pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -33,7 +34,7 @@ def test_trial_charts_grow_while_tune_runs(  # type: ignore[no-untyped-def]
         login(page, live_server_asgi, viewer, f"/experiments/{healthy.experiment_id}/")
         row = page.locator(f'#trials tbody tr[data-trial-id="{healthy.trial_id}"]')
         expect(row).to_be_visible()
-        expect(page.locator("#trials tbody tr")).to_have_count(4, timeout=30_000)
+        expect(page.locator("#trials tbody tr")).to_have_count(4, timeout=ms(30))
 
         row.locator("a").click()
         page.wait_for_url(f"**/trials/{healthy.pk}/")

@@ -32,7 +32,8 @@ from collectors.localray import LocalCluster, free_port
 from demo.screenshots import EXPERIMENT, KINDS, WIDTH, capture
 from demo.screenshots import answering as page_answers
 from demo.workload import MAX_STEPS
-from tests.conftest import wait_for
+from tests.conftest import browser_context, wait_for
+from tests.patience import ms, patient
 from tests.served import NOT_INHERITED, ROOT
 from tests.test_end_to_end import screenshots
 
@@ -72,7 +73,7 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
         if process.poll() is None:  # the test failed before its Ctrl-C
             os.killpg(process.pid, signal.SIGINT)
             try:
-                process.wait(120)
+                process.wait(patient(120))
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
@@ -179,10 +180,10 @@ def act(page, button: str, reason: str) -> None:  # type: ignore[no-untyped-def]
     """Click an action's button, give the reason, confirm, and see it succeed."""
     page.click(button)
     dialog = page.locator("#action-dialog")
-    expect(dialog).to_be_visible(timeout=20_000)
+    expect(dialog).to_be_visible(timeout=ms(20))
     page.fill("#action-reason", reason)
     page.click("#action-confirm")
-    expect(page.locator("#action-state")).to_have_text("succeeded", timeout=90_000)
+    expect(page.locator("#action-state")).to_have_text("succeeded", timeout=ms(90))
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -200,7 +201,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
     demo.answered_at = time.monotonic()
     assert "created admin login: user 'admin'" in demo.output()
 
-    context = browser.new_context(base_url=demo.url, viewport={"width": 1400, "height": 900})
+    context = browser_context(browser, base_url=demo.url, viewport={"width": 1400, "height": 900})
     page = context.new_page()
     try:
         login(page, demo)
@@ -239,7 +240,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         expect(page.locator('[data-fact="health"]')).to_have_text("call overdue")
         reward = page.locator("#calls tr[data-call]",
                               has_text="AutoRewardManager.compute_reward")
-        expect(reward.locator("td.running")).to_have_class("running bad", timeout=10_000)
+        expect(reward.locator("td.running")).to_have_class("running bad", timeout=ms(10))
         expect(page.locator("#incidents")).to_contain_text("call_overdue")
         orphan = shown["gpu_orphan_memory"]["details"]
         leftover = [p for p in psutil.Process(demo.process.pid).children(recursive=True)
@@ -248,7 +249,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         # The home page's triage has it all, each line leading to where to act.
         page.goto("/")
         hung_row = page.locator(f'#trials-table tr[data-trial="{trials["hang"]["trial_id"]}"]')
-        expect(hung_row).to_contain_text("stalled", timeout=20_000)
+        expect(hung_row).to_contain_text("stalled", timeout=ms(20))
         expect(hung_row.locator("td.act a").first).to_have_attribute(
             "href", f"/trials/{trials['hang']['id']}/")
         expect(page.locator(f'#trials-table tr[data-trial="{trials["slow"]["trial_id"]}"]')
@@ -303,7 +304,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
     for part in ("manage.py serve", "demo/workload.py", "gcs_server", "raylet", "ray::"):
         assert part in commands, f"{part} is not among the demo's processes"
     os.killpg(demo.process.pid, signal.SIGINT)  # Ctrl-C in the demo's terminal
-    assert demo.process.wait(120) == 0, demo.output()[-4000:]
+    assert demo.process.wait(patient(120)) == 0, demo.output()[-4000:]
     wait_for(lambda: not [p for p, (t, _) in started.items() if alive(p, t)], 30, 0.5,
              "every process the demo started to end",
              explain=lambda: [c[:100] for p, (t, c) in started.items() if alive(p, t)])

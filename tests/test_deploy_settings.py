@@ -22,6 +22,7 @@ from django.db import connection
 from collectors.localray import free_port
 from tests.conftest import wait_for
 from tests.deploy import compose, resolved
+from tests.patience import patient
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,7 +129,7 @@ def serve(db: None, tmp_path: Path) -> Iterator[Any]:
     yield start
     for server in servers:
         server.terminate()
-        server.communicate(timeout=30)
+        server.communicate(timeout=patient(30))
 
 
 def test_plain_http_is_sent_to_https_and_probes_are_not(serve) -> None:  # type: ignore[no-untyped-def]

@@ -25,7 +25,8 @@ import pytest
 from playwright.sync_api import expect
 
 from collectors.localray import LocalCluster, free_port
-from tests.conftest import start_search, stop_node, wait_for
+from tests.conftest import browser_context, start_search, stop_node, wait_for
+from tests.patience import ms
 from tests.served import (
     QUICK,
     api_get,
@@ -145,9 +146,9 @@ def screenshots(page, prefix: str) -> None:  # type: ignore[no-untyped-def]
 def acknowledge(page, rw: Raywatch, incident: dict) -> None:  # type: ignore[no-untyped-def]
     page.goto(f"{rw.url}/alerts/")
     row = page.locator(f'#alerts tr[data-incident="{incident["id"]}"]')
-    expect(row.locator("td.state")).to_have_text("firing", timeout=20_000)
+    expect(row.locator("td.state")).to_have_text("firing", timeout=ms(20))
     row.locator("button.ack").click()
-    expect(row.locator("td.state")).to_have_text("acknowledged", timeout=20_000)
+    expect(row.locator("td.state")).to_have_text("acknowledged", timeout=ms(20))
     expect(row).to_contain_text("acknowledged by admin")
 
 
@@ -157,7 +158,7 @@ def terminate(page, rw: Raywatch, path: str, trial: dict, reason: str, shot: str
     page.goto(f"{rw.url}{path}")
     page.click("#terminate-trial")
     dialog = page.locator("#action-dialog")
-    expect(dialog).to_be_visible(timeout=20_000)
+    expect(dialog).to_be_visible(timeout=ms(20))
     # The process as Ray ties it to the trial: its actor, from Ray's own listing.
     expect(dialog.locator('[data-fact="Process"]')).to_contain_text(
         f"pid {trial['pid']}: Ray worker of actor ")
@@ -165,7 +166,7 @@ def terminate(page, rw: Raywatch, path: str, trial: dict, reason: str, shot: str
     page.fill("#action-reason", reason)
     page.click("#action-confirm")
     expect(dialog).to_be_hidden()
-    expect(page.locator("#action-state")).to_have_text("succeeded", timeout=60_000)
+    expect(page.locator("#action-state")).to_have_text("succeeded", timeout=ms(60))
     shoot(page, rw, shot)
 
 
@@ -198,14 +199,14 @@ def test_a_hung_trial_is_found_acknowledged_and_terminated_from_the_browser(  # 
                          "a trial_stalled incident for each hung trial",
                          explain=lambda: rw.api(f"/api/alerts/?experiment={name}"))
 
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context = browser_context(browser, viewport={"width": 1400, "height": 900})
     page = context.new_page()
     try:
         login(page, rw, "/")
         # The home page's triage lists both hung trials, and each leads to its trial.
         for behaviour in ("hang", "stubborn"):
             row = page.locator(f'#trials-table tr[data-trial="{trials[behaviour]["trial_id"]}"]')
-            expect(row).to_contain_text("stalled", timeout=20_000)
+            expect(row).to_contain_text("stalled", timeout=ms(20))
             expect(row.locator("td.act a").first).to_have_attribute(
                 "href", f"/trials/{trials[behaviour]['id']}/")
         shoot(page, rw, "home")
@@ -232,7 +233,7 @@ def test_a_hung_trial_is_found_acknowledged_and_terminated_from_the_browser(  # 
         assert len(set(times)) == len(times)
         page.goto(f"{rw.url}/gpus/{GPU}/")
         page.wait_for_function(
-            "document.getElementById('util-chart').dataset.points > 1", timeout=20_000)
+            "document.getElementById('util-chart').dataset.points > 1", timeout=ms(20))
         newest = page.evaluate("""(() => {
             const c = document.getElementById('util-chart');
             const x = c.data[c.data.length - 1].x;

@@ -145,7 +145,8 @@ def test_reconnect_reads_state_changed_while_away(live_server_asgi: LiveServer, 
 def test_static_plotly_served_over_http(live_server_asgi: LiveServer) -> None:
     import urllib.request
 
-    with urllib.request.urlopen(f"{live_server_asgi.url}/static/vendor/plotly.min.js") as reply:
+    url = f"{live_server_asgi.url}/static/vendor/plotly-basic.min.js"
+    with urllib.request.urlopen(url) as reply:
         assert reply.status == 200
         assert b"plotly" in reply.read(4000).lower()
 

@@ -36,6 +36,7 @@ from playwright.sync_api import expect
 from collectors.localray import LocalCluster, LocalRay, free_port
 from tests.agents import agent_env, running_agent
 from tests.conftest import start_search, wait_for
+from tests.patience import ms
 from tests.served import (
     QUICK,
     Raywatch,
@@ -240,7 +241,7 @@ def in_the_browser(page, rw: Raywatch, name_a: str, name_b: str,  # type: ignore
     expect(overview.locator('tr[data-cluster="alpha"] td.state')).to_have_text("active")
     expect(overview.locator('tr[data-cluster="beta"] td.state')).to_have_text("active")
     expect(overview.locator('tr[data-cluster="beta"] td.num.firing')).to_have_text(
-        re.compile(r"[1-9]"), timeout=20_000)  # its stall
+        re.compile(r"[1-9]"), timeout=ms(20))  # its stall
     expect(page.locator('#nodes tbody tr[data-cluster="beta"]')).to_have_count(1)
     expect(page.locator('#nodes tbody tr[data-cluster="alpha"]').first).to_be_visible()
     shoot(page, "all-clusters")
@@ -253,31 +254,31 @@ def in_the_browser(page, rw: Raywatch, name_a: str, name_b: str,  # type: ignore
     expect(page.locator("#gpu-hours")).to_contain_text("No trial has held a GPU yet.")
     shoot(page, "beta")
     page.goto(f"{rw.url}/experiments/")  # the choice stays (a cookie)
-    expect(page.locator(f'tr[data-experiment="{name_b}"]')).to_be_visible(timeout=20_000)
+    expect(page.locator(f'tr[data-experiment="{name_b}"]')).to_be_visible(timeout=ms(20))
     expect(page.locator(f'tr[data-experiment="{name_a}"]')).to_have_count(0)
     page.goto(f"{rw.url}/")  # triage, of beta: its stall
-    expect(page.locator("main")).to_contain_text(name_b, timeout=20_000)
+    expect(page.locator("main")).to_contain_text(name_b, timeout=ms(20))
     page.goto(f"{rw.url}/alerts/?state=firing")
     expect(page.locator("select[name=cluster]")).to_have_value("beta")
     expect(page.locator("#alerts tbody tr").first).to_contain_text("cluster beta",
-                                                                   timeout=20_000)
+                                                                   timeout=ms(20))
     shoot(page, "beta-alerts")
     page.select_option("#cluster-switch", "alpha")
     page.wait_for_load_state()
     expect(page.locator("select[name=cluster]")).to_have_value("alpha")
     expect(page.locator("#alerts tbody tr", has_text="cluster beta")).to_have_count(0)
     page.goto(f"{rw.url}/")  # triage, of alpha: nothing of beta's stall
-    expect(page.locator("#live-state")).to_have_text("live", timeout=20_000)
+    expect(page.locator("#live-state")).to_have_text("live", timeout=ms(20))
     expect(page.locator("main")).not_to_contain_text(name_b)
     page.select_option("#cluster-switch", "all")
     page.wait_for_load_state()
-    expect(page.locator("main")).to_contain_text(name_b, timeout=20_000)
+    expect(page.locator("main")).to_contain_text(name_b, timeout=ms(20))
     page.goto(f"{rw.url}/cluster/")
     expect(page.locator("#clusters-overview")).to_be_visible()
     # Each node's agent coverage is its own cluster's: beta's agent is not alpha's node's.
     # Alpha's head is raywatch's own host, whose agent is the one serve started.
     alpha_head = page.locator(f'#nodes tbody tr[data-node-id="{alpha_node_id}"] td.agent')
-    expect(alpha_head).to_contain_text("raywatch's own host", timeout=10_000)
+    expect(alpha_head).to_contain_text("raywatch's own host", timeout=ms(10))
     expect(alpha_head).not_to_contain_text("beta-head")
     beta_head = page.locator(f'#nodes tbody tr[data-node-id="{beta_cluster.node_id}"] td.agent')
     expect(beta_head).not_to_contain_text("raywatch's own host")

@@ -16,6 +16,7 @@ from dashboard.alerts import tasks
 from dashboard.alerts.models import Delivery
 from tests.alerting import Detector, start_worker, webhook
 from tests.conftest import wait_for
+from tests.patience import patient
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the worker reads what we commit
 
@@ -34,7 +35,7 @@ def notify_worker(alert_settings, tmp_path) -> Iterator[Callable[[], subprocess.
     for worker in started:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(30)
+            worker.wait(patient(30))
 
 
 def tick() -> None:
@@ -57,7 +58,7 @@ def test_a_worker_killed_mid_delivery_sends_everything_exactly_once(  # type: ig
     tick()
     wait_for(lambda: receiver.requests, 60, 0.1, "the worker to start posting")
     os.killpg(first.pid, signal.SIGKILL)  # mid-delivery: the request is in flight
-    first.wait(10)
+    first.wait(patient(10))
     receiver.release()
     assert Delivery.objects.filter(state=Delivery.SENDING).count() == 1
     notify_worker()

@@ -21,6 +21,7 @@ from collectors.localray import LocalCluster, free_port
 from tests import served
 from tests.agents import agent_env as node_agent_env
 from tests.conftest import wait_for
+from tests.patience import patient
 from tests.served import ROOT, api_get, fake_gpu_spec, manage, manage_all, nodes_or_none
 
 pytestmark = [pytest.mark.beside, pytest.mark.ray]
@@ -133,9 +134,9 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         server.send_signal(signal.SIGINT)
         for agent in agents:
             agent.send_signal(signal.SIGTERM)
-        output, _ = server.communicate(timeout=90)
+        output, _ = server.communicate(timeout=patient(90))
         for agent in agents:
-            agent.wait(30)
+            agent.wait(patient(30))
     assert "Celery worker, notifier, beat on REDIS_URL" in output
     assert "this host's node agent" in output
     assert "Traceback" not in output

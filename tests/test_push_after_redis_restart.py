@@ -17,6 +17,7 @@ from collectors.localray import free_port
 from dashboard.cluster.state import ingest_nodes
 from dashboard.settings import redis_layer_host
 from tests.conftest import LiveServer, login, wait_for
+from tests.patience import ms, patient
 from tests.test_live_push import node
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -51,7 +52,7 @@ def private_redis(settings):  # type: ignore[no-untyped-def]
     channel_layers.backends.clear()
     yield state
     state["process"].terminate()
-    state["process"].wait(10)
+    state["process"].wait(patient(10))
     channel_layers.backends.clear()
 
 
@@ -66,16 +67,16 @@ def test_page_recovers_after_redis_restart(page, private_redis, viewer) -> None:
         page.evaluate("window.__noReload = true")
 
         private_redis["process"].kill()
-        private_redis["process"].wait(10)
-        expect(page.locator("#live-state")).to_contain_text("reconnecting", timeout=15_000)
+        private_redis["process"].wait(patient(10))
+        expect(page.locator("#live-state")).to_contain_text("reconnecting", timeout=ms(15))
         ingest_nodes([node(cpu_used=4)], datetime.now(UTC))  # its push has nowhere to go
         time.sleep(1)
         private_redis["process"] = start_redis(private_redis["port"])
 
-        expect(page.locator("#live-state")).to_have_text("live", timeout=30_000)
+        expect(page.locator("#live-state")).to_have_text("live", timeout=ms(30))
         expect(cpu).to_have_text("4 / 8")
         ingest_nodes([node(cpu_used=6)], datetime.now(UTC))  # pushes flow again
-        expect(cpu).to_have_text("6 / 8", timeout=10_000)
+        expect(cpu).to_have_text("6 / 8", timeout=ms(10))
         assert page.evaluate("window.__noReload") is True
     finally:
         server.stop()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from collectors.http import SourceError
-from collectors.localray import LocalCluster, free_port
+from collectors.localray import LocalCluster
 from collectors.raydemand import parse_demands, parse_jobs, parse_placement_groups
 from collectors.raystate import (
     ClusterReply,
@@ -28,7 +28,7 @@ from collectors.raystate import (
     read_token,
 )
 from collectors.records import DemandRecord, JobRecord, NodeRecord, PlacementGroupRecord
-from tests.conftest import stop_ray_start, wait_for, worker_ports
+from tests.conftest import port_flags, stop_ray_start, wait_for, worker_ports
 
 pytestmark = pytest.mark.ray
 
@@ -257,18 +257,18 @@ def small_store_cluster() -> Iterator[tuple[str, RayEndpoint]]:
     the session cluster unseen; stopped, alone, after the test."""
     ray_bin = str(Path(sys.executable).parent / "ray")
     temp_dir = Path(tempfile.mkdtemp(prefix="rw-spill-", dir="/tmp"))  # short: socket paths
-    gcs_port, dashboard_port = free_port(), free_port()
     ports = ["ray-client-server-port", "metrics-export-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "node-manager-port",
              "object-manager-port"]
+    flags, (gcs_port, dashboard_port, autoscaler_metric, dashboard_metric) = port_flags(ports, 4)
     cmd = [ray_bin, "start", "--head", "--block", "--num-cpus=1", "--disable-usage-stats",
            f"--object-store-memory={80 * MiB}", f"--port={gcs_port}", f"--temp-dir={temp_dir}",
            "--include-dashboard=true", "--dashboard-host=127.0.0.1",
            f"--dashboard-port={dashboard_port}",
-           *worker_ports(0), *[f"--{name}={free_port()}" for name in ports]]
+           *worker_ports(0), *flags]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_AUTH_MODE="token", AUTOSCALER_METRIC_PORT=str(free_port()),
-               DASHBOARD_METRIC_PORT=str(free_port()),
+    env.update(RAY_AUTH_MODE="token", AUTOSCALER_METRIC_PORT=str(autoscaler_metric),
+               DASHBOARD_METRIC_PORT=str(dashboard_metric),
                # The dashboard reads raylet stats (storeStats) every 15 s by default.
                NODE_STATS_UPDATE_INTERVAL_SECONDS="2")
     log = temp_dir / "ray-start.log"

@@ -53,6 +53,7 @@ from dashboard.trials.runs import runs_by_job
 from dashboard.trials.views_data import experiments_payload
 from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
+from tests.patience import patient
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "gloo-demo"
@@ -87,7 +88,7 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
     logs = tmp_path / "train-logs"
     settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(logs)]
     settings.EMBEDDED = True  # stacks are taken in this process's background pool
-    settings.AGENT_STALE_S = 8.0  # > the 5 s between last_seen_at writes
+    settings.AGENT_STALE_S = patient(8.0)  # > the 5 s between last_seen_at writes
     # Ray's real answer, whatever this session's cluster ran before: runs, or "not
     # tracked" (HTTP 500 until a tracked run starts); never taken for a failure.
     assert fetch_train_runs(lambda p: fetch_json(ray_endpoint(None), p)).problem is None

@@ -32,6 +32,7 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
 from dashboard.trials.runs import bind, runs_by_job
 from tests.conftest import mark_ray_current, stop_node, wait_for
+from tests.patience import patient
 from tests.test_ray_calls import ROOT, start_run
 
 pytestmark = pytest.mark.both_backends
@@ -61,7 +62,7 @@ def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path
                                                                node.hostname)
         assert trial.process_alive is True and trial.status_reason == "its actor is alive"
         # The run's steps ended: its Runner and driver are gone, so is RUNNING.
-        run.wait(120)
+        run.wait(patient(120))
         ended = wait_for(lambda: (t := Trial.objects.get(pk=trial.pk)).status
                          != Trial.RUNNING and t, 60, 0.5, "the ended run to leave RUNNING")
         assert ended.process_alive is False, ended.status_reason

@@ -19,6 +19,7 @@ import pytest
 
 from collectors.localray import free_port
 from tests.conftest import wait_for
+from tests.patience import patient
 from tests.served import (
     ROOT,
     api_get,
@@ -128,7 +129,7 @@ def test_wrong_ray_address_warns_at_start_and_keeps_serving(tmp_path: Path) -> N
         wait_for(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), 60, 0.5, "the server")
     finally:
         server.send_signal(signal.SIGINT)
-        output, _ = server.communicate(timeout=60)
+        output, _ = server.communicate(timeout=patient(60))
     assert "Ray: cannot reach http://127.0.0.1" in output
     assert "keeps retrying" in output
     assert "Traceback" not in output

@@ -18,6 +18,7 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import Trial
 from tests.agents import node_agent
 from tests.conftest import start_search, stop_node, token_client, wait_for
+from tests.patience import patient
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 # A trial that obeys SIGTERM must be gone (its agent's next report and Ray both say so)
@@ -114,7 +115,7 @@ def test_hung_trials_are_terminated_and_the_search_goes_on(  # type: ignore[no-u
         assert not psutil.pid_exists(stubborn.pid)
 
         # The rest of the search went on to the end.
-        assert search.wait(180) == 0
+        assert search.wait(patient(180)) == 0
         healthy = Trial.objects.filter(experiment__name=name, config__behaviour="healthy")
         wait_for(lambda: set(healthy.values_list("status", flat=True)) == {Trial.TERMINATED},
                  60, 0.5, "the healthy trials to finish")

@@ -28,6 +28,7 @@ from tests.conftest import (
     stop_node,
     wait_for,
 )
+from tests.patience import patient
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -112,7 +113,7 @@ def test_healthy_asha_search_raises_nothing(watched, ray_settings) -> None:  # t
     name = f"asha-{uuid.uuid4().hex[:6]}"
     search = start_search(ray_settings, watched, name, "asha")
     try:
-        search.wait(180)
+        search.wait(patient(180))
         assert search.returncode == 0
         # Let the collectors catch up with the last snapshot and settle.
         wait_for(lambda: Trial.objects.filter(experiment__name=name).count() == 6, 30, 0.5,
@@ -159,7 +160,7 @@ def test_a_search_that_queues_trials_behind_its_own_raises_no_pending_alarm(  # 
         assert {b["label"] for b in demand.blockers} <= firsts
         assert {b["job_id"] for b in demand.blockers} == {demand.job_id} != {""}
         assert demand.bundles == [{"CPU": 1.0}]
-        search.wait(180)
+        search.wait(patient(180))
         assert search.returncode == 0, search_said(search)
         wait_for(lambda: Trial.objects.filter(experiment__name=name, status="TERMINATED"
                                               ).count() == 3, 60, 0.5, "all three trials ended")

@@ -24,7 +24,6 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from collectors.hostinfo import host_name
-from collectors.localray import free_port
 from collectors.pystack import BUSY_PERCENT
 from dashboard.agents import tokens
 from dashboard.agents.models import NodeProcess
@@ -36,6 +35,7 @@ from dashboard.trials.stacks import request_stack, stack_payload
 from tests.agents import agent_env, running_agent
 from tests.conftest import (
     LiveServer,
+    port_flags,
     start_search,
     stop_node,
     stop_ray_start,
@@ -43,6 +43,7 @@ from tests.conftest import (
     wait_for,
     worker_ports,
 )
+from tests.patience import patient
 
 pytestmark = [pytest.mark.ray, pytest.mark.django_db(transaction=True)]
 
@@ -65,7 +66,7 @@ def stall_where(trial: Trial, test: Any, what: str, timeout_s: float = 90) -> di
 @pytest.fixture
 def stack_settings(settings, watched):  # type: ignore[no-untyped-def]
     settings.EMBEDDED = True  # stacks are taken in this process's background pool
-    settings.AGENT_STALE_S = 8.0  # > the 5 s between last_seen_at writes
+    settings.AGENT_STALE_S = patient(8.0)  # > the 5 s between last_seen_at writes
     return settings
 
 
@@ -162,19 +163,20 @@ def profiling_head(tmp_path: Path) -> Iterator[tuple[str, str]]:
     # A temp dir of its own: `ray start --head` writes ray_current_cluster there, not in
     # /tmp/ray, where a later plain ray.init() on this machine would try the dead head.
     temp_dir = Path(tempfile.mkdtemp(prefix="rw-prof-", dir="/tmp"))  # short: socket paths
-    gcs, dashboard = f"127.0.0.1:{free_port()}", free_port()
     ports = ["ray-client-server-port", "metrics-export-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port", "node-manager-port",
              "object-manager-port"]
+    flags, (gcs_port, dashboard, autoscaler_metric, dashboard_metric) = port_flags(ports, 4)
+    gcs = f"127.0.0.1:{gcs_port}"
     cmd = [str(bin_dir / "ray"), "start", "--head", "--block", f"--port={gcs.split(':')[1]}",
            f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1", "--num-cpus=1",
            f"--temp-dir={temp_dir}",
-           "--disable-usage-stats", *worker_ports(1),
-           *[f"--{name}={free_port()}" for name in ports]]
+           "--disable-usage-stats", *worker_ports(1), *flags]
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
            "RAY_DASHBOARD_ENABLE_PROFILING": "1", "RAY_AUTH_MODE": "token",
            "PATH": f"{bin_dir}:{os.environ['PATH']}",  # Ray's reporter looks py-spy up there
-           "AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())}
+           "AUTOSCALER_METRIC_PORT": str(autoscaler_metric),
+           "DASHBOARD_METRIC_PORT": str(dashboard_metric)}
     with (tmp_path / "head.log").open("wb") as log:
         head = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -225,4 +227,4 @@ def test_ray_gives_the_stack_when_its_head_allows_profiling(  # type: ignore[no-
         assert "has no raywatch agent" in done["reason"]  # what was tried first
     finally:
         os.killpg(driver.pid, signal.SIGTERM)
-        driver.wait(30)
+        driver.wait(patient(30))

@@ -34,7 +34,8 @@ from playwright.sync_api import expect
 
 from collectors.localray import LocalCluster, free_port
 from tests.agents import agent_env, running_agent, stop_agent
-from tests.conftest import stop_ray_start, wait_for, worker_ports
+from tests.conftest import port_flags, stop_ray_start, wait_for, worker_ports
+from tests.patience import ms, patient
 from tests.served import (
     QUICK,
     ROOT,
@@ -99,7 +100,7 @@ def _start_node_b(cluster: LocalCluster, home: Path, ray_tmp: Path, log: Path,
            cluster.gcs_address, "--block", "--num-cpus=2", "--disable-usage-stats",
            f"--node-ip-address={NODE_B_IP}", '--resources={"node_b": 1}',
            f"--temp-dir={ray_tmp}", f"--object-store-memory={200 * 1024 * 1024}",
-           *worker_ports(2 + attempt), *[f"--{name}={free_port()}" for name in ports]]
+           *worker_ports(2 + attempt), *port_flags(ports)[0]]
     cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', NODE_B, *ray]
     with log.open("wb") as sink:
         return subprocess.Popen(
@@ -110,7 +111,7 @@ def _start_node_b(cluster: LocalCluster, home: Path, ray_tmp: Path, log: Path,
 
 def _wait_for_node_b(cluster: LocalCluster, process: subprocess.Popen[bytes]) -> str | None:
     """Node B's id once Ray lists it ALIVE; None if `ray start` exits or 60 s pass."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patient(60)
     while time.monotonic() < deadline and process.poll() is None:
         node_id = _alive_node_at(cluster, NODE_B_IP)
         if node_id:
@@ -265,25 +266,25 @@ def test_a_hang_on_node_b_is_seen_explained_and_ended_through_its_agent(  # type
         assert "trainable (" in details["stack"]["text"], details["stack"]["text"]
 
         login(page, rw, f"/incidents/{incident['id']}/")
-        expect(page.locator("#incident-stack")).to_contain_text("trainable (", timeout=20_000)
+        expect(page.locator("#incident-stack")).to_contain_text("trainable (", timeout=ms(20))
         shoot(page, "incident")
         page.goto(f"{rw.url}/trials/{hung['id']}/")
         shoot(page, "trial")
         page.goto(f"{rw.url}/cluster/")
         b_row = page.locator(f'#nodes tbody tr[data-node-id="{node_b.node_id}"]')
         expect(b_row.locator("td.agent")).to_have_attribute("data-coverage", "connected",
-                                                            timeout=20_000)
+                                                            timeout=ms(20))
         shoot(page, "cluster-connected")
 
         # B's agent stops: the Cluster page says so; what B wrote meanwhile is not lost.
         stop_agent(agent_b)
         expect(b_row.locator("td.agent")).to_have_attribute("data-coverage", "stale",
-                                                            timeout=30_000)
+                                                            timeout=ms(30))
         assert coverage_of(rw, node_b.node_id) == "stale"
         shoot(page, "cluster-stale")
         with running_agent(env_b, tmp_path / "agent-b.log"):
             expect(b_row.locator("td.agent")).to_have_attribute("data-coverage", "connected",
-                                                                timeout=30_000)
+                                                                timeout=ms(30))
             # Every line the healthy trial had written on B by now is stored, once. (Not
             # "as many as the file holds" at each look: the trial goes on writing, a line
             # every 0.3 s, faster than a line travels.)
