@@ -202,55 +202,67 @@ def _wait_s(raw: str | None) -> float:
 
 async def _wait_for_commands(token: NodeToken, deadline: float) -> list[dict[str, Any]]:
     """Look now, then whenever the node's wake-up group says a command was created (or
-    every RECHECK_S: the channel layer may drop a message), until the deadline."""
+    every RECHECK_S: the channel layer may drop a message), until the deadline.
+
+    One receive on the wake-up channel, kept across the rechecks and ended (awaited)
+    before the long-poll answers: channels_redis's receive() assumes one receiver per
+    channel at a time. A new receive started while a cancelled one was still ending had
+    its buffer deleted under it; cancelled in turn, it raised KeyError (a traceback in
+    serve's log at a stop) and could leave the layer's receive lock held, which stops
+    every page's pushes in that process. Kept, the receive also costs one Redis read per
+    long-poll instead of a cancelled read, and a dropped Redis connection, per recheck."""
     layer = get_channel_layer()
     group = commands.wake_group(token.node)
     channel = await layer.new_channel() if layer else None
     if layer and channel:
         await layer.group_add(group, channel)
+    wake: asyncio.Future[Any] | None = None
     try:
         while True:
             found = await on_pool(commands.hand_out)(token, timezone.now())
             left = deadline - time.monotonic()
             if found or left <= 0 or stopping.event().is_set():
                 return found
-            await _woken(layer, channel, min(RECHECK_S, left))
+            if layer and channel and wake is None:
+                wake = asyncio.ensure_future(layer.receive(channel))
+            if wake in await _first_of([wake] if wake else [], min(RECHECK_S, left)):
+                failed, wake = wake.exception(), None
+                if failed:
+                    # A wake-up is only a shortcut: the loop looks in the database every
+                    # RECHECK_S anyway, so a channel layer error (seen: redis "Timeout
+                    # reading") costs the agent nothing but that delay, and must not end
+                    # its long-poll with a 500.
+                    log.warning("agent commands: the channel layer failed (%s); checking "
+                                "the database every %.0f s", failed, RECHECK_S)
+                    await _first_of([], min(RECHECK_S, left))
     finally:
+        if wake is not None:
+            await _ended(wake)
         if layer and channel:
             await layer.group_discard(group, channel)
 
 
-async def _woken(layer: Any, channel: str | None, timeout: float) -> None:
-    """Until a wake-up on `channel`, the server stopping, or `timeout`."""
-    receive = asyncio.ensure_future(layer.receive(channel)) if layer and channel else None
-    if receive is None:
-        await _first_of([], timeout)
-    elif receive in await _first_of([receive], timeout) and receive.exception():
-        # A wake-up is only a shortcut: the loop looks in the database every RECHECK_S
-        # anyway, so a channel layer error (seen: redis "Timeout reading") costs the agent
-        # nothing but that delay, and must not end its long-poll with a 500.
-        log.warning("agent commands: the channel layer failed (%s); checking the database "
-                    "every %.0f s", receive.exception(), RECHECK_S)
-        await _first_of([], timeout)
-
-
 async def _first_of(tasks: list[asyncio.Future[Any]], timeout: float) -> set[asyncio.Future[Any]]:
-    """Wait for the first of `tasks` or the server stopping, at most `timeout`; the
-    others are cancelled. The ones done."""
-    waits = {*tasks, asyncio.ensure_future(stopping.event().wait())}
-    pending = waits  # also when this wait is itself cancelled (the request ends)
+    """Wait for the first of `tasks` or the server stopping, at most `timeout`. The ones
+    done; `tasks` are the caller's and go on."""
+    stop = asyncio.ensure_future(stopping.event().wait())
     try:
-        done, pending = await asyncio.wait(waits, timeout=timeout,
-                                           return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({*tasks, stop}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in pending:
-            # Take what a cancelled one ends with, without waiting for it: redis turns a
-            # cancelled read into a TimeoutError, which, never retrieved, is logged from
-            # the garbage collector at some random later moment (and mid-way through
-            # whatever runs then: it broke a test's ast.parse on Python 3.11).
-            task.add_done_callback(_retrieved)
-            task.cancel()
+        stop.cancel()
     return done
+
+
+async def _ended(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` and wait until it has ended. What it ends with is taken, also when
+    this wait is itself cancelled (the request ends): redis turns a cancelled read into
+    a TimeoutError, which, never retrieved, is logged from the garbage collector at some
+    random later moment (and mid-way through whatever runs then: it broke a test's
+    ast.parse on Python 3.11)."""
+    task.add_done_callback(_retrieved)
+    task.cancel()
+    await asyncio.wait({task})
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:
