@@ -204,13 +204,17 @@ async def _wait_for_commands(token: NodeToken, deadline: float) -> list[dict[str
     """Look now, then whenever the node's wake-up group says a command was created (or
     every RECHECK_S: the channel layer may drop a message), until the deadline.
 
-    One receive on the wake-up channel, kept across the rechecks and ended (awaited)
-    before the long-poll answers: channels_redis's receive() assumes one receiver per
-    channel at a time. A new receive started while a cancelled one was still ending had
-    its buffer deleted under it; cancelled in turn, it raised KeyError (a traceback in
-    serve's log at a stop) and could leave the layer's receive lock held, which stops
-    every page's pushes in that process. Kept, the receive also costs one Redis read per
-    long-poll instead of a cancelled read, and a dropped Redis connection, per recheck."""
+    One receive on the wake-up channel (a new channel for each long-poll), kept across
+    the rechecks and cancelled when the long-poll answers. channels_redis's receive()
+    assumes one receiver per channel at a time; cancelled at every recheck and started
+    again at once, a new receive could begin while the cancelled one still ended (a
+    Redis read closing its connection). One of them then deleted the channel's buffer
+    under the other, which, cancelled in turn, raised KeyError (a traceback in serve's
+    log at a stop) without releasing the layer's receive lock. Kept, the receive also
+    costs one Redis read per long-poll instead of a cancelled read, and a closed Redis
+    connection, per recheck. The answer does not wait for the cancelled receive to end:
+    a stop must not wait on Redis (a cancelled channels_redis read was seen to go on
+    reading), and its channel is used no more."""
     layer = get_channel_layer()
     group = commands.wake_group(token.node)
     channel = await layer.new_channel() if layer else None
@@ -237,7 +241,7 @@ async def _wait_for_commands(token: NodeToken, deadline: float) -> list[dict[str
                     await _first_of([], min(RECHECK_S, left))
     finally:
         if wake is not None:
-            await _ended(wake)
+            _cancel(wake)
         if layer and channel:
             await layer.group_discard(group, channel)
 
@@ -254,15 +258,13 @@ async def _first_of(tasks: list[asyncio.Future[Any]], timeout: float) -> set[asy
     return done
 
 
-async def _ended(task: asyncio.Future[Any]) -> None:
-    """Cancel `task` and wait until it has ended. What it ends with is taken, also when
-    this wait is itself cancelled (the request ends): redis turns a cancelled read into
-    a TimeoutError, which, never retrieved, is logged from the garbage collector at some
-    random later moment (and mid-way through whatever runs then: it broke a test's
-    ast.parse on Python 3.11)."""
+def _cancel(task: asyncio.Future[Any]) -> None:
+    """Cancel `task` without waiting for it, and take what it ends with: redis turns a
+    cancelled read into a TimeoutError, which, never retrieved, is logged from the
+    garbage collector at some random later moment (and mid-way through whatever runs
+    then: it broke a test's ast.parse on Python 3.11)."""
     task.add_done_callback(_retrieved)
     task.cancel()
-    await asyncio.wait({task})
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:
