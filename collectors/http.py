@@ -8,6 +8,7 @@ message an operator can act on. Tests patch this seam, not urllib.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
@@ -86,6 +87,14 @@ def request_bytes(url: str, *, headers: dict[str, str] | None = None, timeout: f
         raise SourceError(f"{_where(url)} did not answer within {timeout:g} s") from None
     except OSError as exc:
         raise SourceError(f"cannot reach {_where(url)}: {exc}") from None
+    except http.client.IncompleteRead as exc:
+        raise SourceError(f"{_where(url)} cut its answer short ({len(exc.partial)} bytes "
+                          "of it came)") from None
+    except http.client.HTTPException as exc:
+        # Another service's port (Ray's GCS, SSH), or a proxy that breaks the answer:
+        # urllib raises these outside URLError, and serve's start once died of one.
+        raise SourceError(f"{_where(url)} did not answer in HTTP "
+                          f"({type(exc).__name__}: {str(exc)[:80]!r})") from None
 
 
 class _RedirectsWithoutCredentials(urllib.request.HTTPRedirectHandler):
