@@ -5,8 +5,6 @@ its start of one (http.client.BadStatusLine from the Ray dashboard address)."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from collectors.http import SourceError, get_json
 from dashboard.cluster.tasks import poll_ray_state
 from dashboard.core.models import SourceHealth
+from tests.receivers import JsonHandler, serve
 
 NOT_HTTP = {
     "http2 frames": (b"\x00\x00\x12\x04\x00\x00\x00\x00\x00" * 3, "did not answer in HTTP"),
@@ -27,49 +26,38 @@ NOT_HTTP = {
 }
 
 
-class Answers:
-    """A TCP server that reads each request and answers every connection with `payload`,
-    then closes it."""
-
-    def __init__(self, payload: bytes) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.payload = payload
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(self.payload)
-
-
 @pytest.fixture
-def answers(request) -> Iterator[Answers]:  # type: ignore[no-untyped-def]
-    server = Answers(request.param)
-    yield server
-    server.sock.close()
+def answers(request) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """The URL of a stand-in that answers every request with the raw bytes
+    `request.param`, then closes the connection."""
+    payload = request.param
+
+    class Raw(JsonHandler):
+        def do_GET(self) -> None:
+            self.wfile.write(payload)
+            self.close_connection = True
+
+    server = serve(Raw)
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.mark.parametrize(("answers", "said"), list(NOT_HTTP.values()), ids=list(NOT_HTTP),
                          indirect=["answers"])
-def test_an_answer_that_is_not_http_is_a_source_error(answers: Answers, said: str) -> None:
+def test_an_answer_that_is_not_http_is_a_source_error(answers: str, said: str) -> None:
     with pytest.raises(SourceError) as failed:
-        get_json(f"{answers.url}/api/version", timeout=5)
+        get_json(f"{answers}/api/version", timeout=5)
     assert said in failed.value.message
-    assert f"{answers.url}/api/version" in failed.value.message
+    assert f"{answers}/api/version" in failed.value.message
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("answers", [NOT_HTTP["ssh"][0]], ids=["ssh"], indirect=True)
 def test_a_ray_address_on_another_service_shows_in_the_status_strip(  # type: ignore[no-untyped-def]
-        settings, answers: Answers) -> None:
+        settings, answers: str) -> None:
     settings.RAY_ADDRESS = None
-    settings.RAY_API_SERVER_ADDRESS = answers.url
+    settings.RAY_API_SERVER_ADDRESS = answers
     poll_ray_state()  # no exception: the poll records why it failed
     health = SourceHealth.objects.get(source="ray", scope="")
     assert health.state != SourceHealth.HEALTHY
