@@ -343,7 +343,10 @@ class TrialUpdate:
     trainable: str
     directory: str
     tensorboard: bool  # steps from event files: a step's tags may come in pieces
-    live: bool = False  # read from the driver's live staging copy
+    live: bool = False
+    # Steps printed to a trainer actor's console (collectors.agent.console_runs): the run
+    # is that process's, found from Ray, never from what it prints.
+    console: bool = False  # read from the driver's live staging copy
     results: tuple[ResultLine, ...] = ()
     problem_count: int = 0
     last_problem: str | None = None  # "result.json @ byte 812: line is not JSON"

@@ -27,6 +27,17 @@ from typing import Any
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, TENSORBOARD, VERL, ResultLine
 from collectors.rootfiles import Root, open_file
 
+# The trainer actor's class per framework: the Ray actor that runs a run's training loop
+# and prints its steps (docs/ray-facts.md): verl's TaskRunner (and its fully-async and
+# one-step-off-policy runners), EasyR1's Runner, OpenRLHF's PPOTrainer (and its async
+# trainer), Ray Train's controller (which prints no step: its runs come through
+# raywatch's callback).
+TRAINERS: dict[str, tuple[str, ...]] = {
+    VERL: ("TaskRunner", "FullyAsyncTaskRunner", "OneStepTaskRunner"), EASYR1: ("Runner",),
+    OPENRLHF: ("PPOTrainer", "PPOTrainerAsync", "TrainingActor"),
+    RAYTRAIN: ("TrainController",)}
+CONSOLE_FRAMEWORKS = (VERL, EASYR1, OPENRLHF)  # whose trainers print their steps
+
 SUFFIX = ".jsonl"
 EASYR1_FILE = "experiment_log.jsonl"  # EasyR1's name; verl's is the experiment's
 TRAIN_FILE = "raywatch-train.jsonl"  # the Train callback's, in a directory of the run's name
@@ -123,3 +134,15 @@ def step_seconds(metrics: dict[str, float | None]) -> float | None:
         if (value := metrics.get(name)) is not None:
             return value
     return None
+
+
+def console_trainer_framework(class_name: str) -> str:
+    """The framework whose trainer prints its steps under this actor class name, or ""."""
+    return next((f for f in CONSOLE_FRAMEWORKS if class_name in TRAINERS[f]), "")
+
+
+def console_run_key(job_id: str, trainer: str, pid: int) -> tuple[str, str]:
+    """(experiment, trial id) of the run whose steps a trainer actor prints: its Ray job,
+    its class and pid. Made the same from Ray's listing of the actor (raywatch finds the
+    run before it prints anything) and from its console on its node."""
+    return f"job {job_id}"[:255], f"{trainer} {pid}"[:255]

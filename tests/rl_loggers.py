@@ -6,8 +6,10 @@ their file handling (paths, open modes, line shapes) as in the source."""
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
+from pprint import pformat
 from typing import Any
 
 import orjson
@@ -30,6 +32,17 @@ class VerlFileLogger:
 
     def finish(self) -> None:
         self.fp.close()
+
+
+def verl_console_line(data: dict[str, Any], step: int) -> str:
+    """verl's default console logger (verl/utils/logger/aggregate_logger.py, LocalLogger.log
+    -> concat_dict_to_str, v0.5.0+): `step:N - key:value - ...`, each number by
+    pprint.pformat, anything else left out; printed by the trainer (TaskRunner)."""
+    output = [f"step:{step}"]
+    for k, v in data.items():
+        if isinstance(v, numbers.Number):
+            output.append(f"{k}:{pformat(v)}")
+    return " - ".join(output)
 
 
 def unflatten_dict(data: dict[str, Any], sep: str = "/") -> dict[str, Any]:

@@ -51,8 +51,8 @@ def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path
     scheduler.start()
     run = start_run(ray_settings, checkpoints / "grpo", 6, 0)  # healthy, six steps
     try:
-        trial = wait_for(lambda: Trial.objects.filter(
-            framework="easyr1", status=Trial.RUNNING).first(), 120, 0.5,
+        trial = wait_for(lambda: Trial.objects.exclude(experiment__kind=Experiment.CONSOLE)
+                         .filter(framework="easyr1", status=Trial.RUNNING).first(), 120, 0.5,
             "the run to be RUNNING, tied to its Runner actor",
             explain=lambda: list(Trial.objects.values("trial_id", "framework", "status",
                                                       "status_reason", "pid", "node_ip")))
@@ -240,10 +240,13 @@ def test_two_verl_runs_on_one_node_each_follow_the_trainer_that_writes_their_log
          str(root), str(pids), "60"], cwd=ROOT, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, env={**os.environ, "RAY_AUTH_MODE": "token"},
         start_new_session=True)
+    # The runs read from their file logs (each trainer is also a run of its console,
+    # found from Ray, which that file-logged run speaks for).
+    logged = Trial.objects.exclude(experiment__kind=Experiment.CONSOLE)
     try:
-        bound = wait_for(lambda: dict(Trial.objects.filter(
+        bound = wait_for(lambda: dict(logged.filter(
             framework="verl", status=Trial.RUNNING, pid__isnull=False).values_list(
-            "trial_id", "pid")) if Trial.objects.filter(
+            "trial_id", "pid")) if logged.filter(
             framework="verl", status=Trial.RUNNING, pid__isnull=False).count() == 2 else None,
             120, 0.5, "both verl runs RUNNING, each tied to a TaskRunner",
             explain=lambda: list(Trial.objects.values("trial_id", "framework", "status",

@@ -54,7 +54,7 @@ def test_stall_uses_the_larger_of_minimum_and_factor_times_median() -> None:
 def test_a_hung_verdict_stalls_a_trial_before_the_stall_threshold() -> None:
     """Steps every 1 s: past max(30 s, 5 x 1 s) its stacks are sampled (needs_verdict, and
     next_check wakes the detector then); a hung verdict stalls it then, a busy one waits
-    for the 120 s threshold. Before three steps there is no habit to judge by."""
+    for the 120 s threshold."""
     quick = steps(10, every_s=1)
     last = quick[-1].at
     quiet = trial(steps=quick, last_result_at=last)
@@ -67,9 +67,34 @@ def test_a_hung_verdict_stalls_a_trial_before_the_stall_threshold() -> None:
     assert hung and hung.summary.endswith(f": {words}") and hung.details["limit_s"] == 30
     assert not needs_verdict(replace(quiet, hung=True), TH, at)  # judged once a silence
     assert trial_stalled(replace(quiet, hung=False, verdict="slow, busy in x"), TH, at) is None
+
+
+def test_before_a_habit_the_first_step_is_judged_from_its_stacks() -> None:
+    """Two steps (a validation line, one step) are no habit: its stacks are sampled at
+    hang_min_s of silence all the same; hung stalls it then, busy holds it however long
+    (a long first rollout), sampled again while the silence lasts; none (no agent could
+    sample it) leaves the 120 s backstop."""
     young = trial(steps=steps(2, every_s=1), last_result_at=T0)
-    assert not needs_verdict(young, TH, T0 + timedelta(seconds=100))
-    assert trial_stalled(replace(young, hung=True), TH, T0 + timedelta(seconds=100)) is None
+    assert next_check(young, [], TH, T0 + timedelta(seconds=5)) == T0 + timedelta(seconds=30)
+    assert not needs_verdict(young, TH, T0 + timedelta(seconds=29))
+    assert needs_verdict(young, TH, T0 + timedelta(seconds=31))
+    at = T0 + timedelta(seconds=40)
+    hung = trial_stalled(replace(young, hung=True, verdict="hung in compute_score"), TH, at)
+    assert hung and hung.details["limit_s"] == 30 and "compute_score" in hung.summary
+    busy = replace(young, hung=False, verdict="slow, busy in generate",
+                   verdict_at=T0 + timedelta(seconds=35))
+    late = T0 + timedelta(seconds=600)
+    assert trial_stalled(busy, TH, late) is None
+    assert not needs_verdict(busy, TH, T0 + timedelta(seconds=90))
+    assert needs_verdict(busy, TH, T0 + timedelta(seconds=96))  # looked at again
+    assert next_check(busy, [], TH, T0 + timedelta(seconds=40)) == T0 + timedelta(seconds=95)
+    assert trial_stalled(young, TH, T0 + timedelta(seconds=119)) is None
+    assert trial_stalled(young, TH, T0 + timedelta(seconds=121)) is not None  # backstop
+    # A run found from Ray that has printed nothing yet: silent since it was found.
+    found = trial(steps=[], last_result_at=None, started_at=T0)
+    assert needs_verdict(found, TH, T0 + timedelta(seconds=31))
+    assert trial_stalled(replace(found, hung=True), TH, at) is not None
+    assert trial_stalled(trial(steps=[], last_result_at=None), TH, late) is None
 
 
 def test_stall_says_busy_or_idle() -> None:

@@ -194,7 +194,8 @@ class Agent:
         return TrialLogCollector(self.log_roots, self.spool, store, self.config.log_quiet_s,
                                  self.config.log_rescan_s,
                                  rescan_per_poll=self.config.log_rescan_per_poll,
-                                 caps=self.config.log_caps)
+                                 caps=self.config.log_caps,
+                                 ray_tmp=self.config.ray_tmp_dir)
 
     def log_roots(self) -> list[Path]:
         roots = default_log_dirs(Path.home(), self.config.ray_tmp_dir)

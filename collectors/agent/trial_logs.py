@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.agent import wire
+from collectors.agent.console_runs import ConsoleRuns
 from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
@@ -83,8 +84,11 @@ class TrialLogCollector:
                  quiet_after_s: float = 60.0, rescan_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
-                 rescan_per_poll: int = RESCAN_PER_POLL, caps: Caps = DEFAULT_CAPS) -> None:
+                 rescan_per_poll: int = RESCAN_PER_POLL, caps: Caps = DEFAULT_CAPS,
+                 ray_tmp: Path | None = None) -> None:
         self.roots = roots
+        # The RL trainers' consoles, under the Ray temp dir (None: not read).
+        self.consoles = ConsoleRuns(ray_tmp) if ray_tmp is not None else None
         self.spool = spool
         self.store = store
         self.scanner = LogScanner(roots(), quiet_after_s, rescan_s, clock, rescan_per_poll,
@@ -124,6 +128,8 @@ class TrialLogCollector:
                     out.keep = self.scanner.changing(path)
                     self._read(trial_dir, out)  # else forgotten: gone, or no longer a root's
             self._statuses(scan.state_dirs, set(work), out)
+            if self.consoles is not None:
+                self.consoles.poll(out)
             out.flush()
             # An experiment not asked about for two quiet periods has settled: its Tune
             # state leaves memory until one of its trials wakes up.

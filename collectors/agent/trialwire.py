@@ -11,11 +11,12 @@ from typing import Any
 
 from collectors.agent.wire import TRIAL_LOG, WireError, decode_time, timestamp
 from collectors.records import FRAMEWORKS, ResultLine, TrialUpdate
+from collectors.runformats import CONSOLE_FRAMEWORKS
 from collectors.tunelogs import MAX_KEY, MAX_METRICS, json_safe
 from collectors.tunesearch import MAX_NAME as MAX_SEARCH_METRIC
 from collectors.tunesearch import MODES
 
-TUNE, TENSORBOARD = "tune", "tensorboard"
+TUNE, TENSORBOARD, CONSOLE = "tune", "tensorboard", "console"  # how its steps were read
 MAX_NAME = 1024  # experiment, trial id, trainable: stored cut to 255
 MAX_PATH = 4096
 MAX_TEXT = 64 << 10  # error.txt's first lines, a parse problem
@@ -31,7 +32,7 @@ def encode_trial_log(update: TrialUpdate, at: datetime,
     return {
         "kind": TRIAL_LOG, "at": timestamp(at),
         "experiment": update.experiment, "experiment_dir": update.experiment_dir,
-        "format": TENSORBOARD if update.tensorboard else TUNE,
+        "format": TENSORBOARD if update.tensorboard else CONSOLE if update.console else TUNE,
         "framework": update.framework or None,
         "trial_id": update.trial_id, "trainable": update.trainable,
         "directory": update.directory, "live": update.live,
@@ -66,12 +67,13 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
     where = "trial_log"
     decode_time(record.get("at"), f"{where}.at")
     kind = record.get("format")
-    if kind not in (TUNE, TENSORBOARD):
-        raise WireError(f"{where}.format: {TUNE!r} or {TENSORBOARD!r}")
+    if kind not in (TUNE, TENSORBOARD, CONSOLE):
+        raise WireError(f"{where}.format: {TUNE!r}, {TENSORBOARD!r} or {CONSOLE!r}")
     # An agent from before frameworks were named says only the format.
     framework = record.get("framework") or kind
-    if framework not in FRAMEWORKS:
-        raise WireError(f"{where}.framework: one of {', '.join(FRAMEWORKS)}")
+    if framework not in FRAMEWORKS or (kind == CONSOLE and framework not in CONSOLE_FRAMEWORKS):
+        raise WireError(f"{where}.framework: one of {', '.join(FRAMEWORKS)}"
+                        f" ({', '.join(CONSOLE_FRAMEWORKS)} for a console)")
     results = _field(record, "results", list, where, required=True)
     problems = _field(record, "problems", list, where) or []
     count = _int(record.get("problem_count", 0), f"{where}.problem_count", 0)
@@ -91,7 +93,7 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
         trainable=_text(record.get("trainable", ""), f"{where}.trainable", MAX_NAME,
                         empty=True),
         directory=_place(node, record.get("directory"), f"{where}.directory"),
-        tensorboard=kind == TENSORBOARD,
+        tensorboard=kind == TENSORBOARD, console=kind == CONSOLE,
         live=_field(record, "live", bool, where) or False,
         results=tuple(_result(r, f"{where}.results[{i}]") for i, r in enumerate(results)),
         problem_count=count, last_problem=last[-1] if last else None,

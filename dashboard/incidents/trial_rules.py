@@ -107,10 +107,20 @@ class TrialSnapshot:
     # slow and busy False, none None; and in words.
     hung: bool | None = None
     verdict: str = ""
+    verdict_at: datetime | None = None  # when those stacks were taken
+    # An RL run found from Ray before it printed a step: when raywatch first saw its
+    # trainer, from which its silence counts (a hang in the very first step).
+    started_at: datetime | None = None
 
     @property
     def subject(self) -> str:
         return f"trial:{self.experiment}/{self.trial_id}"
+
+    @property
+    def quiet_since(self) -> datetime | None:
+        """Since when it has been silent: its last result, or, for a run that has printed
+        none yet, since its trainer was found."""
+        return self.last_result_at or self.started_at
 
 
 # Timing keys that are no phase of a step: its whole time (verl's and EasyR1's
@@ -170,15 +180,21 @@ def _activity(trial: TrialSnapshot) -> str:
 
 
 def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
-    if trial.status != "RUNNING" or trial.process_alive is not True or not trial.last_result_at:
+    quiet_since = trial.quiet_since
+    if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since:
+        return None
+    if trial.hung is False and not has_habit(trial):
+        # No usual step to hold it to, and its own stacks say it works (a long first
+        # rollout, a validation before training, a checkpoint save): no threshold
+        # overrules that evidence. Sampled again while the silence lasts (needs_verdict).
         return None
     interval = median_interval_s(trial.steps)
     limit = stall_limit_s(interval, th)
     early = hang_limit_s(trial, th)
-    if trial.hung and early is not None:  # its stacks say hung: no need to wait longer
+    if trial.hung:  # its stacks say hung: no need to wait longer
         limit = min(limit, early)
     seen_until = min(now, trial.data_until) if trial.data_until else now
-    silent = (seen_until - trial.last_result_at).total_seconds()
+    silent = (seen_until - quiet_since).total_seconds()
     if silent <= limit:
         return None
     activity = _activity(trial)
@@ -201,27 +217,42 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
     )
 
 
-def hang_limit_s(trial: TrialSnapshot, th: Thresholds) -> float | None:
+def has_habit(trial: TrialSnapshot) -> bool:
+    """Whether it has steps enough (MIN_HISTORY) for a usual interval to mean anything."""
+    return len(trial.steps) >= MIN_HISTORY and median_interval_s(trial.steps) is not None
+
+
+def hang_limit_s(trial: TrialSnapshot, th: Thresholds) -> float:
     """How long a running trial may go without a result before its process's stacks are
     sampled for a verdict: its usual interval past the overdue factor, as a Ray call past
-    its usual duration (CallTiming.overdue_after); None before MIN_HISTORY steps (no
-    habit yet: the stall limit alone holds it)."""
-    if len(trial.steps) < MIN_HISTORY:
-        return None
-    interval = median_interval_s(trial.steps)
+    its usual duration (CallTiming.overdue_after). Before it has a habit (most hangs come
+    in the first step, before any duration was learned) hang_min_s: evidence first, and
+    the stall limit is only the backstop for processes no agent can sample."""
+    interval = median_interval_s(trial.steps) if has_habit(trial) else None
     if interval is None:
-        return None
+        return th.hang_min_s
     return CallTiming.overdue_after(interval, th.hang_factor, th.hang_min_s)
+
+
+def verdict_refresh_s(th: Thresholds) -> float:
+    """How old a busy verdict may grow while the silence lasts before the stacks are
+    sampled again: work that was busy may hang later."""
+    return 2 * max(th.hang_min_s, 1.0)
 
 
 def needs_verdict(trial: TrialSnapshot, th: Thresholds, now: datetime) -> bool:
     """A running trial silent past its hang limit whose stacks have given no verdict in
-    this silence: its node's agent is asked to sample them (dashboard.trials.detect)."""
-    if trial.status != "RUNNING" or trial.process_alive is not True or not trial.last_result_at:
+    this silence, or only a busy one grown old: its node's agent is asked to sample them
+    (dashboard.trials.detect)."""
+    quiet_since = trial.quiet_since
+    if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since:
         return False
-    early = hang_limit_s(trial, th)
-    return early is not None and trial.hung is None \
-        and (now - trial.last_result_at).total_seconds() > early
+    if (now - quiet_since).total_seconds() <= hang_limit_s(trial, th):
+        return False
+    if trial.hung is None:
+        return True
+    return trial.hung is False and trial.verdict_at is not None \
+        and (now - trial.verdict_at).total_seconds() > verdict_refresh_s(th)
 
 
 def stall_limit_s(median_interval: float | None, th: Thresholds) -> float:
@@ -418,12 +449,15 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
     if found:
         return now
     times: list[datetime] = []
-    if trial.status == "RUNNING" and trial.process_alive is True and trial.last_result_at:
+    quiet_since = trial.quiet_since
+    if trial.status == "RUNNING" and trial.process_alive is True and quiet_since:
         limit = stall_limit_s(median_interval_s(trial.steps), th)
-        times.append(trial.last_result_at + timedelta(seconds=limit))
+        times.append(quiet_since + timedelta(seconds=limit))
         early = hang_limit_s(trial, th)
-        if early is not None and trial.hung is None:  # its stacks are sampled then
-            times.append(trial.last_result_at + timedelta(seconds=early))
+        if trial.hung is None:  # its stacks are sampled then
+            times.append(quiet_since + timedelta(seconds=early))
+        elif trial.hung is False and trial.verdict_at is not None:  # and again
+            times.append(trial.verdict_at + timedelta(seconds=verdict_refresh_s(th)))
         if trial.data_until is not None:
             times.append(now)  # held for its agents: look again once they report
         baseline = trial.slow_baseline or baseline_before_slowdown(trial, th)
@@ -431,7 +465,7 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
             times.append(baseline.since + timedelta(seconds=th.slow_for_s))
             interval = baseline.seconds.get(STEP_INTERVAL)
             if interval:
-                times.append(trial.last_result_at
+                times.append(quiet_since
                              + timedelta(seconds=slow_limit(interval, th)))
     if (trial.process_alive is False and trial.process_gone_since is not None
             and trial.status not in ("TERMINATED", "ERROR", "PAUSED", "PENDING")):

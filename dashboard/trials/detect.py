@@ -45,9 +45,16 @@ from dashboard.incidents.trial_rules import (
 from dashboard.trials.bulkwrite import update_rows
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from dashboard.trials.probes import Activity, activity_of
-from dashboard.trials.runs import bind_runs, runs_to_bind, waits_on_a_call
+from dashboard.trials.runs import (
+    bind_runs,
+    discover_runs,
+    runs_to_bind,
+    shadowed,
+    waits_on_a_call,
+)
 from dashboard.trials.stacks import (
     give_up_after,
+    quiet_since,
     request_stack,
     stack_payload,
     stacks_of_stalls,
@@ -128,6 +135,7 @@ def evaluate_trials(now: datetime) -> dict[str, Any]:
         ended={pk for pk, state in states.items() if state == Cluster.ENDED},
         unreachable={pk for pk, state in states.items() if state == Cluster.UNREACHABLE},
         answered=answered)
+    discover_runs(since)  # RL trainers Ray lists are runs before they print anything
     pks = trials_to_evaluate(since, now, live, [pk for pk in states.keys() | _last_states.keys()
                                                 if states.get(pk) != _last_states.get(pk)])
     pks += of_ended_session_firing(poll.restarted, set(pks))
@@ -175,10 +183,11 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
     # busy): only those silent at least hang_min_s can have had theirs sampled.
     quiet = now - timedelta(seconds=th.hang_min_s)
     sampled = stacks_of_stalls([t for t in trials if t.status == Trial.RUNNING
-                                and t.last_result_at and t.last_result_at < quiet])
+                                and (since := quiet_since(t)) and since < quiet])
+    spoken_for = shadowed(trials)  # a console run whose trainer's file-logged run is judged
     for trial in trials:
-        if trial.experiment.cluster_id in poll.ended or of_ended_session(trial,
-                                                                          poll.restarted):
+        if trial.experiment.cluster_id in poll.ended or trial.pk in spoken_for \
+                or of_ended_session(trial, poll.restarted):
             checks[trial.pk] = None
             continue
         snapshot = replace(snapshot_of(trial, steps.get(trial.pk, []), baselines.get(trial.pk)),
@@ -444,7 +453,7 @@ def sampled_verdict(stack: TrialStack | None) -> dict[str, Any]:
     """What a snapshot holds of the stacks taken in its trial's silence: their verdict."""
     if stack is None or stack.state != TrialStack.TAKEN:
         return {}
-    return {"hung": stack.hung, "verdict": stack.verdict}
+    return {"hung": stack.hung, "verdict": stack.verdict, "verdict_at": stack.taken_at}
 
 
 def with_stack(finding: Finding, trial: Trial, stacks: dict[int, TrialStack],
@@ -675,6 +684,7 @@ def snapshot_of(trial: Trial, steps: list[StepTiming],
         trial_id=trial.trial_id, experiment=trial.experiment.name, status=trial.status,
         process_alive=trial.process_alive, process_gone_since=trial.process_gone_since,
         last_result_at=trial.last_result_at, error_text=trial.error_text,
+        started_at=None if trial.last_result_at else quiet_since(trial),
         error_at=trial.error_at, ended_by=trial.ended_by,
         node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline, steps=steps,
     )

@@ -96,7 +96,7 @@ class StoreSink:
 
 @dataclass
 class _Reader:
-    key: tuple[Path, tuple[Path, ...]]  # its state dir and roots
+    key: tuple[Path, tuple[Path, ...], Path]  # its state dir, roots and Ray temp dir
     collector: TrialLogCollector
     sink: StoreSink
     ident: str  # written to state_dir()/reader after each poll: who read last
@@ -167,7 +167,7 @@ def _reader(roots: list[Path]) -> _Reader:
     turns), the cursors it holds are forgotten and read again from the store as needed:
     its scanner still sees what changed since it last looked, theirs included."""
     where = state_dir()
-    key = (where, tuple(roots))
+    key = (where, tuple(roots), settings.RAY_TMP_DIR)
     held = _HELD.get("reader")
     if held is not None and held.key != key:
         _HELD.pop("reader").close()
@@ -182,7 +182,8 @@ def _reader(roots: list[Path]) -> _Reader:
             lambda: roots, sink, CursorStore(where / "cursors.sqlite3"),  # type: ignore[arg-type]
             settings.LOG_QUIET_S, settings.LOG_RESCAN_S,
             rescan_per_poll=settings.LOG_RESCAN_PER_POLL,
-            caps=Caps.mb(settings.LOG_FILE_MAX_MB, settings.LOG_JSON_FILE_MAX_MB))
+            caps=Caps.mb(settings.LOG_FILE_MAX_MB, settings.LOG_JSON_FILE_MAX_MB),
+            ray_tmp=settings.RAY_TMP_DIR)
         held = _HELD["reader"] = _Reader(key, collector, sink, uuid.uuid4().hex)
     scanner = held.collector.scanner
     scanner.quiet_after_s, scanner.rescan_s = settings.LOG_QUIET_S, settings.LOG_RESCAN_S

@@ -12,6 +12,9 @@ class Experiment(models.Model):
     # How its trials' steps are read: Tune's result.json, TensorBoard's event files (a
     # step's tags may come in pieces), a file logger's JSONL.
     TUNE, TENSORBOARD, JSONL = "tune", "tensorboard", "jsonl"
+    # The RL runs of one Ray job found from Ray: each trainer actor of the job a run, its
+    # steps read from its console (collectors.agent.console_runs).
+    CONSOLE = "console"
 
     cluster = cluster_field()  # where it ran: two clusters may each run one of this name
     name = models.CharField(max_length=255)

@@ -31,16 +31,17 @@ from django.db.models import Q
 
 from collectors.hostinfo import node_ip_address
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
-from collectors.runformats import train_run_dir
+from collectors.runformats import (
+    CONSOLE_FRAMEWORKS,
+    TRAINERS,
+    console_run_key,
+    console_trainer_framework,
+    train_run_dir,
+)
 from dashboard.cluster.models import Actor, CallTiming, Job, Node, RayCall, TrainRun
 from dashboard.incidents.models import Incident
-from dashboard.trials.models import Trial
+from dashboard.trials.models import Experiment, Trial
 
-# The trainer actor's class per framework (the Ray names TaskRunner.run, Runner.run,
-# PPOTrainer.fit, TrainController.run are their training loops).
-TRAINERS: dict[str, tuple[str, ...]] = {
-    VERL: ("TaskRunner",), EASYR1: ("Runner",), OPENRLHF: ("PPOTrainer", "PPOTrainerAsync"),
-    RAYTRAIN: ("TrainController",)}
 RANK_WORKER = "RayTrainWorker"  # a Ray Train rank's process: a listed run's is rank 0's
 # A trainer's ended job says how the run ended (Trial statuses).
 JOB_ENDS = {"SUCCEEDED": "TERMINATED", "STOPPED": "TERMINATED", "FAILED": "ERROR"}
@@ -155,8 +156,14 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
     mine = [a for a in trainers.get((run.experiment.cluster_id, where), [])
             if trainer_class(a) in TRAINERS[run.framework]]
     alive = [a for a in mine if a.state == "ALIVE"]
-    taken = writing_others(run, where, alive)
-    alive = [a for a in alive if a.pid not in taken]
+    if is_console_run(run):
+        # Its console is its trainer's own: that process, or none (never another
+        # trainer of the node, however alone).
+        mine = [a for a in mine if a.pid == run.writer_pid]
+        alive = [a for a in alive if a.pid == run.writer_pid]
+    else:
+        taken = writing_others(run, where, alive)
+        alive = [a for a in alive if a.pid not in taken]
     if len(alive) > 1 and run.writer_pid:  # the one holding the run's log open
         alive = [a for a in alive if a.pid == run.writer_pid] or alive
     if len(alive) == 1:
@@ -180,6 +187,59 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
             run.process_gone_since = run.process_gone_since or gone.ended_at or gone.updated_at
 
 
+def is_console_run(run: Trial) -> bool:
+    return run.experiment.kind == Experiment.CONSOLE
+
+
+def discover_runs(since: datetime | None) -> int:
+    """Every live trainer actor of verl, EasyR1 or OpenRLHF that Ray lists (since `since`;
+    None: all) is a run from that moment, before it prints a step and with nothing
+    configured: its job's run `job <id>` / `<class> <pid>` (console_run_key), on the
+    actor's node, its console read there by that node's agent. A trainer already tied to
+    a run read from its own log files is that run and gets no second one. How many
+    runs were made."""
+    names = [n for framework in CONSOLE_FRAMEWORKS for n in TRAINERS[framework]]
+    actors = Actor.objects.filter(class_name__in=names, state="ALIVE", pid__isnull=False)
+    if since is not None:
+        actors = actors.filter(updated_at__gte=since)
+    made = 0
+    for actor in actors:
+        node = Node.objects.filter(cluster_id=actor.cluster_id, node_id=actor.node_id).first()
+        framework = console_trainer_framework(trainer_class(actor))
+        if node is None or not framework or not actor.job_id or bound_elsewhere(
+                actor.cluster_id, node.node_ip, actor.pid):
+            continue
+        name, trial_id = console_run_key(actor.job_id, trainer_class(actor), actor.pid)
+        experiment, _ = Experiment.objects.get_or_create(
+            cluster_id=actor.cluster_id, name=name,
+            defaults={"kind": Experiment.CONSOLE, "paths": []})
+        if experiment.kind != Experiment.CONSOLE:
+            continue  # a directory of that name: not this job's runs
+        _, created = Trial.objects.get_or_create(
+            experiment=experiment, trial_id=trial_id,
+            defaults={"framework": framework, "trainable": trainer_class(actor),
+                      "pid": actor.pid, "writer_pid": actor.pid, "node_ip": node.node_ip,
+                      "hostname": node.hostname or "", "process_alive": True,
+                      "status": Trial.RUNNING, "status_reason": "its actor is alive"})
+        made += created
+    return made
+
+
+def bound_elsewhere(cluster_id: int, node_ip: str, pid: int | None) -> bool:
+    """Whether a run read from its own log files (not its console) is tied to this
+    trainer process: that run speaks for it."""
+    return Trial.objects.filter(experiment__cluster_id=cluster_id, node_ip=node_ip, pid=pid,
+                                framework__in=list(TRAINERS)
+                                ).exclude(experiment__kind=Experiment.CONSOLE).exists()
+
+
+def shadowed(runs: list[Trial]) -> set[int]:
+    """The console runs among `runs` whose trainer a file-logged run is tied to: that run
+    is judged, not this one too (one hang, one incident)."""
+    return {r.pk for r in runs if is_console_run(r) and r.pid
+            and bound_elsewhere(r.experiment.cluster_id, r.node_ip, r.pid)}
+
+
 def writing_others(run: Trial, where: str, alive: list[Actor]) -> set[int]:
     """The pids among `alive` that hold another run's log open on that node (and not this
     run's too: one trainer may write a file log and a TensorBoard run): that run's
@@ -190,6 +250,7 @@ def writing_others(run: Trial, where: str, alive: list[Actor]) -> set[int]:
     return set(Trial.objects.filter(experiment__cluster_id=run.experiment.cluster_id,
                                     writer_pid__in=pids)
                .filter(Q(node_ip=where) | Q(node_ip="")).exclude(pk=run.pk)
+               .exclude(experiment__kind=Experiment.CONSOLE)  # its console: no other log
                .values_list("writer_pid", flat=True))
 
 
@@ -233,9 +294,12 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
         return {}
     ips = {(n.cluster_id, n.node_id): n.node_ip for n in Node.objects.filter(
         cluster_id__in=clusters, node_id__in={t[1] for t in trainers})}
-    runs = {(t.experiment.cluster_id, t.node_ip, t.pid): t for t in Trial.objects.filter(
-        experiment__cluster_id__in=clusters, pid__in={t[2] for t in trainers},
-        framework__in=list(TRAINERS)).select_related("experiment")}
+    # A trainer's file-logged run speaks for it over its console run (shadowed): last in.
+    runs = {(t.experiment.cluster_id, t.node_ip, t.pid): t for t in sorted(
+        Trial.objects.filter(experiment__cluster_id__in=clusters,
+                             pid__in={t[2] for t in trainers}, framework__in=list(TRAINERS)
+                             ).select_related("experiment"),
+        key=lambda t: not is_console_run(t))}
     found = {}
     for cluster_id, node_id, pid, job_id in trainers:
         run = runs.get((cluster_id, ips.get((cluster_id, node_id), ""), pid))

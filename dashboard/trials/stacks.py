@@ -20,6 +20,7 @@ from dashboard.core.background import send_soon
 from dashboard.core.push import publish, trial_group
 from dashboard.trials.models import Trial, TrialStack
 from dashboard.trials.probes import Stack, stack_of
+from dashboard.trials.runs import is_run
 
 log = logging.getLogger(__name__)
 TAKE_TASK = "dashboard.trials.tasks.take_trial_stack"
@@ -93,10 +94,18 @@ def latest_stack(trial: Trial) -> TrialStack | None:
     return TrialStack.objects.filter(trial=trial).order_by("-requested_at", "-id").first()
 
 
+def quiet_since(trial: Trial) -> datetime | None:
+    """Since when a trial has been silent: its last result; for an RL run that has printed
+    no step yet, since raywatch found it (its trainer listed by Ray)."""
+    if trial.last_result_at is not None:
+        return trial.last_result_at
+    return trial.first_seen_at if is_run(trial) else None
+
+
 def stacks_of_stalls(trials: list[Trial]) -> dict[int, TrialStack]:
     """Each stalled trial's newest stack asked for since its last result: the stack of
     this stall (one query)."""
-    since = {t.pk: t.last_result_at for t in trials if t.last_result_at}
+    since = {t.pk: at for t in trials if (at := quiet_since(t))}
     if not since:
         return {}
     rows = TrialStack.objects.filter(trial_id__in=since, requested_at__gte=min(since.values())

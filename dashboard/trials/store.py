@@ -113,7 +113,8 @@ class TrialStore:
         name = update.experiment[:255]
         experiment = self.experiments.get(name)
         if experiment is None:
-            kind = (Experiment.TENSORBOARD if update.tensorboard else
+            kind = (Experiment.CONSOLE if update.console else
+                    Experiment.TENSORBOARD if update.tensorboard else
                     Experiment.TUNE if update.framework in ("", TUNE) else Experiment.JSONL)
             experiment, _ = Experiment.objects.get_or_create(
                 cluster_id=self.cluster_pk, name=name,

@@ -1,0 +1,174 @@
+"""RL runs read from their trainer's console: what verl, EasyR1 and OpenRLHF print with
+their default loggers, read on the trainer's node with nothing configured.
+
+Run as they ship, these frameworks log a step only to the console (and W&B) of the Ray
+actor that drives the run (verl's `TaskRunner`, EasyR1's `Runner`, OpenRLHF's
+`PPOTrainer`: collectors.runformats.TRAINERS). Ray points that worker's stdout at
+`<temp dir>/session_*/logs/worker-<worker id>-<job id>-<pid>.out` (docs/ray-facts.md, "A
+trainer's console"). So the run is found from the process, not from anything it prints:
+
+- this node's processes titled `ray::<trainer class>` (Ray's title for an actor's worker),
+  rescanned every RESCAN_S;
+- the file its fd 1 is, accepted only when Ray's name for that pid's log (`worker-*-<job
+  id>-<pid>.out`, in a `logs` directory of a session under the Ray temp dir), opened
+  held to that temp dir without following a link;
+- its lines parsed per framework (collectors.consolelogs), sent as the run
+  `job <job id>` / `<class> <pid>` (collectors.runformats.console_run_key) with the pid as
+  its writer: raywatch ties it to the trainer actor Ray lists with that pid on this node,
+  and to no other (dashboard/trials/runs.py). A line never names a process.
+
+No Django. Cursors are the trial-log collector's (saved once the records are spooled).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from collectors.agent.cursors import FileState
+from collectors.consolelogs import MAX_RECORD_BYTES, ConsoleStep, read_console
+from collectors.procstat import command_lines
+from collectors.records import ResultLine, TrialUpdate
+from collectors.rootfiles import Caps, Root, open_file
+from collectors.runformats import console_run_key, console_trainer_framework, step_seconds
+from collectors.tunelogs import FileCursor
+
+if TYPE_CHECKING:
+    from collectors.agent.trial_logs import _Pending
+
+RESCAN_S = 5.0  # how often this node's processes are looked over for trainers
+CHUNK_BYTES = 2 * MAX_RECORD_BYTES  # one read: a whole record always fits
+# Ray's name for a worker's stdout: worker-<worker id>-<job id>-<pid>.out
+_LOG_NAME = re.compile(r"worker-[0-9a-f]{8,64}-([0-9a-f]{8})-([0-9]{1,10})\.out")
+# A worker log is as big as what its process prints (vLLM's progress, warnings): it is
+# read from a cursor, a chunk at a time, never whole, so no size refuses it.
+_NO_CAP = Caps(1 << 62, 1 << 62)
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """A trainer actor's process on this node, and its console as Ray named it."""
+
+    pid: int
+    trainer: str  # its class: TaskRunner, Runner, PPOTrainer
+    framework: str
+    job_id: str  # Ray's, as it named the log
+    log: Path
+
+    def about(self) -> TrialUpdate:
+        experiment, trial_id = console_run_key(self.job_id, self.trainer, self.pid)
+        return TrialUpdate(experiment=experiment, experiment_dir=str(self.log.parent),
+                           trial_id=trial_id, trainable=self.trainer,
+                           directory=str(self.log), tensorboard=False, console=True,
+                           framework=self.framework, writer_pid=self.pid)
+
+
+def find_trainers(root: Root) -> Iterator[Trainer]:
+    """The trainer actors' processes on this host whose console Ray writes under `root`."""
+    for pid, cmdline in command_lines():
+        if not cmdline.startswith(b"ray::"):
+            continue
+        title = cmdline.split(b"\0", 1)[0][5:].decode("utf-8", "replace")
+        trainer = title.split(".", 1)[0].strip()
+        framework = console_trainer_framework(trainer)
+        if framework:
+            found = console_of(pid, root)
+            if found is not None:
+                yield Trainer(pid, trainer, framework, found[1], found[0])
+
+
+def console_of(pid: int, root: Root) -> tuple[Path, str] | None:
+    """The worker log a process's stdout is, and its job id, when it is Ray's log of that
+    pid under `root`; None otherwise (a process that pointed its stdout elsewhere)."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return None
+    path = Path(target)
+    named = _LOG_NAME.fullmatch(path.name)
+    if named is None or int(named.group(2)) != pid or path.parent.name != "logs" \
+            or not path.parent.parent.name.startswith("session_"):
+        return None
+    if not target.startswith(root.real.rstrip(os.sep) + os.sep):
+        return None
+    return path, named.group(1)
+
+
+class ConsoleRuns:
+    """The consoles of this node's trainers, read on from their cursors each poll."""
+
+    def __init__(self, ray_tmp: Path, clock: Callable[[], float] = time.monotonic,
+                 find: Callable[[Root], Iterator[Trainer]] = find_trainers) -> None:
+        self.root = Root.of(ray_tmp, _NO_CAP)
+        self.clock = clock
+        self.find = find
+        self.trainers: dict[int, Trainer] = {}
+        self.scanned_at: float | None = None
+
+    def poll(self, out: _Pending) -> None:
+        ended: list[Trainer] = []
+        now = self.clock()
+        if self.scanned_at is None or now - self.scanned_at >= RESCAN_S:
+            found = {t.pid: t for t in self.find(self.root)}
+            ended = [t for pid, t in self.trainers.items() if found.get(pid) != t]
+            self.trainers, self.scanned_at = found, now
+        for trainer in ended:  # its last lines, then it leaves memory
+            self._read(trainer, out, at_end=True)
+            out.collector.files.pop(str(trainer.log), None)
+        for trainer in self.trainers.values():
+            self._read(trainer, out, at_end=False)
+
+    def _read(self, trainer: Trainer, out: _Pending, at_end: bool) -> None:
+        key = str(trainer.log)
+        out.keep = not at_end
+        while not out.exhausted():
+            try:
+                stat = os.stat(trainer.log, follow_symlinks=False)
+            except OSError:
+                return  # gone with its session: nothing more to read
+            state = out.file(key)
+            if state is not None and (state.size, state.mtime_ns) == (stat.st_size,
+                                                                        stat.st_mtime_ns):
+                return
+            offset = state.cursor.offset if state is not None else 0
+            if stat.st_size < offset:
+                offset = 0  # the file was replaced: read the new one from its start
+            try:
+                with open_file(trainer.log, self.root, _NO_CAP.log_bytes) as handle:
+                    handle.seek(offset)
+                    data = handle.read(CHUNK_BYTES)
+            except OSError:
+                return
+            last = offset + len(data) >= stat.st_size
+            steps, used = read_console(trainer.framework, data, at_end=at_end and last)
+            if used == 0 and len(data) >= CHUNK_BYTES:
+                used = len(data)  # no record is this long: skipped as garbage
+            done = offset + used >= stat.st_size or used == 0
+            at = datetime.fromtimestamp(stat.st_mtime, UTC) if done else None
+            size, mtime = (stat.st_size, stat.st_mtime_ns) if done and last else (-1, -1)
+            cursor = FileCursor(key, offset + used)
+            out.read_bytes += used
+            update = replace(trainer.about(), results=tuple(_lines(trainer, steps, at)))
+            if not steps:  # noise only: the cursor moves, nothing is sent
+                update = replace(update, writer_pid=None)
+            out.add(update, [], files={key: FileState(cursor, size, mtime)})
+            if done:
+                return
+
+
+def _lines(trainer: Trainer, steps: list[ConsoleStep], at: datetime | None
+           ) -> Iterator[ResultLine]:
+    """The steps as result lines: the last one of a read to the file's end stamped with
+    the file's mtime (console lines carry no time), the others when raywatch reads them."""
+    _, trial_id = console_run_key(trainer.job_id, trainer.trainer, trainer.pid)
+    for index, step in enumerate(steps):
+        yield ResultLine(trial_id=trial_id, attempt=1, iteration=step.step,
+                         at=at if index == len(steps) - 1 else None,
+                         time_this_iter_s=step_seconds(step.metrics), pid=None, node_ip=None,
+                         hostname=None, metrics=step.metrics, byte_offset=0)

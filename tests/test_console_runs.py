@@ -1,0 +1,182 @@
+"""verl as it ships, nothing configured in raywatch: two verl-shaped runs on a real Ray
+cluster (tests/tune_scripts/verl_console_runs.py), each a `TaskRunner` actor that logs
+only to its console with verl's default logger, a validation line at step 0 first and
+the reward computed inside the trainer. No log dir, no file logger, default thresholds.
+
+- Both runs are listed from the moment Ray lists their trainers (framework, job, node,
+  pid, RUNNING), and the healthy one's steps and phases are read from its console by the
+  node's agent (the file Ray named for that pid).
+- The run whose reward blocks on a server that never answers, in its very first step
+  (no usual duration learned), is trial_stalled within 60 s of the hang, naming the frame
+  it waits in from its own stacks.
+- The healthy run's first step, 45 s of busy work after the validation line, raises
+  nothing: its stacks say busy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from collectors.agent.console_runs import find_trainers
+from collectors.hostinfo import host_name, node_ip_address
+from collectors.rootfiles import Root
+from dashboard.agents import tokens
+from dashboard.celery import app as celery_app
+from dashboard.cluster.models import Actor, Node
+from dashboard.core.scheduler import EmbeddedScheduler
+from dashboard.incidents.models import Incident
+from dashboard.trials.models import Experiment, StepResult, Trial
+from tests.agents import agent_env, running_agent
+from tests.conftest import stop_node, wait_for
+from tests.patience import patient
+
+pytestmark = pytest.mark.both_backends
+ROOT = Path(__file__).resolve().parent.parent
+PROMISED_S = 60  # issue 42: within 60 s of the hang, whatever the thresholds and history
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(400)
+def test_verl_runs_as_shipped_are_found_and_a_first_step_hang_is_named(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+    settings.EMBEDDED = True  # the stacks are taken by this process's pool, as on make run
+    settings.CENTRAL_LOGS = False  # the node's agent reads the consoles
+    scheduler = EmbeddedScheduler(celery_app, {  # raywatch's own schedule and defaults
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
+    scheduler.start()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
+         ray_settings.gcs_address, str(marks), "40"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+    # This host's agent as `serve` starts it, with Ray's temp dir the cluster's: nothing
+    # else is configured (no RAYWATCH_LOG_DIRS).
+    _, token = tokens.issue(host_name(), None, timezone.now())
+    ray_tmp = Path(ray_settings.session_dir).parent
+    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
+                                    node_ip_address(), gpus=0,
+                                    RAYWATCH_RAY_TMP_DIR=str(ray_tmp)),
+                          tmp_path / "agent.log")
+    agent.__enter__()
+    try:
+        pids = wait_for(lambda: _pids(marks), 120, 0.5, "both TaskRunners to start")
+        runs = wait_for(lambda: _listed(pids), 60, 0.5, "both runs listed from Ray",
+                        explain=lambda: list(Trial.objects.values(
+                            "experiment__name", "trial_id", "framework", "status", "pid")))
+        for name, run_row in runs.items():
+            actor = Actor.objects.get(class_name="TaskRunner", pid=pids[name], state="ALIVE")
+            node = Node.objects.get(node_id=actor.node_id)
+            assert run_row.experiment.name == f"job {actor.job_id}"
+            assert run_row.experiment.kind == Experiment.CONSOLE
+            assert (run_row.trial_id, run_row.framework) == (f"TaskRunner {pids[name]}", "verl")
+            assert (run_row.node_ip, run_row.hostname) == (node.node_ip, node.hostname)
+        # The hang: the first step's reward, blocked on the socket.
+        hung_at = datetime.fromtimestamp(float(wait_for(
+            lambda: _read(marks / "hung.at"), 60, 0.5, "the hung run's reward to block")), UTC)
+        hung = runs["hung"]
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="trial_stalled", state=Incident.FIRING, trial=hung).first(),
+            PROMISED_S + 60, 1, "trial_stalled for the run whose reward hangs",
+            explain=lambda: (list(Incident.objects.values("kind", "subject", "summary")),
+                             (tmp_path / "agent.log").read_text()[-2000:]))
+        took = (incident.opened_at - hung_at).total_seconds()
+        assert took <= patient(PROMISED_S), f"{took:.0f} s after the hang began"
+        assert incident.details["hung"] is True, incident.details
+        assert "compute_reward" in incident.details["verdict"], incident.details
+        assert "compute_reward" in incident.summary, incident.summary
+        # Its validation line was read from its console: step 0, nothing more.
+        assert list(StepResult.objects.filter(trial=hung).values_list(
+            "iteration", flat=True)) == [0]
+        # The healthy run: its first step (45 s of work) ended, read with its phases.
+        healthy = runs["healthy"]
+        step = wait_for(lambda: StepResult.objects.filter(trial=healthy, iteration=1).first(),
+                        120, 1, "the healthy run's first step from its console")
+        assert step.metrics["timing_s/gen"] == 2.0 and step.time_this_iter_s == 4.8
+        assert not Incident.objects.filter(trial=healthy).exists(), list(
+            Incident.objects.filter(trial=healthy).values("kind", "summary"))
+    finally:
+        agent.__exit__(None, None, None)
+        scheduler.stop()
+        stop_node(run)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text() or None
+    except OSError:
+        return None
+
+
+def _pids(marks: Path) -> dict[str, int] | None:
+    found = {name: _read(marks / f"{name}.pid") for name in ("healthy", "hung")}
+    return {k: int(v) for k, v in found.items() if v} if all(found.values()) else None
+
+
+def _listed(pids: dict[str, int]) -> dict[str, Trial] | None:
+    runs = {name: Trial.objects.select_related("experiment").filter(
+        pid=pid, framework="verl", status=Trial.RUNNING).first() for name, pid in pids.items()}
+    return runs if all(runs.values()) else None  # type: ignore[return-value]
+
+
+TITLED = """
+import os, sys, time
+path = sys.argv[1].replace("PID", str(os.getpid()))
+os.makedirs(os.path.dirname(path), exist_ok=True)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+os.dup2(fd, 1)
+print("step:1 - timing_s/gen:1.0", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_trainers_console_is_the_log_ray_named_for_its_pid_and_nothing_else(
+        tmp_path: Path) -> None:
+    """find_trainers: a process titled as Ray titles a trainer actor's worker whose stdout
+    is Ray's log of that pid under the temp dir is a run's console; one whose stdout is
+    another pid's log, a file outside the temp dir, or a file not named as Ray names
+    worker logs is not, whatever it prints; nor is a process of another class."""
+    ray_tmp = tmp_path / "ray"
+    logs = ray_tmp / "session_2026-12-07_11-59-10_822533_8591" / "logs"
+    worker = "03f7e3905364b69befb361c52450e36d963decbbec24ecbba348a80a"
+    cases = {
+        "good": ("ray::TaskRunner.run", logs / f"worker-{worker}-02000000-PID.out"),
+        "idle title": ("ray::Runner", logs / f"worker-{worker}-03000000-PID.out"),
+        "other pid": ("ray::TaskRunner", logs / f"worker-{worker}-02000000-1.out"),
+        "outside": ("ray::TaskRunner", tmp_path / "elsewhere" / "session_x" / "logs"
+                    / f"worker-{worker}-02000000-PID.out"),
+        "odd name": ("ray::TaskRunner", logs / "trainer-PID.out"),
+        "not a trainer": ("ray::WorkerDict.generate_sequences",
+                          logs / f"worker-{worker}-02000000-PID.out"),
+    }
+    started = {name: subprocess.Popen([title, "-c", TITLED, str(path)],
+                                      executable=sys.executable)
+               for name, (title, path) in cases.items()}
+    try:
+        wait_for(lambda: all(os.path.exists(str(path).replace("PID", str(p.pid)))
+                             for (_, path), p in zip(cases.values(), started.values(),
+                                                     strict=True)
+                             if "PID" in str(path)), 30, 0.2, "the processes' stdout files")
+        found = {t.pid: t for t in find_trainers(Root.of(ray_tmp))
+                 if t.pid in {p.pid for p in started.values()}}
+        good, idle = started["good"].pid, started["idle title"].pid
+        assert set(found) == {good, idle}, found
+        assert (found[good].trainer, found[good].framework, found[good].job_id) == (
+            "TaskRunner", "verl", "02000000")
+        assert found[good].log == logs / f"worker-{worker}-02000000-{good}.out"
+        assert (found[idle].trainer, found[idle].framework) == ("Runner", "easyr1")
+        assert found[good].about().trial_id == f"TaskRunner {good}"
+        assert found[good].about().writer_pid == good
+    finally:
+        for process in started.values():
+            process.kill()
+            process.wait()

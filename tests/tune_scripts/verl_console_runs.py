@@ -1,0 +1,78 @@
+"""Two verl runs as verl ships them, for raywatch's tests: each run's loop in a `TaskRunner`
+actor of its own (verl/trainer/main_ppo.py), logging only to its console with verl's
+default console logger (tests/rl_loggers.verl_console_line: `step:N - key:value`), a
+validation line at step 0 first (`val_before_train`, on by default), and the reward
+computed inside the trainer (verl's default, `launch_reward_fn_async: false`). Nothing
+is configured for raywatch: no log dir, no file logger.
+
+- "healthy": a first step of FIRST_S seconds of busy work (a long first rollout), then
+  steps of STEP_S;
+- "hung": its first step's reward asks a reward server that accepts and never answers,
+  and waits on the socket for ever.
+
+Each actor writes its pid to MARKS/<name>.pid first; the hung one MARKS/hung.at (a
+time.time()) as it starts waiting.
+
+    python -m tests.tune_scripts.verl_console_runs GCS_ADDRESS MARKS STEPS
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+
+import ray
+
+from tests.rl_loggers import verl_console_line, verl_step
+
+FIRST_S = 45.0  # past raywatch's first look at a silent run (30 s): judged busy
+STEP_S = 1.0
+
+
+def busy(seconds: float) -> None:
+    """Work, as a rollout's: the CPU busy in this frame the whole time."""
+    end = time.monotonic() + seconds
+    total = 0
+    while time.monotonic() < end:
+        total += sum(i * i for i in range(1000))
+
+
+def compute_reward(marks: Path) -> float:
+    """A reward server that took the connection and never answers: blocked in recv."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    client = socket.create_connection(server.getsockname())
+    (marks / "hung.at").write_text(str(time.time()))
+    client.recv(1)  # never answered
+    return 0.0
+
+
+class TaskRunner:
+    def run(self, marks: str, name: str, steps: int) -> int:
+        where = Path(marks)
+        (where / f"{name}.pid").write_text(str(os.getpid()))
+        print(verl_console_line({"val-core/gsm8k/reward/mean@1": 0.12}, 0), flush=True)
+        for step in range(1, steps + 1):
+            if name == "hung":
+                compute_reward(where)
+            busy(FIRST_S if step == 1 else STEP_S)
+            print(verl_console_line(verl_step(step), step), flush=True)
+        return steps
+
+
+def main() -> None:
+    address, marks, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ray.init(address=address, logging_level="ERROR")
+    runner = ray.remote(num_cpus=0)(TaskRunner)
+    runners = {name: runner.remote() for name in ("healthy", "hung")}
+    ray.get([r.run.remote(marks, name, steps) for name, r in runners.items()])
+
+
+if __name__ == "__main__":
+    main()
