@@ -29,6 +29,7 @@ from collectors.raytrain import TrainListing, fetch_train_runs
 from collectors.records import (
     ActorRecord,
     CallRecord,
+    FailedCallRecord,
     NodeRecord,
     RaySession,
     ResourceUse,
@@ -236,12 +237,46 @@ def parse_calls(reply: ClusterReply) -> list[CallRecord]:
                    name=str(row.get("name") or row.get("func_or_class_name") or "?")[:200],
                    kind=str(row.get("type") or "")[:32], job_id=row.get("job_id") or None,
                    actor_id=row.get("actor_id") or None, node_id=row.get("node_id") or None,
-                   pid=_whole(row.get("worker_pid")) or None)
+                   pid=_whole(row.get("worker_pid")) or None,
+                   parent_task_id=str(row.get("parent_task_id") or "")[:64] or None)
         for row in rows
         if isinstance(row, dict) and row.get("task_id") and row.get("state") == "RUNNING"
         and row.get("type") != "DRIVER_TASK"
     ]
     return sorted(records, key=lambda r: (r.task_id, r.attempt))
+
+
+# A failed call's message as kept: the traceback's end, where the exception is named.
+FAILURE_MESSAGE_CHARS = 8000
+
+
+def fetch_failed_calls(endpoint: RayEndpoint, job_id: str) -> dict[str, Any]:
+    """The calls of one job that Ray lists as FAILED, with the detail columns (their end
+    time, error type and message): few rows, asked when a run's trainer ended."""
+    query = list_query(("job_id", "=", job_id), ("state", "=", "FAILED"))
+    return fetch_json(endpoint, f"/api/v0/tasks?{query}")
+
+
+def parse_failed_calls(reply: dict[str, Any], job_id: str) -> list[FailedCallRecord]:
+    """The failed calls of `job_id` in a fetch_failed_calls reply, the first to fail
+    first; a row of another job or state (whatever Ray sent) is left out."""
+    rows = _dig(reply, "data", "result", "result") or []
+    records = [
+        FailedCallRecord(
+            task_id=str(row["task_id"])[:64], attempt=_whole(row.get("attempt_number")),
+            name=str(row.get("name") or row.get("func_or_class_name") or "?")[:200],
+            job_id=job_id, actor_id=str(row.get("actor_id") or "")[:64] or None,
+            node_id=str(row.get("node_id") or "")[:64] or None,
+            pid=_whole(row.get("worker_pid")) or None,
+            error_type=str(row.get("error_type") or "")[:64],
+            message=str(row.get("error_message") or "")[-FAILURE_MESSAGE_CHARS:],
+            failed_at=_from_ms(row.get("end_time_ms")))
+        for row in rows
+        if isinstance(row, dict) and row.get("task_id") and row.get("state") == "FAILED"
+        and str(row.get("job_id") or "") == job_id and row.get("type") != "DRIVER_TASK"
+    ]
+    never = datetime.max.replace(tzinfo=UTC)
+    return sorted(records, key=lambda r: (r.failed_at or never, r.task_id))
 
 
 def _whole(value: Any) -> int:

@@ -135,6 +135,26 @@ class CallRecord:
     actor_id: str | None
     node_id: str | None
     pid: int | None
+    # The call that made it (Ray's parent_task_id): which trainer's step a call belongs to.
+    parent_task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class FailedCallRecord:
+    """A task or actor call Ray lists as FAILED, with why (GET /api/v0/tasks with detail):
+    its error type (TASK_EXECUTION_EXCEPTION for a raised exception, ACTOR_DIED,
+    OUT_OF_MEMORY, WORKER_DIED, ...) and message (a raised exception's traceback)."""
+
+    task_id: str
+    attempt: int
+    name: str
+    job_id: str
+    actor_id: str | None
+    node_id: str | None
+    pid: int | None
+    error_type: str
+    message: str
+    failed_at: datetime | None  # its end time, as Ray says
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ TRAINERS: dict[str, tuple[str, ...]] = {
     OPENRLHF: ("PPOTrainer", "PPOTrainerAsync", "TrainingActor"),
     RAYTRAIN: ("TrainController",)}
 CONSOLE_FRAMEWORKS = (VERL, EASYR1, OPENRLHF)  # whose trainers print their steps
+TRAINER_CLASSES = frozenset(name for names in TRAINERS.values() for name in names)
 
 SUFFIX = ".jsonl"
 EASYR1_FILE = "experiment_log.jsonl"  # EasyR1's name; verl's is the experiment's

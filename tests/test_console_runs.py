@@ -28,13 +28,14 @@ from collectors.hostinfo import host_name, node_ip_address
 from collectors.rootfiles import Root
 from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
-from dashboard.cluster.models import Actor, Node
+from dashboard.cluster.models import Actor, CallFailure, CallStack, Job, Node, RayCall
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.incidents.models import Incident
-from dashboard.trials.models import Experiment, StepResult, Trial
+from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
 from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
 from tests.patience import patient
+from tests.tune_scripts.verl_console_runs import OOM
 
 pytestmark = pytest.mark.both_backends
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,6 +111,125 @@ def test_verl_runs_as_shipped_are_found_and_a_first_step_hang_is_named(  # type:
         stop_node(run)
 
 
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(400)
+def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+    """Two runs whose first step waits in ray.get (their trainers' stacks unchanged, CPU
+    0%, as a hang looks): one on a rollout worker's call of 45 s of busy work, one on a
+    reward actor's call blocked on a server that never answers. The second is stalled
+    within 60 s of the hang, naming the reward call and where it hangs; the first raises
+    nothing (its call is busy). Nothing configured, no history."""
+    settings.EMBEDDED = True
+    settings.CENTRAL_LOGS = False
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
+    scheduler.start()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
+         ray_settings.gcs_address, str(marks), "40", "rollout", "reward_call"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+    _, token = tokens.issue(host_name(), None, timezone.now())
+    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
+                                    node_ip_address(), gpus=0,
+                                    RAYWATCH_RAY_TMP_DIR=str(Path(ray_settings.session_dir)
+                                                             .parent)),
+                          tmp_path / "agent.log")
+    agent.__enter__()
+    try:
+        pids = wait_for(lambda: _pids(marks, ("rollout", "reward_call")), 120, 0.5,
+                        "both TaskRunners to start")
+        runs = wait_for(lambda: _listed(pids), 60, 0.5, "both runs listed from Ray")
+        hung_at = datetime.fromtimestamp(float(wait_for(
+            lambda: _read(marks / "hung.at"), 60, 0.5, "the reward call to block")), UTC)
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="trial_stalled", state=Incident.FIRING, trial=runs["reward_call"]).first(),
+            PROMISED_S + 60, 1, "trial_stalled for the run whose reward call hangs",
+            explain=lambda: (list(Incident.objects.values("kind", "subject", "summary")),
+                             [p.read_text()[-800:] for p in Path(ray_settings.session_dir,
+                                                                 "logs").glob("worker-*.*")
+                              if f"-{pids['rollout']}." in p.name],
+                             list(CallStack.objects.values("name", "hung", "verdict")),
+                             list(Trial.objects.values("trial_id", "status", "pid",
+                                                       "process_alive", "last_result_at")),
+                             list(RayCall.objects.values("name", "pid", "parent_task_id",
+                                                         "task_id")),
+                             list(TrialStack.objects.values("trial__trial_id", "state",
+                                                            "hung", "verdict", "waits_on")),
+                             (tmp_path / "agent.log").read_text()[-2000:]))
+        took = (incident.opened_at - hung_at).total_seconds()
+        assert took <= patient(PROMISED_S), f"{took:.0f} s after the hang began"
+        verdict = incident.details["verdict"]
+        assert verdict.startswith("waits in ray.get on RewardManager.compute_reward (pid "), \
+            verdict
+        assert "hung in compute_reward (tests/tune_scripts/verl_console_runs.py:" in verdict
+        # The rollout's first step: its call busy for 45 s, then its step line.
+        rollout = runs["rollout"]
+        wait_for(lambda: StepResult.objects.filter(trial=rollout, iteration=1).exists(),
+                 120, 1, "the rollout run's first step",
+                 explain=lambda: [p.read_text()[-800:] for p in Path(
+                     ray_settings.session_dir, "logs").glob(f"worker-*-{rollout.pid}.*")])
+        assert CallStack.objects.filter(
+            name="WorkerDict.actor_rollout_generate_sequences", hung=False).exists()
+        assert not Incident.objects.filter(trial=rollout).exists(), list(
+            Incident.objects.filter(trial=rollout).values("kind", "summary"))
+    finally:
+        agent.__exit__(None, None, None)
+        scheduler.stop()
+        stop_node(run)
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path) -> None:
+    """A verl-shaped run, its driver started by hand, whose rollout worker raises CUDA's
+    out-of-memory error at step 3: the trainer's ray.get raises in turn and the driver
+    exits, so Ray calls the job SUCCEEDED and the trainer dead because its owner died.
+    The run is ERROR with the first failure (the worker's call and its exception, not the
+    cascade), and trial_errored pages with it."""
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "poll-trial-logs")})
+    scheduler.start()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
+         ray_settings.gcs_address, str(marks), "40", "crash"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+    try:
+        pid = int(wait_for(lambda: _read(marks / "crash.pid"), 120, 0.5, "the TaskRunner"))
+        listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
+                          60, 0.5, "the run listed from Ray")
+        assert run.wait(patient(120)) == 1  # the driver raised the trainer's error
+        crashed = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
+                           == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
+                           explain=lambda: Trial.objects.values(
+                               "status", "status_reason", "tune_status").get(pk=listed.pk))
+        assert crashed.error_text.startswith(
+            "WorkerDict.actor_rollout_generate_sequences failed (TASK_EXECUTION_EXCEPTION)"
+        ), (crashed.error_text[:300], list(CallFailure.objects.values("name", "failed_at")))
+        assert crashed.error_text.rstrip().endswith(f"RuntimeError: {OOM}"), crashed.error_text
+        assert crashed.status_reason == "its Ray job's first failed call"
+        trainer = Actor.objects.get(pid=pid, class_name="TaskRunner")
+        assert Job.objects.get(job_id=trainer.job_id).status == "SUCCEEDED"  # Ray's word
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="trial_errored", state=Incident.FIRING, trial=listed).first(), 60, 0.5,
+            "trial_errored for the crashed run")
+        assert incident.summary.endswith(f"failed: RuntimeError: {OOM}"), incident.summary
+    finally:
+        scheduler.stop()
+        stop_node(run)
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text() or None
@@ -117,8 +237,8 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _pids(marks: Path) -> dict[str, int] | None:
-    found = {name: _read(marks / f"{name}.pid") for name in ("healthy", "hung")}
+def _pids(marks: Path, names: tuple[str, ...] = ("healthy", "hung")) -> dict[str, int] | None:
+    found = {name: _read(marks / f"{name}.pid") for name in names}
     return {k: int(v) for k, v in found.items() if v} if all(found.values()) else None
 
 

@@ -37,7 +37,8 @@ COLLECTORS_LAYERS: tuple[tuple[str, ...], ...] = (
      "memory"),  # memory: handing a large poll's freed heap back
     ("records", "tunesearch", "raygrpc", "rayaddress"),  # records: the plain record types
     ("procstat", "nvml", "raylists", "raygpus", "runformats",  # runformats: recognising runs
-     "raytrain"),  # raytrain: Ray Train V2 runs from its state API
+     "raytrain",  # raytrain: Ray Train V2 runs from its state API
+     "consolelogs"),  # consolelogs: steps as RL trainers print them
     ("logscan", "raystate", "simworkload",
      "traincallback"),  # traincallback: the Ray Train callback a run's author adds
     ("tunelogs", "defaults", "raydemand", "raykill", "raylogs", "rayworkers", "simnvml"),

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from collectors.agent.cursors import FileState
 from collectors.consolelogs import MAX_RECORD_BYTES, ConsoleStep, read_console
@@ -39,8 +39,21 @@ from collectors.rootfiles import Caps, Root, open_file
 from collectors.runformats import console_run_key, console_trainer_framework, step_seconds
 from collectors.tunelogs import FileCursor
 
-if TYPE_CHECKING:
-    from collectors.agent.trial_logs import _Pending
+
+class Pending(Protocol):
+    """Where a read's records and cursors go: the trial-log collector's batch on its way to
+    the spool (collectors.agent.trial_logs._Pending), which imports this module."""
+
+    keep: bool
+    read_bytes: int
+    collector: Any  # its `files`: the cursors kept in memory
+
+    def file(self, key: str) -> FileState | None: ...
+
+    def exhausted(self) -> bool: ...
+
+    def add(self, update: TrialUpdate, problems: list[dict[str, Any]],
+            files: dict[str, FileState] | None = None) -> None: ...
 
 RESCAN_S = 5.0  # how often this node's processes are looked over for trainers
 CHUNK_BYTES = 2 * MAX_RECORD_BYTES  # one read: a whole record always fits
@@ -111,7 +124,7 @@ class ConsoleRuns:
         self.trainers: dict[int, Trainer] = {}
         self.scanned_at: float | None = None
 
-    def poll(self, out: _Pending) -> None:
+    def poll(self, out: Pending) -> None:
         ended: list[Trainer] = []
         now = self.clock()
         if self.scanned_at is None or now - self.scanned_at >= RESCAN_S:
@@ -124,7 +137,7 @@ class ConsoleRuns:
         for trainer in self.trainers.values():
             self._read(trainer, out, at_end=False)
 
-    def _read(self, trainer: Trainer, out: _Pending, at_end: bool) -> None:
+    def _read(self, trainer: Trainer, out: Pending, at_end: bool) -> None:
         key = str(trainer.log)
         out.keep = not at_end
         while not out.exhausted():

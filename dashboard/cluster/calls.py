@@ -19,6 +19,7 @@ from django.db import transaction
 
 from collectors.raylists import dropped_task_events
 from collectors.records import CallRecord
+from collectors.runformats import TRAINER_CLASSES
 from dashboard.cluster.models import CallTiming, Cluster, RayCall
 from dashboard.cluster.views_data import calls_payload, jobs_payload
 from dashboard.core.push import JOBS_GROUP, job_group, publish
@@ -55,7 +56,8 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
         began = halfway(previous_poll, now) if not new_session else now
         new = [RayCall(cluster=cluster, task_id=r.task_id, attempt=r.attempt, name=r.name,
                        kind=r.kind, job_id=r.job_id or "", actor_id=r.actor_id or "",
-                       node_id=r.node_id or "", pid=r.pid, first_seen_at=began)
+                       node_id=r.node_id or "", pid=r.pid,
+                       parent_task_id=r.parent_task_id or "", first_seen_at=began)
                for key, r in incoming.items() if key not in existing]
         RayCall.objects.bulk_create(new, batch_size=1000)
         if new or gone:  # the Jobs page lists the calls (their clocks tick there)
@@ -76,12 +78,20 @@ def halfway(previous: datetime | None, now: datetime) -> datetime:
     return previous + (now - previous) / 2
 
 
+def is_trainer_loop(name: str) -> bool:
+    """An RL trainer's run call (`TaskRunner.run`, `Runner.run`, `PPOTrainer.fit`): the
+    whole run, as long as training takes, which one run ending sooner says nothing of."""
+    return name.split(".", 1)[0] in TRAINER_CLASSES
+
+
 def learn(cluster: Cluster, ended: list[RayCall], now: datetime, previous: datetime) -> None:
     """Add each ended call's duration to its name's history: from when it began (as
     `halfway` put it) to halfway between the poll that last listed it and this one."""
     end = halfway(previous, now)
     by_name: dict[str, list[float]] = {}
     for call in ended:
+        if is_trainer_loop(call.name):
+            continue  # a whole run, not a phase of a step: no usual duration to hold it to
         ran = max((end - call.first_seen_at).total_seconds(), 0.0)
         by_name.setdefault(call.name, []).append(ran)
     if not by_name:

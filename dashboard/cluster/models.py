@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import models
 
@@ -170,6 +172,9 @@ class RayCall(models.Model):
     actor_id = models.CharField(max_length=64, blank=True, default="")
     node_id = models.CharField(max_length=64, blank=True, default="")
     pid = models.IntegerField(null=True)
+    # The call that made it, as Ray says (parent_task_id): a trainer's step's calls are
+    # the children of its run call, the ones it waits on in ray.get.
+    parent_task_id = models.CharField(max_length=64, blank=True, default="")
     # When it began, as raywatch's polls place it: halfway between the poll that first
     # listed it and the one before (within half a poll: Ray's own start time costs the
     # detail columns, kilobytes a row).
@@ -181,6 +186,56 @@ class RayCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.task_id[:8]})"
+
+
+# Ray's header of a failed call in an error message: "ray::Class.method() (pid=…" or, for
+# the call a ray.get raised again, ":Class.method() (pid=…" at the start of a line.
+_CALL_HEADER = re.compile(r"(?m)^(?:ray)?:{1,2}([A-Za-z_][\w.]{0,199})\(\) \(pid=\d+")
+
+
+class CallFailure(models.Model):
+    """A call of a Ray job that failed, as Ray's state API says why (its error type, the
+    traceback a raised exception left), asked for when an RL run's trainer ended
+    (dashboard/cluster/failures.py): the first of a job's failures is what started the
+    cascade users see. Kept as long as the dead actors are (DEAD_ACTOR_KEEP)."""
+
+    cluster = cluster_field()
+    job_id = models.CharField(max_length=64)
+    task_id = models.CharField(max_length=64)
+    attempt = models.IntegerField(default=0)
+    name = models.CharField(max_length=200)  # Ray's "Class.method", or the task's function
+    actor_id = models.CharField(max_length=64, blank=True, default="")
+    node_id = models.CharField(max_length=64, blank=True, default="")
+    pid = models.IntegerField(null=True)
+    error_type = models.CharField(max_length=64, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    failed_at = models.DateTimeField(null=True)  # Ray's end time of the call
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "task_id", "attempt"],
+                                               name="one_call_failure_row")]
+        indexes = [models.Index(fields=["cluster", "job_id"], name="call_failure_job")]
+
+    def __str__(self) -> str:
+        return f"{self.name} failed ({self.error_type})"
+
+    def first_call(self) -> str:
+        """The call where the failure began: the innermost call Ray's own header in the
+        message names (a ray.get re-raises the failed call's error under `:Class.method()
+        (pid=…)`), else this call. Ray lists each worker's failures as that worker reports
+        them, and a worker that dies with its owner may never report: its failure is
+        known only from the call that raised it again."""
+        found = _CALL_HEADER.findall(self.message)
+        return found[-1] if found else self.name
+
+    def describe(self) -> str:
+        """What the run's page and its incident say: the call where the failure began,
+        how it failed, and the message (a traceback ends with the exception)."""
+        first = self.first_call()
+        through = f", raised again by {self.name}" if first != self.name else ""
+        kind = self.error_type or "no error type"
+        return f"{first} failed ({kind}{through}):\n{self.message}"
 
 
 class CallStack(models.Model):

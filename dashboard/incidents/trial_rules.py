@@ -477,21 +477,26 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
 
 
 def derive_status(
-    tune_status: str, error_present: bool, process_alive: bool | None, ended_by: str = ""
+    tune_status: str, error_present: bool, process_alive: bool | None, ended_by: str = "",
+    run: bool = False,
 ) -> tuple[str, str]:
     """Tune's status where it can be trusted, corrected by the logs and by Ray.
 
     experiment_state files lag and lie (docs/ray-facts.md): error.txt and the
     actor's liveness are the real signals. `ended_by`: who terminated the attempt
-    through raywatch (Tune writes error.txt for that kill too).
+    through raywatch (Tune writes error.txt for that kill too). `run`: an RL run, whose
+    end is its trainer's and its Ray job's (dashboard/trials/runs.py), and whose error
+    is the first failed call Ray lists of its job.
     """
     if error_present:
         return "ERROR", (f"terminated by {ended_by} through raywatch" if ended_by
+                         else "its Ray job's first failed call" if run
                          else "error.txt was written")
     if process_alive is True and tune_status in ("", "RUNNING", "PENDING", "UNKNOWN"):
         return "RUNNING", "its actor is alive"
     if tune_status:
-        return tune_status, "as Tune's experiment state reports"
+        return tune_status, ("as its trainer and Ray job ended" if run
+                             else "as Tune's experiment state reports")
     if process_alive is False:
         return "UNKNOWN", "no live actor and no Tune state"
     return "UNKNOWN", "no Tune state yet"

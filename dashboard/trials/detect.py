@@ -24,6 +24,7 @@ from django.db import connection
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from collectors.pystack import RAY_GET
 from dashboard.cluster.models import Actor, Cluster, ClusterSession, Node
 from dashboard.cluster.state import current_clusters
 from dashboard.incidents.findings import Finding
@@ -48,6 +49,9 @@ from dashboard.trials.probes import Activity, activity_of
 from dashboard.trials.runs import (
     bind_runs,
     discover_runs,
+    follow_ray_get,
+    is_run,
+    runs_of_failed_jobs,
     runs_to_bind,
     shadowed,
     waits_on_a_call,
@@ -159,7 +163,8 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
     bound = bind_runs(trials)  # RL runs: their trainer actor's process, or job's end
     update_rows(Trial, [t for t in trials if t.pk in bound],
                 ["pid", "node_ip", "hostname", "tune_status", "process_alive",
-                 "process_gone_since"])
+                 "process_gone_since", "error_text", "error_at", "error_read_at",
+                 "error_attempt"])
     # Ray's live processes were read before the trainers: a run whose trainer bind_runs
     # just found dead is gone, though that older view may still list its pid.
     gone = {t.pk for t in trials if t.pk in bound and t.process_alive is False
@@ -195,7 +200,16 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
                            **agents.get(trial.pk, {}),
                            **sampled_verdict(sampled.get(trial.pk)))
-        sampling, needs = False, needs_verdict(snapshot, th, now)
+        sampling, followed = False, None
+        stack = sampled.get(trial.pk)
+        if stack is not None and stack.hung and stack.waits_on == RAY_GET and is_run(trial):
+            # Its trainer waits on a call of its job: that call's stacks judge the run
+            # (a long rollout is busy; a reward that hangs is the hang, named).
+            followed = follow_ray_get(trial, now)
+            if followed is not None:
+                snapshot = replace(snapshot, hung=followed[0], verdict=followed[1])
+                sampling = followed[0] is None
+        needs = needs_verdict(snapshot, th, now) and followed is None
         stalled_now = trial_stalled(snapshot, th, now) is not None
         # An RL run silent because its trainer waits on a call that call_overdue judges:
         # that rule names the hang (asked once, only of a trial that needs a verdict or is
@@ -205,7 +219,8 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
         if needs and not waits:
             # Past its usual step by far: is it hung? Its node's agent samples its stacks
             # (once a silence), and it is looked at each poll until they are in.
-            stack = sampled.get(trial.pk)
+            if stack is not None and stack.hung is False:  # busy a while ago: again
+                stack = None
             if stack is None and poll.asked < PROBES_PER_POLL:
                 stack, _ = request_stack(trial, now)
                 poll.asked += 1
@@ -381,6 +396,8 @@ def trials_to_evaluate(since: datetime | None, now: datetime,
                   *states]:
         found.update(Trial.objects.filter(moved).filter(unfinished)
                      .values_list("pk", flat=True))
+    if (failed := runs_of_failed_jobs(since)) is not None:  # ended ones too: why they did
+        found.update(Trial.objects.filter(failed).values_list("pk", flat=True))
     return sorted(found)
 
 
@@ -539,7 +556,7 @@ def reconcile(trial: Trial, live: dict[int, dict[tuple[str, int], float]],
         trial.process_alive = alive
     error_present = bool(trial.error_text) and trial.attempt <= trial.error_attempt
     trial.status, trial.status_reason = derive_status(trial.tune_status, error_present, alive,
-                                                      trial.ended_by)
+                                                      trial.ended_by, run=is_run(trial))
     return before != (trial.status, trial.status_reason, trial.process_alive,
                       trial.process_gone_since, trial.gpus)
 

@@ -30,18 +30,32 @@ from django.conf import settings
 from django.db.models import Q
 
 from collectors.hostinfo import node_ip_address
+from collectors.pystack import RAY_GET
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
 from collectors.runformats import (
     CONSOLE_FRAMEWORKS,
+    TRAINER_CLASSES,
     TRAINERS,
     console_run_key,
     console_trainer_framework,
     train_run_dir,
 )
-from dashboard.cluster.models import Actor, CallTiming, Job, Node, RayCall, TrainRun
+from dashboard.cluster.callstacks import request_stacks
+from dashboard.cluster.failures import failed_jobs_since, first_failure
+from dashboard.cluster.models import (
+    Actor,
+    CallFailure,
+    CallTiming,
+    Job,
+    Node,
+    RayCall,
+    TrainRun,
+)
+from dashboard.cluster.views_data import call_places, call_stacks
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
 
+FOLLOW_DEPTH = 3  # calls of calls followed down from a trainer waiting in ray.get
 RANK_WORKER = "RayTrainWorker"  # a Ray Train rank's process: a listed run's is rank 0's
 # A trainer's ended job says how the run ended (Trial statuses).
 JOB_ENDS = {"SUCCEEDED": "TERMINATED", "STOPPED": "TERMINATED", "FAILED": "ERROR"}
@@ -75,7 +89,7 @@ def runs_to_bind(since: datetime) -> Q | None:
     trainer actor came, went or changed, and the Ray Train runs whose listing changed. A
     run whose last line was read before its trainer or Train listing was seen (a run
     that hangs early) is tied then. None: nothing moved."""
-    names = {name for group in TRAINERS.values() for name in group}
+    names = TRAINER_CLASSES
     clusters = set(Actor.objects.filter(class_name__in=names, updated_at__gte=since)
                    .values_list("cluster_id", flat=True))
     listed = set(TrainRun.objects.filter(updated_at__gte=since).values_list("name", flat=True))
@@ -84,6 +98,22 @@ def runs_to_bind(since: datetime) -> Q | None:
         found.append(Q(experiment__cluster_id__in=clusters, framework__in=list(TRAINERS)))
     if listed:
         found.append(Q(framework=RAYTRAIN, trial_id__in=listed))
+    return reduce(or_, found) if found else None
+
+
+def runs_of_failed_jobs(since: datetime | None) -> Q | None:
+    """The runs whose trainer's job had failures stored since `since` (Ray lists a job's
+    failed calls one worker at a time): their error is its first failure, which may have
+    come after the trainer's own. Looked at though they ended. None: no such runs."""
+    jobs = failed_jobs_since(since)
+    if not jobs:
+        return None
+    names = TRAINER_CLASSES
+    trainers = [(a.cluster_id, a.pid) for a in Actor.objects.filter(
+        cluster_id__in={c for c, _ in jobs}, job_id__in={j for _, j in jobs},
+        class_name__in=names, pid__isnull=False) if (a.cluster_id, a.job_id) in jobs]
+    found = [Q(experiment__cluster_id=c, pid=p, framework__in=list(TRAINERS))
+             for c, p in trainers]
     return reduce(or_, found) if found else None
 
 
@@ -106,7 +136,7 @@ def bind_runs(trials: list[Trial]) -> set[int]:
         return set()
     clusters = {t.experiment.cluster_id for t in runs}
     nodes = {(n.cluster_id, n.node_id): n for n in Node.objects.filter(cluster_id__in=clusters)}
-    names = {name for group in TRAINERS.values() for name in group}
+    names = TRAINER_CLASSES
     trainers: dict[tuple[int, str], list[Actor]] = defaultdict(list)
     for actor in Actor.objects.filter(cluster_id__in=clusters, pid__isnull=False,
                                       class_name__in=names):
@@ -116,13 +146,15 @@ def bind_runs(trials: list[Trial]) -> set[int]:
     listed = listed_train_runs(runs)
     changed = set()
     for run in runs:
-        before = (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive)
+        before = (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive,
+                  run.error_text)
         train = listed.get((run.experiment.cluster_id, run.trial_id))
         if train is not None:
             bind_listed(run, train, nodes)
         else:
             bind(run, trainers, nodes)
-        if (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive) != before:
+        if (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive,
+                run.error_text) != before:
             changed.add(run.pk)
     return changed
 
@@ -176,15 +208,30 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
         return  # several live trainers there (not told apart), or none ever seen
     gone = next((a for a in mine if a.pid == run.pid), None)
     if gone is not None and gone.state == "DEAD":
-        status = Job.objects.filter(cluster_id=gone.cluster_id, job_id=gone.job_id
-                                    ).values_list("status", flat=True).first()
-        run.tune_status = JOB_ENDS.get(status or "", "")
+        failure = first_failure(gone.cluster_id, gone.job_id)
+        if failure is not None:
+            failed(run, failure, gone)
+        else:
+            status = Job.objects.filter(cluster_id=gone.cluster_id, job_id=gone.job_id
+                                        ).values_list("status", flat=True).first()
+            run.tune_status = JOB_ENDS.get(status or "", "")
         # Ray listed its trainer dead: its process is gone, though an evaluation made
         # while the cluster's view is not current (a slow poll) cannot say so, and an
         # ended run is not looked at for its liveness again.
         if run.process_alive is not False:
             run.process_alive = False
             run.process_gone_since = run.process_gone_since or gone.ended_at or gone.updated_at
+
+
+def failed(run: Trial, failure: CallFailure, trainer: Actor) -> None:
+    """The run ended with its job's first failed call: ERROR, with that call's error (a
+    raised exception's traceback, an OOM kill), whatever the job's end says (a driver
+    started by hand ends SUCCEEDED however its trainer ended)."""
+    run.tune_status = Trial.ERROR
+    run.error_text = failure.describe()
+    run.error_at = failure.failed_at or trainer.ended_at or failure.seen_at
+    run.error_read_at = failure.seen_at
+    run.error_attempt = run.attempt
 
 
 def is_console_run(run: Trial) -> bool:
@@ -323,7 +370,50 @@ def waits_on_a_call(run: Trial) -> bool:
     if Incident.objects.filter(kind="call_overdue", state=Incident.FIRING, cluster_id=cluster,
                                details__job_id=job).exists():
         return True
-    running = RayCall.objects.filter(cluster_id=cluster, job_id=job).values_list("name")
+    running = RayCall.objects.filter(cluster_id=cluster, job_id=job).exclude(
+        pid=run.pid).values_list("name")  # the trainer's own run call is the run
     return any(CallTiming.usual(durations) is not None for durations in
                CallTiming.objects.filter(cluster_id=cluster, name__in=running
                                          ).values_list("durations", flat=True))
+
+
+def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
+    """A run whose trainer's stacks say it waits in `ray.get`: the verdict of the calls
+    its trainer's run call made that run now (a step's rollout, its reward: Ray names each
+    call's parent), whose stacks are asked for here (once a call,
+    dashboard/cluster/callstacks.py), followed down while one of them waits in `ray.get`
+    too. (True, words) when one is hung: the run is stalled in that call; (False, words)
+    when each is busy: a long rollout, not a hang; (None, "") while their stacks are
+    awaited. None: its trainer runs no such call, and its own verdict stands."""
+    cluster = run.experiment.cluster_id
+    job = trainer_job(run)
+    own = RayCall.objects.filter(cluster_id=cluster, job_id=job, pid=run.pid) if job else None
+    parents = set(own.values_list("task_id", flat=True)) if own is not None else set()
+    words: list[str] = []
+    for _ in range(FOLLOW_DEPTH):
+        calls = list(RayCall.objects.filter(cluster_id=cluster, parent_task_id__in=parents)
+                     .exclude(pid__isnull=True).order_by("first_seen_at", "task_id"))
+        if not calls:
+            return None if not words else (None, "")
+        nodes, _ = call_places(calls)
+        request_stacks(cluster, [(c.task_id, c.name, c.pid, nodes.get(c.node_id, ""))
+                                 for c in calls], now)
+        stacks = call_stacks(cluster, [c.task_id for c in calls])
+        waiting = []
+        for call in calls:
+            stack = stacks.get(call.task_id)
+            if stack is None or not stack.hung:
+                continue
+            node = nodes.get(call.node_id) or "an unknown node"
+            if stack.waits_on != RAY_GET:
+                chain = " -> ".join([*words, f"{call.name} (pid {call.pid} on {node})"])
+                return True, f"waits in ray.get on {chain}, {stack.verdict}"
+            waiting.append(call)
+        if not waiting:
+            if all((s := stacks.get(c.task_id)) is not None and s.hung is False for c in calls):
+                names = ", ".join(sorted({c.name for c in calls}))
+                return False, f"waits in ray.get on {names}, busy"
+            return None, ""
+        words.append(f"{waiting[0].name} (pid {waiting[0].pid})")
+        parents = {c.task_id for c in waiting}
+    return None, ""

@@ -8,12 +8,20 @@ is configured for raywatch: no log dir, no file logger.
 - "healthy": a first step of FIRST_S seconds of busy work (a long first rollout), then
   steps of STEP_S;
 - "hung": its first step's reward asks a reward server that accepts and never answers,
-  and waits on the socket for ever.
+  and waits on the socket for ever;
+- "rollout": its first step waits in `ray.get` on its rollout worker's call, FIRST_S of
+  busy work (a long first generation);
+- "reward_call": its first step waits in `ray.get` on a reward actor's call
+  (`RewardManager.compute_reward`, as EasyR1's and verl's async reward run) that asks a
+  server which never answers;
+- "crash": at step CRASH_AT its rollout worker (a `WorkerDict`, as verl's fused worker
+  class shows in Ray) runs out of GPU memory and raises; the trainer's `ray.get` raises
+  in turn (the cascade), and the driver, started by hand, exits.
 
 Each actor writes its pid to MARKS/<name>.pid first; the hung one MARKS/hung.at (a
 time.time()) as it starts waiting.
 
-    python -m tests.tune_scripts.verl_console_runs GCS_ADDRESS MARKS STEPS
+    python -m tests.tune_scripts.verl_console_runs GCS_ADDRESS MARKS STEPS [NAME ...]
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from tests.rl_loggers import verl_console_line, verl_step
 
 FIRST_S = 45.0  # past raywatch's first look at a silent run (30 s): judged busy
 STEP_S = 1.0
+CRASH_AT = 3
+OOM = "CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79.15 GiB total capacity)"
 
 
 def busy(seconds: float) -> None:
@@ -53,24 +63,50 @@ def compute_reward(marks: Path) -> float:
     return 0.0
 
 
+class WorkerDict:
+    def actor_rollout_generate_sequences(self, step: int, seconds: float = 0.0) -> int:
+        if step >= CRASH_AT and not seconds:
+            raise RuntimeError(OOM)
+        busy(seconds)
+        return step
+
+
+class RewardManager:
+    def compute_reward(self, marks: str) -> float:
+        return compute_reward(Path(marks))
+
+
 class TaskRunner:
     def run(self, marks: str, name: str, steps: int) -> int:
         where = Path(marks)
         (where / f"{name}.pid").write_text(str(os.getpid()))
+        worker = ray.remote(num_cpus=0)(WorkerDict).remote()
         print(verl_console_line({"val-core/gsm8k/reward/mean@1": 0.12}, 0), flush=True)
         for step in range(1, steps + 1):
             if name == "hung":
                 compute_reward(where)
-            busy(FIRST_S if step == 1 else STEP_S)
+            if name == "crash":
+                ray.get(worker.actor_rollout_generate_sequences.remote(step))
+            if name == "rollout":
+                ray.get(worker.actor_rollout_generate_sequences.remote(
+                    step, FIRST_S if step == 1 else STEP_S))
+            if name == "reward_call":
+                reward = ray.remote(num_cpus=0)(RewardManager).remote()
+                ray.get(reward.compute_reward.remote(marks))
+            if name in ("healthy", "hung"):
+                busy(FIRST_S if step == 1 else STEP_S)
+            if name == "crash":  # steps long enough for Ray's list to show its trainer
+                time.sleep(3 * STEP_S)
             print(verl_console_line(verl_step(step), step), flush=True)
         return steps
 
 
 def main() -> None:
     address, marks, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    names = sys.argv[4:] or ["healthy", "hung"]
     ray.init(address=address, logging_level="ERROR")
     runner = ray.remote(num_cpus=0)(TaskRunner)
-    runners = {name: runner.remote() for name in ("healthy", "hung")}
+    runners = {name: runner.remote() for name in names}
     ray.get([r.run.remote(marks, name, steps) for name, r in runners.items()])
 
 

@@ -1,0 +1,44 @@
+"""Why an RL run ended, as Ray lists its job's failed calls (collectors.raystate
+parse_failed_calls, pure): the first to fail first, other jobs' and states' rows and rows
+that are not objects left out, a long traceback kept by its end (where the exception is
+named), and a hostile row costing only itself."""
+
+from __future__ import annotations
+
+from collectors.raystate import FAILURE_MESSAGE_CHARS, parse_failed_calls
+
+
+def reply(rows: list[object]) -> dict:
+    return {"result": True, "data": {"result": {"result": rows}}}
+
+
+def row(task_id: str, name: str, end_ms: object, **extra: object) -> dict:
+    return {"task_id": task_id, "attempt_number": 0, "name": name, "state": "FAILED",
+            "type": "ACTOR_TASK", "job_id": "03000000", "actor_id": "ab" * 16,
+            "node_id": "cd" * 28, "worker_pid": 4242, "error_type": "TASK_EXECUTION_EXCEPTION",
+            "error_message": f"{name} raised", "end_time_ms": end_ms, **extra}
+
+
+def test_the_first_failure_comes_first_and_only_the_jobs_failures_count() -> None:
+    long = "Traceback (most recent call last):\n" + "  frame\n" * 5000 + "RuntimeError: OOM"
+    records = parse_failed_calls(reply([
+        row("t-trainer", "TaskRunner.run", 1_795_000_002_000),
+        row("t-worker", "WorkerDict.actor_rollout_generate_sequences", 1_795_000_001_000,
+            error_message=long),
+        row("t-other", "Other.run", 1_795_000_000_000, job_id="04000000"),
+        row("t-running", "Running.run", 1_795_000_000_000, state="RUNNING"),
+        row("t-no-end", "Late.run", None),
+        "not an object", {"state": "FAILED"},  # hostile rows: only themselves lost
+        row("t-odd", "Odd.run", "yesterday", worker_pid="x", attempt_number=None),
+    ]), "03000000")
+    assert [r.name for r in records][:2] == ["WorkerDict.actor_rollout_generate_sequences",
+                                             "TaskRunner.run"]
+    assert {r.name for r in records[2:]} == {"Late.run", "Odd.run"}  # no end time: last
+    first = records[0]
+    assert first.message.endswith("RuntimeError: OOM")
+    assert len(first.message) == FAILURE_MESSAGE_CHARS
+    assert (first.pid, first.error_type, first.job_id) == (4242, "TASK_EXECUTION_EXCEPTION",
+                                                           "03000000")
+    odd = next(r for r in records if r.name == "Odd.run")
+    assert odd.pid is None and odd.failed_at is None and odd.attempt == 0
+    assert parse_failed_calls({"result": True}, "03000000") == []
