@@ -92,6 +92,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/agent_trial_logs_bench.py
 	$(BIN)/python bench/alert_bench.py
 	$(BIN)/python bench/clusters_bench.py
+	$(BIN)/python bench/evidence_bench.py
 	$(BIN)/python bench/first_ingest_bench.py
 	$(BIN)/python bench/gpu_bench.py
 	$(BIN)/python bench/gpu_fleet_bench.py

@@ -42,3 +42,27 @@ def test_the_first_failure_comes_first_and_only_the_jobs_failures_count() -> Non
     odd = next(r for r in records if r.name == "Odd.run")
     assert odd.pid is None and odd.failed_at is None and odd.attempt == 0
     assert parse_failed_calls({"result": True}, "03000000") == []
+
+
+def test_a_failure_raised_again_by_a_ray_get_names_the_call_it_began_in() -> None:
+    """Ray's message for a trainer's call that raised what its ray.get got names the call
+    the failure began in (its own header, `:Class.method() (pid=…)`): the run's error
+    says that call, when the worker's own failure was never listed (it died with its
+    owner before Ray heard of it)."""
+    from dashboard.cluster.models import CallFailure
+
+    cascade = CallFailure(cluster_id=1, name="TaskRunner.run",
+                          error_type="TASK_EXECUTION_EXCEPTION", message=(
+        # As Ray 2.60 wrote it (tests/test_console_runs.py's crashed run, seen there)
+        "User exception:\n"
+        "::WorkerDict.actor_rollout_generate_sequences() (pid=20157, ip=10.0.0.5, "
+        "actor_id=a07a, repr=<default_worker.WorkerDict object at 0x7fea34922090>)\n"
+        "  File \"fsdp_workers.py\", line 61, in generate_sequences\n"
+        "RuntimeError: CUDA out of memory"))
+    assert cascade.first_call() == "WorkerDict.actor_rollout_generate_sequences"
+    assert cascade.describe().startswith(
+        "WorkerDict.actor_rollout_generate_sequences failed (TASK_EXECUTION_EXCEPTION, raised "
+        "again by TaskRunner.run):\n")
+    own = CallFailure(cluster_id=1, name="Runner.run", error_type="OUT_OF_MEMORY",
+                      message="Task was killed")
+    assert own.describe() == "Runner.run failed (OUT_OF_MEMORY):\nTask was killed"

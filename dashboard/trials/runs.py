@@ -56,6 +56,9 @@ from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, Trial
 
 FOLLOW_DEPTH = 3  # calls of calls followed down from a trainer waiting in ray.get
+# The calls looked at a level, the longest-running first (a step's rollout over 64 ranks
+# is 64 calls of one name): what a run's verdict costs stays bounded however many run.
+FOLLOW_CALLS = 8
 RANK_WORKER = "RayTrainWorker"  # a Ray Train rank's process: a listed run's is rank 0's
 # A trainer's ended job says how the run ended (Trial statuses).
 JOB_ENDS = {"SUCCEEDED": "TERMINATED", "STOPPED": "TERMINATED", "FAILED": "ERROR"}
@@ -392,7 +395,8 @@ def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
     words: list[str] = []
     for _ in range(FOLLOW_DEPTH):
         calls = list(RayCall.objects.filter(cluster_id=cluster, parent_task_id__in=parents)
-                     .exclude(pid__isnull=True).order_by("first_seen_at", "task_id"))
+                     .exclude(pid__isnull=True).order_by("first_seen_at", "task_id")
+                     [:FOLLOW_CALLS])
         if not calls:
             return None if not words else (None, "")
         nodes, _ = call_places(calls)
