@@ -303,18 +303,19 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     Trial.objects.filter(pk=run.pk).update(iteration=4,
                                            last_result_at=now - timedelta(seconds=90))
 
-    def call(name: str, task_id: str) -> RayCall:
+    def call(name: str, task_id: str, pid: int = 200) -> RayCall:
         return RayCall.objects.create(cluster=cluster, task_id=task_id, name=name,
                                       kind="ACTOR_TASK", job_id=job, actor_id="r",
-                                      node_id="n1", pid=200,
+                                      node_id="n1", pid=pid,
                                       first_seen_at=now - timedelta(seconds=20))
 
     def stalled() -> bool:
         detect.evaluate_trials(timezone.now())
         return Incident.objects.filter(kind="trial_stalled", state=Incident.FIRING).exists()
 
-    # The trainer's Runner.run-like call, never seen to end, is nothing to wait on...
-    call("TaskRunner.run", "t1")
+    # The trainer's Runner.run-like call (in its own process), never seen to end, is
+    # nothing to wait on...
+    call("TaskRunner.run", "t1", pid=run.pid)
     # ...the reward call of the step in progress, usually 3 s, 20 s in, is.
     reward = call("AutoRewardManager.compute_reward", "t2")
     CallTiming.objects.create(cluster=cluster, name=reward.name, durations=[3.0, 3.1, 2.9],

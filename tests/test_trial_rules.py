@@ -90,6 +90,10 @@ def test_before_a_habit_the_first_step_is_judged_from_its_stacks() -> None:
     assert next_check(busy, [], TH, T0 + timedelta(seconds=40)) == T0 + timedelta(seconds=95)
     assert trial_stalled(young, TH, T0 + timedelta(seconds=119)) is None
     assert trial_stalled(young, TH, T0 + timedelta(seconds=121)) is not None  # backstop
+    # A run whose trainer runs no call (its loop returned; the actor lives on, idle).
+    idle = replace(young, hung=True, in_run_call=False)
+    assert not needs_verdict(idle, TH, T0 + timedelta(seconds=31))
+    assert trial_stalled(idle, TH, late) is None
     # A run found from Ray that has printed nothing yet: silent since it was found.
     found = trial(steps=[], last_result_at=None, started_at=T0)
     assert needs_verdict(found, TH, T0 + timedelta(seconds=31))

@@ -111,6 +111,10 @@ class TrialSnapshot:
     # An RL run found from Ray before it printed a step: when raywatch first saw its
     # trainer, from which its silence counts (a hang in the very first step).
     started_at: datetime | None = None
+    # An RL run's trainer runs its run call (TaskRunner.run), as Ray lists its calls:
+    # False when it runs none (its loop returned, the actor lives on idle), so its silence
+    # is no step in progress. None: not a run, or not known.
+    in_run_call: bool | None = None
 
     @property
     def subject(self) -> str:
@@ -181,7 +185,8 @@ def _activity(trial: TrialSnapshot) -> str:
 
 def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Finding | None:
     quiet_since = trial.quiet_since
-    if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since:
+    if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since \
+            or trial.in_run_call is False:
         return None
     if trial.hung is False and not has_habit(trial):
         # No usual step to hold it to, and its own stacks say it works (a long first
@@ -245,7 +250,8 @@ def needs_verdict(trial: TrialSnapshot, th: Thresholds, now: datetime) -> bool:
     this silence, or only a busy one grown old: its node's agent is asked to sample them
     (dashboard.trials.detect)."""
     quiet_since = trial.quiet_since
-    if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since:
+    if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since \
+            or trial.in_run_call is False:
         return False
     if (now - quiet_since).total_seconds() <= hang_limit_s(trial, th):
         return False

@@ -50,6 +50,7 @@ from dashboard.trials.runs import (
     bind_runs,
     discover_runs,
     follow_ray_get,
+    in_run_calls,
     is_run,
     runs_of_failed_jobs,
     runs_to_bind,
@@ -190,6 +191,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
     sampled = stacks_of_stalls([t for t in trials if t.status == Trial.RUNNING
                                 and (since := quiet_since(t)) and since < quiet])
     spoken_for = shadowed(trials)  # a console run whose trainer's file-logged run is judged
+    in_call = in_run_calls([t for t in trials if t.status == Trial.RUNNING])
     for trial in trials:
         if trial.experiment.cluster_id in poll.ended or trial.pk in spoken_for \
                 or of_ended_session(trial, poll.restarted):
@@ -199,7 +201,8 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
                            **agents.get(trial.pk, {}),
-                           **sampled_verdict(sampled.get(trial.pk)))
+                           **sampled_verdict(sampled.get(trial.pk)),
+                           in_run_call=in_call.get(trial.pk))
         sampling, followed = False, None
         stack = sampled.get(trial.pk)
         if stack is not None and stack.hung and stack.waits_on == RAY_GET and is_run(trial):

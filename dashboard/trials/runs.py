@@ -421,3 +421,17 @@ def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
         words.append(f"{waiting[0].name} (pid {waiting[0].pid})")
         parents = {c.task_id for c in waiting}
     return None, ""
+
+
+def in_run_calls(runs: list[Trial]) -> dict[int, bool]:
+    """Whether each RL run's trainer process runs a call now, as Ray lists them (its run
+    call, `TaskRunner.run`): one whose loop returned and whose actor lives on, idle,
+    runs none, and its silence is no step in progress. One query for all. Not for a Ray
+    Train run: its ranks train in a thread of their own, outside any call."""
+    runs = [r for r in runs if r.framework in CONSOLE_FRAMEWORKS and r.pid]
+    if not runs:
+        return {}
+    busy = set(RayCall.objects.filter(
+        cluster_id__in={r.experiment.cluster_id for r in runs}, pid__in={r.pid for r in runs}
+    ).values_list("cluster_id", "pid"))
+    return {r.pk: (r.experiment.cluster_id, r.pid) in busy for r in runs}
