@@ -66,3 +66,14 @@ def test_a_failure_raised_again_by_a_ray_get_names_the_call_it_began_in() -> Non
     own = CallFailure(cluster_id=1, name="Runner.run", error_type="OUT_OF_MEMORY",
                       message="Task was killed")
     assert own.describe() == "Runner.run failed (OUT_OF_MEMORY):\nTask was killed"
+
+
+def test_what_ray_left_of_the_header_still_names_the_call() -> None:
+    """The prefix of a re-raised call's header varies (seen on Ray 2.60 in full runs)."""
+    from dashboard.cluster.models import CallFailure
+
+    for prefix in ("ray::", "::", ":", "y::"):
+        failure = CallFailure(cluster_id=1, name="TaskRunner.run", message=(
+            f"User exception:\n{prefix}WorkerDict.generate() (pid=2, ip=10.0.0.5)\n"
+            "RuntimeError: CUDA out of memory"))
+        assert failure.first_call() == "WorkerDict.generate", prefix

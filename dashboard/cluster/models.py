@@ -188,9 +188,10 @@ class RayCall(models.Model):
         return f"{self.name} ({self.task_id[:8]})"
 
 
-# Ray's header of a failed call in an error message: "ray::Class.method() (pid=…" or, for
-# the call a ray.get raised again, ":Class.method() (pid=…" at the start of a line.
-_CALL_HEADER = re.compile(r"(?m)^(?:ray)?:{1,2}([A-Za-z_][\w.]{0,199})\(\) \(pid=\d+")
+# Ray's header of a failed call in an error message: "ray::Class.method() (pid=…" at the
+# start of a line; for the call a ray.get raised again, what Ray left of that prefix
+# ("::", ":", "y::" were seen on Ray 2.60).
+_CALL_HEADER = re.compile(r"(?m)^[a-z]{0,3}:{0,2}([A-Za-z_][\w.]{0,199})\(\) \(pid=\d+")
 
 
 class CallFailure(models.Model):
