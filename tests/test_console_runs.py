@@ -215,7 +215,7 @@ def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded
                            explain=lambda: Trial.objects.values(
                                "status", "status_reason", "tune_status").get(pk=listed.pk))
         assert crashed.error_text.startswith(
-            "WorkerDict.actor_rollout_generate_sequences failed (TASK_EXECUTION_EXCEPTION)"
+            "WorkerDict.actor_rollout_generate_sequences failed (TASK_EXECUTION_EXCEPTION"
         ), (crashed.error_text[:300], list(CallFailure.objects.values("name", "failed_at")))
         assert crashed.error_text.rstrip().endswith(f"RuntimeError: {OOM}"), crashed.error_text
         assert crashed.status_reason == "its Ray job's first failed call"
