@@ -116,25 +116,26 @@ class RayWorkload:
         return held
 
     def _started_with_gpus(self) -> dict[int, tuple[int, ...]]:
-        """Processes (not Ray workers) whose starting environment names GPUs; each is
-        read once per (pid, start time)."""
+        """Processes (not Ray workers) whose starting environment names GPUs. The
+        environment is read once per (pid, start time); the name each time, since a Ray
+        worker starts as python and renames itself ray::IDLE a moment later."""
         seen: dict[tuple[int, float], tuple[int, ...]] = {}
         for process in psutil.process_iter(["create_time"]):
             key = (process.pid, process.info["create_time"] or 0.0)
             if key not in self._started_with:
-                self._started_with[key] = self._gpus_at_start(process)
+                self._started_with[key] = visible_devices(
+                    environ_of(process.pid).get("CUDA_VISIBLE_DEVICES"), self.count)
             seen[key] = self._started_with[key]
         self._started_with = seen
-        return {pid: gpus for (pid, _), gpus in seen.items() if gpus}
+        return {pid: gpus for (pid, _), gpus in seen.items()
+                if gpus and not self._ray_worker(pid)}
 
-    def _gpus_at_start(self, process: psutil.Process) -> tuple[int, ...]:
-        gpus = visible_devices(environ_of(process.pid).get("CUDA_VISIBLE_DEVICES"), self.count)
-        if not gpus:
-            return ()
+    @staticmethod
+    def _ray_worker(pid: int) -> bool:
         try:
-            return () if is_ray_worker(process.cmdline()) else gpus
+            return is_ray_worker(psutil.Process(pid).cmdline())
         except psutil.Error:
-            return ()
+            return True  # gone: it holds nothing
 
     def _reading(self, pid: int) -> Holder | None:
         """CPU percent since the previous reading (0 at the first), resident memory."""

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,8 @@ def run_suite(argv: list[str]) -> int:
             print((scratch / f"{name}.log").read_text(errors="replace"), flush=True)
         reports = [scratch / f"{name}.xml" for name in names]
         print(slowest(reports), flush=True)
+        for line in failures(reports):
+            print(line, flush=True)
         print(totals(reports), flush=True)
         for name, code in zip(names, codes, strict=True):
             if code < 0:
@@ -370,17 +373,36 @@ def slowest(reports: list[Path], shown: int = 15) -> str:
     """The files that took longest, from the runs' JUnit reports: where the suite's
     minutes go (what to mark `beside`, or to make cheaper)."""
     took: dict[str, float] = {}
-    for report in reports:
-        try:
-            cases = list(ElementTree.parse(report).getroot().iter("testcase"))
-        except (OSError, ElementTree.ParseError):
-            continue
-        for case in cases:
-            # "tests.test_x" or "tests.test_x.TestClass": the file is the first two parts.
-            name = ".".join(case.get("classname", "").split(".")[:2])
-            took[name] = took.get(name, 0.0) + float(case.get("time") or 0)
+    for case in _cases(reports):
+        # "tests.test_x" or "tests.test_x.TestClass": the file is the first two parts.
+        name = ".".join(case.get("classname", "").split(".")[:2])
+        took[name] = took.get(name, 0.0) + float(case.get("time") or 0)
     top = sorted(took.items(), key=lambda kv: -kv[1])[:shown]
     return "[make test] slowest files (s): " + ", ".join(f"{n} {t:.0f}" for n, t in top)
+
+
+def failures(reports: list[Path], chars: int = 800) -> list[str]:
+    """Each failed test and how it failed (pytest's message, its last lines), gathered at
+    the end: a batch's FAILURES section sits in the middle of a long log, and a CI page
+    that shows only part of it shows the test's source rather than its assertion."""
+    lines = []
+    for case in _cases(reports):
+        for bad in [*case.iter("failure"), *case.iter("error")]:
+            text = (bad.text or "").rstrip()
+            said = bad.get("message") or ""
+            tail = text[-chars:] if text else said[:chars]
+            lines.append(f"[make test] FAILED {case.get('classname')}::{case.get('name')}"
+                         f": {said[:chars]}\n{tail}")
+    return lines
+
+
+def _cases(reports: list[Path]) -> Iterator[ElementTree.Element]:
+    """The test cases of the JUnit reports that could be read."""
+    for report in reports:
+        try:
+            yield from list(ElementTree.parse(report).getroot().iter("testcase"))
+        except (OSError, ElementTree.ParseError):
+            continue
 
 
 def totals(reports: list[Path]) -> str:

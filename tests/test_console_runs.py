@@ -209,7 +209,7 @@ def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded
         pid = int(wait_for(lambda: _read(marks / "crash.pid"), 120, 0.5, "the TaskRunner"))
         listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
                           60, 0.5, "the run listed from Ray")
-        assert run.wait(patient(120)) == 1  # the driver raised the trainer's error
+        assert run.wait(patient(120)) == 1, "the driver did not raise the trainer's error"
         crashed = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
                            == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
                            explain=lambda: Trial.objects.values(
@@ -220,7 +220,11 @@ def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded
         assert crashed.error_text.rstrip().endswith(f"RuntimeError: {OOM}"), crashed.error_text
         assert crashed.status_reason == "its Ray job's first failed call"
         trainer = Actor.objects.get(pid=pid, class_name="TaskRunner")
-        assert Job.objects.get(job_id=trainer.job_id).status == "SUCCEEDED"  # Ray's word
+        # Ray's word, once a poll has seen the driver gone (the trainer's death and the
+        # job's end are two facts, and a poll may read the one before the other).
+        wait_for(lambda: Job.objects.get(job_id=trainer.job_id).status == "SUCCEEDED", 60,
+                 0.5, "Ray to say the job SUCCEEDED",
+                 explain=lambda: Job.objects.values("status").get(job_id=trainer.job_id))
         incident = wait_for(lambda: Incident.objects.filter(
             kind="trial_errored", state=Incident.FIRING, trial=listed).first(), 60, 0.5,
             "trial_errored for the crashed run")

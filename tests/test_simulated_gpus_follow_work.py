@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -77,6 +78,12 @@ def started_with_gpus() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
                                             "CUDA_VISIBLE_DEVICES": f"{RAY_WORKER_GPU}"}),
         "no_gpu": subprocess.Popen(sleep, env=base),
     }
+    # bash renames itself by exec a moment after it starts; read before that, it is no
+    # Ray worker yet (as a real one is python until it names itself).
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{processes['ray_worker'].pid}/cmdline").read_bytes().startswith(
+            b"ray::") and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield processes
     for process in processes.values():
         process.kill()
