@@ -27,6 +27,7 @@ from collectors.raylists import (
 )
 from collectors.raytrain import TrainListing, fetch_train_runs
 from collectors.records import (
+    ActorDeathRecord,
     ActorRecord,
     CallRecord,
     FailedCallRecord,
@@ -277,6 +278,50 @@ def parse_failed_calls(reply: dict[str, Any], job_id: str) -> list[FailedCallRec
     ]
     never = datetime.max.replace(tzinfo=UTC)
     return sorted(records, key=lambda r: (r.failed_at or never, r.task_id))
+
+
+# Why an actor died, as Ray's death_cause says: ended on purpose (by its owner or a user),
+# or not. A worker that exits through exit_actor() / __ray_terminate__ is WORKER_DIED with
+# "Worker exit type: INTENDED_USER_EXIT" in the message (seen on Ray 2.60).
+DEATH_ON_PURPOSE = frozenset({"RAY_KILL", "OUT_OF_SCOPE", "REF_DELETED"})
+INTENDED_EXITS = frozenset({"INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT"})
+_EXIT_TYPE = re.compile(r"Worker exit type: ([A-Z_]{1,40})")
+_DEATH_CONTEXTS = {"oom_context": "OUT_OF_MEMORY", "actor_unschedulable_context":
+                   "UNSCHEDULABLE", "creation_task_failure_context": "CREATION_FAILED",
+                   "runtime_env_failed_context": "RUNTIME_ENV_FAILED"}
+
+
+def fetch_actor_death(endpoint: RayEndpoint, actor_id: str) -> dict[str, Any]:
+    """One actor's row with the detail columns (its death_cause): asked once for an actor
+    that ended while a trial was bound to its process."""
+    return fetch_json(endpoint, f"/api/v0/actors?{list_query(('actor_id', '=', actor_id))}")
+
+
+def parse_actor_death(reply: dict[str, Any], actor_id: str) -> ActorDeathRecord | None:
+    """Why `actor_id` died, from a fetch_actor_death reply; None when Ray no longer lists
+    it, or lists it alive, or says nothing of why."""
+    rows = _dig(reply, "data", "result", "result") or []
+    row = next((r for r in rows if isinstance(r, dict) and r.get("actor_id") == actor_id
+                and r.get("state") == "DEAD"), None)
+    cause = row.get("death_cause") if row else None
+    if not isinstance(cause, dict):
+        return None
+    died = cause.get("actor_died_error_context")
+    if isinstance(died, dict):
+        message = str(died.get("error_message") or "")
+        reason = str(died.get("reason") or "UNSPECIFIED")[:32]
+        found = _EXIT_TYPE.search(message)
+        exit_type = found.group(1) if found else ""
+        return ActorDeathRecord(actor_id, reason, exit_type, message[:FAILURE_MESSAGE_CHARS],
+                                reason in DEATH_ON_PURPOSE or exit_type in INTENDED_EXITS)
+    for key, reason in _DEATH_CONTEXTS.items():
+        context = cause.get(key)
+        if isinstance(context, dict):
+            message = str(context.get("error_message")
+                          or context.get("formatted_exception_string") or "")
+            return ActorDeathRecord(actor_id, reason, "", message[:FAILURE_MESSAGE_CHARS],
+                                    False)
+    return None
 
 
 def _whole(value: Any) -> int:

@@ -140,6 +140,22 @@ class CallRecord:
 
 
 @dataclass(frozen=True)
+class ActorDeathRecord:
+    """Why Ray says an actor died (GET /api/v0/actors with detail: its death_cause).
+    `reason` is Ray's (WORKER_DIED, RAY_KILL, OWNER_DIED, NODE_DIED, OUT_OF_SCOPE,
+    REF_DELETED, OUT_OF_MEMORY for the memory monitor, UNSCHEDULABLE, CREATION_FAILED,
+    RUNTIME_ENV_FAILED) and `exit_type` the worker's (INTENDED_USER_EXIT, SYSTEM_ERROR,
+    ...) when Ray says it; `on_purpose`: its owner or a user ended it (ray.kill, exit_actor,
+    __ray_terminate__, the last handle dropped), as Tune ends a trial it pauses."""
+
+    actor_id: str
+    reason: str
+    exit_type: str
+    message: str
+    on_purpose: bool
+
+
+@dataclass(frozen=True)
 class FailedCallRecord:
     """A task or actor call Ray lists as FAILED, with why (GET /api/v0/tasks with detail):
     its error type (TASK_EXECUTION_EXCEPTION for a raised exception, ACTOR_DIED,

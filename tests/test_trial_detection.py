@@ -14,7 +14,8 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from dashboard.cluster.models import Demand
+from collectors.raystate import DEATH_ON_PURPOSE, INTENDED_EXITS
+from dashboard.cluster.models import Actor, Demand
 from dashboard.cluster.state import ray_is_current
 from dashboard.gpus.detect import evaluate_resources
 from dashboard.incidents.models import Incident
@@ -131,6 +132,36 @@ def test_healthy_asha_search_raises_nothing(watched, ray_settings) -> None:  # t
     finally:
         stop_node(search)
     assert timezone.now()
+
+
+def test_trials_hyperband_pauses_raise_nothing_though_tune_says_running_a_while(  # type: ignore[no-untyped-def]
+        watched, ray_settings) -> None:
+    """HyperBand pauses trials at each rung: Tune ends their actors and writes its state
+    as it ships (every 10 s or more), so for seconds Tune says RUNNING of a trial whose
+    process is gone. Ray says each of those actors was ended on purpose (its worker
+    exited as asked), which is no process gone to alarm about (the grace here is 3 s);
+    the search raises nothing."""
+    name = f"hyperband-{uuid.uuid4().hex[:6]}"
+    search = start_search(ray_settings, watched, name, "hyperband")
+    try:
+        assert search.wait(patient(240)) == 0, search_said(search)
+        wait_for(lambda: not Trial.objects.filter(experiment__name=name,
+                                                  status="RUNNING").exists(),
+                 60, 0.5, "no trial left RUNNING after the search ended")
+        trials = Trial.objects.filter(experiment__name=name)
+        # HyperBand may end the search with a trial of an unfilled bracket still paused.
+        assert len(trials) == 4 and {t.status for t in trials} <= {"TERMINATED", "PAUSED"}
+        paused = Actor.objects.filter(ended_on_purpose=True, class_name="ImplicitFunc")
+        assert paused.exists(), "no trial's actor was seen ended while Tune said RUNNING"
+        # Tune drops its handle of a paused trial's actor (Ray: OUT_OF_SCOPE).
+        assert all(a.death_reason in DEATH_ON_PURPOSE
+                   or any(e in a.death_message for e in INTENDED_EXITS)
+                   for a in paused), [(a.death_reason, a.death_message[:200]) for a in paused]
+        assert not Incident.objects.filter(trial__experiment__name=name).exists(), list(
+            Incident.objects.filter(trial__experiment__name=name).values_list("summary",
+                                                                              flat=True))
+    finally:
+        stop_node(search)
 
 
 def test_a_search_that_queues_trials_behind_its_own_raises_no_pending_alarm(  # type: ignore[no-untyped-def]

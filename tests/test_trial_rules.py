@@ -125,6 +125,9 @@ def test_process_gone_after_grace_only_for_unfinished_trials() -> None:
     for status in ("TERMINATED", "ERROR", "PAUSED"):
         stopped = trial(status=status, process_alive=False, process_gone_since=T0)
         assert trial_process_gone(stopped, TH, T0 + timedelta(hours=1)) is None
+    # Ray says its owner ended it (Tune pausing it; Tune's own word lags): no alarm.
+    paused = replace(gone, ended_on_purpose="OUT_OF_SCOPE: all references were removed")
+    assert trial_process_gone(paused, TH, T0 + timedelta(hours=1)) is None
 
 
 def test_errored_quotes_the_error() -> None:

@@ -19,13 +19,22 @@ from datetime import datetime, timedelta
 from django.db.models import F
 
 from collectors.http import SourceError
-from collectors.raystate import RayEndpoint, fetch_failed_calls, parse_failed_calls
+from collectors.raystate import (
+    RayEndpoint,
+    fetch_actor_death,
+    fetch_failed_calls,
+    parse_actor_death,
+    parse_failed_calls,
+)
 from collectors.runformats import TRAINER_CLASSES
-from dashboard.cluster.models import Actor, CallFailure
+from dashboard.cluster.models import Actor, CallFailure, Node
+from dashboard.cluster.views_data import running_trials_of
 from dashboard.cluster.workload import DEAD_ACTOR_KEEP
 
 log = logging.getLogger("raywatch.cluster.failures")
 FAILURE_WAIT_S = 30.0  # how long after its trainer ended a job's failures are looked for
+DEATHS_PER_POLL = 20  # actors asked why they died, at most, per poll of a cluster
+DEATHS_LOOKED_AT = 2000  # the newest actors that just ended, looked at for a bound trial
 
 
 def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
@@ -74,3 +83,35 @@ def failed_jobs_since(since: datetime | None) -> set[tuple[int, str]]:
                .values_list("cluster_id", "job_id"))
 
 
+
+
+def note_deaths(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
+    """Ask Ray why each actor died that ended within FAILURE_WAIT_S with a trial bound to
+    its process (DEATHS_PER_POLL at most, once each): ended on purpose (Tune pausing or
+    stopping a trial, ray.kill) or not (a crash, the OOM killer, its node). How many were
+    answered. An actor Ray does not answer for costs only itself."""
+    since = now - timedelta(seconds=FAILURE_WAIT_S)
+    ended = list(Actor.objects.filter(cluster_id=cluster_pk, state="DEAD", ended_at__gte=since,
+                                      death_reason="", pid__isnull=False)
+                 .order_by("-ended_at")[:DEATHS_LOOKED_AT])
+    if not ended:
+        return 0
+    nodes = dict(Node.objects.filter(cluster_id=cluster_pk, node_id__in={
+        a.node_id for a in ended}).values_list("node_id", "node_ip"))
+    bound = running_trials_of({a.pid for a in ended if a.pid})
+    ended = [a for a in ended
+             if (cluster_pk, nodes.get(a.node_id, ""), a.pid) in bound][:DEATHS_PER_POLL]
+    answered = 0
+    for actor in ended:
+        try:
+            death = parse_actor_death(fetch_actor_death(endpoint, actor.actor_id),
+                                      actor.actor_id)
+        except SourceError as exc:
+            log.warning("why actor %s died not read: %s", actor.actor_id, exc.message)
+            continue
+        Actor.objects.filter(pk=actor.pk, state="DEAD").update(
+            death_reason=death.reason if death else "UNKNOWN",
+            death_message=(death.message if death else "").replace("\x00", ""),
+            ended_on_purpose=death.on_purpose if death else None)
+        answered += 1
+    return answered

@@ -141,6 +141,13 @@ class Actor(models.Model):
     required_resources = models.JSONField(default=dict)
     start_time = models.DateTimeField(null=True)
     ended_at = models.DateTimeField(null=True)
+    # Why Ray says it died (collectors.raystate.parse_actor_death), asked once when it
+    # ended bound to a trial (dashboard/cluster/failures.note_deaths): "" not asked,
+    # UNKNOWN when Ray could not say. On purpose: its owner or a user ended it (Tune
+    # pausing a trial), not a crash.
+    death_reason = models.CharField(max_length=32, blank=True, default="")
+    death_message = models.TextField(blank=True, default="")
+    ended_on_purpose = models.BooleanField(null=True)
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -20,7 +20,7 @@ from collectors.raystate import (
 )
 from dashboard.cluster.calls import dropped_lately, ingest_calls
 from dashboard.cluster.endpoint import ray_endpoint
-from dashboard.cluster.failures import note_failures
+from dashboard.cluster.failures import note_deaths, note_failures
 from dashboard.cluster.models import Actor, Cluster
 from dashboard.cluster.sessions import added_clusters, held, note_answer, note_failure
 from dashboard.cluster.state import ingest_nodes
@@ -86,6 +86,7 @@ def poll_one(cluster: Cluster | None) -> None:
                 store(row, reply, endpoint.dashboard_url, poll.warnings, asked)
         if row is not None:  # outside the poll's transaction: a request to Ray
             note_failures(endpoint, row.pk, timezone.now())
+            note_deaths(endpoint, row.pk, timezone.now())
 
 
 # Added clusters whose poll runs in this process: a slow one is not sent again until its

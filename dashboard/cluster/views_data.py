@@ -210,6 +210,12 @@ def register_trials_by_process(fn: TrialsByProcess) -> None:
         _trials_by_process.append(fn)
 
 
+def running_trials_of(pids: set[int]) -> dict[tuple[int, str, int], tuple[int, str]]:
+    """The RUNNING trials these pids run, as the trials app says: (cluster pk, node IP,
+    pid) -> (trial pk, trial id)."""
+    return {key: found for find in _trials_by_process for key, found in find(pids).items()}
+
+
 def call_places(calls: list[RayCall]) -> tuple[dict[str, str], dict[str, str]]:
     """Where these calls run, as Ray last listed it: node id -> address, actor id -> its
     name (the Jobs page, and call_overdue's summary)."""
@@ -236,8 +242,8 @@ def calls_payload(cluster: str | None = None, *, job: tuple[int, str] | None = N
                for t in CallTiming.objects.filter(name__in={c.name for c in calls})}
     nodes, actors = call_places(calls)
     pids = {c.pid for c in calls if c.pid}
-    trials = {key: {"id": pk, "trial_id": trial_id} for find in _trials_by_process
-              for key, (pk, trial_id) in find(pids).items()}
+    trials = {key: {"id": pk, "trial_id": trial_id}
+              for key, (pk, trial_id) in running_trials_of(pids).items()}
     now = timezone.now()
     rows = []
     for c in calls:

@@ -84,6 +84,7 @@ def ingest_actors(records: Iterable[ActorRecord], now: datetime, cluster: Cluste
             "name": r.name[:500], "job_id": r.job_id or "",
             "placement_group_id": r.placement_group_id or "",
             "required_resources": r.required_resources, "ended_at": None,
+            "death_reason": "", "death_message": "", "ended_on_purpose": None,  # alive again
             # Ray is asked for a start time once; None then means "as stored".
             **({"start_time": r.start_time} if r.start_time else {}),
         }

@@ -115,6 +115,9 @@ class TrialSnapshot:
     # False when it runs none (its loop returned, the actor lives on idle), so its silence
     # is no step in progress. None: not a run, or not known.
     in_run_call: bool | None = None
+    # Why Ray says its process's actor ended, when it was on purpose (its owner or a user
+    # ended it: Tune pausing it, ray.kill), in words; "" when not, or not known.
+    ended_on_purpose: str = ""
 
     @property
     def subject(self) -> str:
@@ -272,6 +275,8 @@ def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> F
         return None
     if trial.process_alive is not False or trial.process_gone_since is None:
         return None
+    if trial.ended_on_purpose:
+        return None  # its owner ended it (Tune pausing it): Tune's word on it is to come
     gone_for = (now - trial.process_gone_since).total_seconds()
     if gone_for < th.gone_grace_s:
         return None

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Max, Q
+from django.db.models import Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from collectors.pystack import RAY_GET
@@ -192,6 +192,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                                 and (since := quiet_since(t)) and since < quiet])
     spoken_for = shadowed(trials)  # a console run whose trainer's file-logged run is judged
     in_call = in_run_calls([t for t in trials if t.status == Trial.RUNNING])
+    on_purpose = ended_on_purpose([t for t in trials if t.process_alive is False])
     for trial in trials:
         if trial.experiment.cluster_id in poll.ended or trial.pk in spoken_for \
                 or of_ended_session(trial, poll.restarted):
@@ -202,7 +203,8 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
                            **agents.get(trial.pk, {}),
                            **sampled_verdict(sampled.get(trial.pk)),
-                           in_run_call=in_call.get(trial.pk))
+                           in_run_call=in_call.get(trial.pk),
+                           ended_on_purpose=on_purpose.get(trial.pk, ""))
         sampling, followed = False, None
         stack = sampled.get(trial.pk)
         if stack is not None and stack.hung and stack.waits_on == RAY_GET and is_run(trial):
@@ -681,6 +683,27 @@ def slow_baselines(trials: list[Trial]) -> dict[int, Baseline]:
     rows = [(pk, details) for pk, details in rows if pk in wanted]
     found = {pk: Baseline.from_details(details) for pk, details in rows}
     return {pk: baseline for pk, baseline in found.items() if baseline is not None}
+
+
+def ended_on_purpose(gone: list[Trial]) -> dict[int, str]:
+    """The trials among `gone` (their process gone) whose actor Ray says was ended on
+    purpose, by its owner or a user (Tune pausing or stopping it, ray.kill): trial pk ->
+    why, in Ray's words. One query."""
+    keyed = {(t.experiment.cluster_id, t.node_ip, t.pid): t.pk for t in gone if t.pid}
+    if not keyed:
+        return {}
+    found: dict[int, str] = {}
+    for cluster, pid, node_ip, reason, message in Actor.objects.filter(
+            state="DEAD", ended_on_purpose=True, pid__in={k[2] for k in keyed},
+            cluster_id__in={k[0] for k in keyed}).annotate(
+            node_ip=Subquery(Node.objects.filter(cluster_id=OuterRef("cluster_id"),
+                                                 node_id=OuterRef("node_id"))
+                             .values("node_ip")[:1])).values_list(
+            "cluster_id", "pid", "node_ip", "death_reason", "death_message"):
+        pk = keyed.get((cluster, node_ip or "", pid))
+        if pk is not None:
+            found[pk] = f"{reason}: {message}"[:300]
+    return found
 
 
 def history_firing(trials: list[Trial]) -> dict[int, set[str]]:

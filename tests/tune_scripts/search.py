@@ -18,7 +18,9 @@ trials; "retry" runs one hang trial that Tune retries once (max_failures=1) and 
 healthy one; "grown" runs one grown trial; "stacks" runs a hang and a spin trial;
 "quick" runs three short healthy trials; "objective" names its metric and mode
 (reward_mean, max) and runs lr 0.5 and 2.0 healthy for 8 steps and lr 3.0 that hangs;
-"node_b" runs a hang and a long healthy trial
+"hyperband" runs four healthy trials, the lower their lr the slower, that HyperBand pauses
+and resumes (checkpointed),
+Tune's state written as Tune ships it; "node_b" runs a hang and a long healthy trial
 on the node with the `node_b` resource; "queue" runs three healthy trials of one CPU each,
 so that on the test cluster's two CPUs the third waits for one of the first two to end.
 STORAGE_DIR "-" keeps Tune's default storage (~/ray_results of the driver's node).
@@ -30,7 +32,9 @@ import ctypes
 import os
 import signal
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
@@ -38,7 +42,7 @@ os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
 
 import ray
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler
+from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
 
 STEP_S = 0.3
 # A spinning trial computes on this share of a core: busy to raywatch, whose line is a
@@ -63,7 +67,11 @@ def trainable(config: dict) -> None:
         marker = os.path.join(os.getcwd(), "attempted")
         behaviour = "healthy" if os.path.exists(marker) else "hang"
         open(marker, "w").close()
-    for i in range(1, config.get("steps", 40) + 1):
+    first = 1
+    if config.get("checkpoint") and (saved := tune.get_checkpoint()):
+        with saved.as_directory() as where:  # a paused trial resumes where it was
+            first = int(Path(where, "step").read_text()) + 1
+    for i in range(first, config.get("steps", 40) + 1):
         gen, reward = 0.1, 0.2
         if behaviour == "slow" and 6 <= i <= 8:
             reward = 6.0  # three slow steps: longer than a poll, so no poll can miss them
@@ -83,17 +91,23 @@ def trainable(config: dict) -> None:
             spin(300)
         if behaviour == "crash" and i == 5:
             time.sleep(3600)  # the test kills this process
-        time.sleep(gen + reward)
         lr = config.get("lr", 1.0)
+        time.sleep(gen + reward + config.get("slower", 0.0) / lr)
         print(f"iteration {i}: score {i * lr}", flush=True)
-        tune.report({
-            "score": i * lr,
-            "loss": 1.0 / i,
-            # Rises to iteration 4, then falls: its best (max) is neither its last nor its min.
-            "reward_mean": lr * (i if i <= 4 else max(0, 8 - i)),
-            "timing_s/gen": gen,
-            "timing_s/reward": reward,
-        })
+        with tempfile.TemporaryDirectory() as where:
+            checkpoint = None
+            if config.get("checkpoint"):
+                Path(where, "step").write_text(str(i))
+                checkpoint = tune.Checkpoint.from_directory(where)
+            tune.report({
+                "score": i * lr,
+                "loss": 1.0 / i,
+                # Rises to iteration 4, then falls: its best (max) is neither its last nor
+                # its min.
+                "reward_mean": lr * (i if i <= 4 else max(0, 8 - i)),
+                "timing_s/gen": gen,
+                "timing_s/reward": reward,
+            }, checkpoint=checkpoint)
 
 
 def main() -> None:
@@ -141,6 +155,18 @@ def main() -> None:
                  "behaviour": tune.sample_from(
                      lambda spec: "hang" if spec.config.lr == 3.0 else "healthy")}
         scheduler, objective = None, {"metric": "reward_mean", "mode": "max"}
+    elif scenario == "hyperband":
+        # As Ray's hyperband_function_example: HyperBand pauses trials at each rung (their
+        # actors end) and resumes them from their checkpoints; Tune writes its state as it
+        # ships ("auto": every 10 s or more), so for seconds it still says RUNNING of a
+        # trial whose process it ended.
+        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "auto"
+        # The lower a trial's lr, the slower its steps: the quick ones wait paused at each
+        # rung for the slow ones, seconds at a time.
+        space = {"behaviour": "healthy", "checkpoint": True, "steps": 16, "slower": 0.5,
+                 "lr": tune.grid_search([3.0, 2.0, 1.0, 0.5])}
+        scheduler = HyperBandScheduler(metric="score", mode="max", max_t=16,
+                                       reduction_factor=2)
     else:
         space = {"behaviour": "healthy", "lr": tune.grid_search([3.0, 2.0, 1.0, 0.5, 0.2, 0.1]),
                  "steps": 12}
