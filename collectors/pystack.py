@@ -9,6 +9,7 @@ it cannot, the dump says why in words an operator can act on. No Django.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -130,6 +131,26 @@ WAITS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("I/O", ("socket.py", "ssl.py", "selectors.py", "recv (", "read (", "select (")),
     ("a sleep", ("sleep (", "time.sleep")),
 )
+
+
+# A framework's own lifecycle, told by a function on the stack of a busy trainer: verl's
+# and EasyR1's RayPPOTrainer._validate and _save_checkpoint, OpenRLHF's evaluate and
+# save_logs_and_checkpoints (docs/ray-facts.md "A trainer's console").
+LIFECYCLE = (("validation", re.compile(r"^(?:\w+\.)*_?validate \(")),
+             ("validation", re.compile(r"^(?:\w+\.)*evaluate \(")),
+             ("a checkpoint save",
+              re.compile(r"^(?:\w+\.)*(?:_?save_checkpoint|save_logs_and_checkpoints) \(")))
+
+
+def lifecycle_of(dumps: str) -> str:
+    """What a trainer's stacks (py-spy dumps) say it is doing when it is the framework's
+    lifecycle rather than a training step: "validation", "a checkpoint save", or ""."""
+    for thread in parse_dump(dumps):
+        for frame in thread.frames:
+            for what, pattern in LIFECYCLE:
+                if pattern.match(frame):
+                    return what
+    return ""
 
 
 def wait_of(thread: DumpThread) -> tuple[str, str]:

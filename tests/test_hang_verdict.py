@@ -5,7 +5,7 @@ stack that moves, or a busy CPU or GPU, is slow and busy there, never hung."""
 
 from __future__ import annotations
 
-from collectors.pystack import hang_verdict, parse_dump, thread_running
+from collectors.pystack import hang_verdict, lifecycle_of, parse_dump, thread_running
 from collectors.records import RAYTRAIN
 from dashboard.trials.runs import WORKING_IN
 
@@ -136,3 +136,24 @@ def test_installed_packages_are_told_from_the_runs_code_as_py_spy_names_them() -
     verdict = hang_verdict([report] * 2, "train_loop", 0.0, None)
     assert verdict is not None and verdict.waits_on == "ray.get on another call"
     assert verdict.frame == "train_loop (tests/train_scripts/gloo_run.py:44)"
+
+
+def test_a_busy_trainer_validating_or_saving_says_so() -> None:
+    """verl's and EasyR1's trainer validates in RayPPOTrainer._validate (its generation
+    deep inside) and saves in _save_checkpoint; OpenRLHF evaluates and saves in
+    save_logs_and_checkpoints: the step in progress is the framework's lifecycle."""
+    validating = dump(f"generate ({SITE}/vllm/entrypoints/llm.py:465)",
+                      "RayPPOTrainer._validate (verl/trainer/ppo/ray_trainer.py:612)",
+                      "RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py:1021)", idle=False)
+    saving = dump(f"save ({SITE}/torch/serialization.py:943)",
+                  "_save_checkpoint (verl/trainer/ppo/ray_trainer.py:870)", idle=False)
+    evaluating = dump("PPOTrainer.evaluate (openrlhf/trainer/ppo_trainer.py:402)", idle=False)
+    assert lifecycle_of(validating) == "validation"
+    assert lifecycle_of(saving) == "a checkpoint save"
+    assert lifecycle_of(evaluating) == "validation"
+    training = dump("RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py:1021)",
+                    "compute_reward (verl/trainer/ppo/reward.py:88)", idle=False)
+    assert lifecycle_of(training) == ""
+    # A function that only contains the word is not one of them.
+    assert lifecycle_of(dump("validate_config (verl/utils/config.py:10)")) == ""
+    assert lifecycle_of("not a dump at all") == ""

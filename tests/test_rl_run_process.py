@@ -29,7 +29,7 @@ from dashboard.cluster.models import (
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.gpus.owners import owners_on_hosts
 from dashboard.incidents.models import Incident
-from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.models import Experiment, StepResult, Trial
 from dashboard.trials.runs import bind, runs_by_job
 from tests.conftest import mark_ray_current, stop_node, wait_for
 from tests.patience import patient
@@ -106,7 +106,7 @@ def test_two_live_trainers_on_one_node_are_told_apart_only_by_the_logs_writer() 
 
 
 
-def stored_verl_run(now):  # type: ignore[no-untyped-def]
+def stored_verl_run(now, job: str = "01000000"):  # type: ignore[no-untyped-def]
     """A verl run tied to its TaskRunner (pid 100, job 01000000) on node n1 (10.0.0.5),
     as the Ray poll and the trial poll store them, in the shared cluster, without what
     earlier tests' real clusters left in its rows (gone for the test, rolled back after
@@ -126,7 +126,7 @@ def stored_verl_run(now):  # type: ignore[no-untyped-def]
     Node.objects.create(cluster=cluster, node_id="n1", node_ip="10.0.0.5", hostname="gpu-5",
                         state=Node.ALIVE, last_seen_at=now)
     Actor.objects.create(cluster=cluster, actor_id="t", class_name="TaskRunner", pid=100,
-                         node_id="n1", job_id="01000000", state="ALIVE", first_seen_at=now,
+                         node_id="n1", job_id=job, state="ALIVE", first_seen_at=now,
                          updated_at=now)
     return cluster, run
 
@@ -295,11 +295,10 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     settings.STALL_MIN_S = 60
     now = timezone.now()
     mark_ray_current()
-    cluster, run = stored_verl_run(now)
     # A job of its own, which no real cluster of this run reaches: a Ray poll that
     # commits while this test runs cannot put a call in it.
     job = "7e000000"
-    Actor.objects.filter(cluster=cluster, actor_id="t").update(job_id=job)
+    cluster, run = stored_verl_run(now, job)
     Trial.objects.filter(pk=run.pk).update(iteration=4,
                                            last_result_at=now - timedelta(seconds=90))
 
@@ -333,3 +332,43 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
                        Trial.objects.values("status", "check_at", "last_result_at").get(pk=run.pk),
                        list(RayCall.objects.filter(cluster=cluster).values_list("name", "job_id")),
                        list(CallTiming.objects.filter(cluster=cluster).values_list("name")))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_waiting_on_a_call_is_one_incident_not_a_slow_step_beside_it(  # type: ignore[no-untyped-def]
+        settings) -> None:
+    """A run of 5 s steps whose step in progress waits on its reward call: the step has
+    run 90 s, far past its slow limit, but whether the call hangs is call_overdue's to
+    say (one hang, one incident); no step_time_regression opens beside it. Once the
+    call ended and still no step came, the slow step is the run's own to flag (its stall
+    waits for its stacks' verdict, which no agent here gives)."""
+    from dashboard.trials import detect
+
+    settings.SLOW_FOR_S = 0
+    job = "7e000001"
+    cluster, run = stored_verl_run(timezone.now(), job)
+    mark_ray_current()
+    now = timezone.now()
+    last = now - timedelta(seconds=90)
+    StepResult.objects.bulk_create([
+        StepResult(trial=run, iteration=i, at=last - timedelta(seconds=5 * (10 - i)),
+                   ingested_at=now, time_this_iter_s=5.0,
+                   metrics={"timing_s/gen": 2.0, "timing_s/reward": 3.0})
+        for i in range(1, 11)])
+    Trial.objects.filter(pk=run.pk).update(iteration=10, last_result_at=last,
+                                           process_alive=True)
+    reward = RayCall.objects.create(cluster=cluster, task_id="r1", kind="ACTOR_TASK",
+                                    name="AutoRewardManager.compute_reward", job_id=job,
+                                    actor_id="r", node_id="n1", pid=200,
+                                    first_seen_at=now - timedelta(seconds=20))
+    CallTiming.objects.create(cluster=cluster, name=reward.name, durations=[3.0, 3.1, 2.9],
+                              updated_at=now)
+
+    def firing() -> set[str]:
+        detect.evaluate_trials(timezone.now())
+        return set(Incident.objects.filter(trial=run, state=Incident.FIRING)
+                   .values_list("kind", flat=True))
+
+    assert firing() == set()
+    reward.delete()
+    assert firing() == {"step_time_regression"}

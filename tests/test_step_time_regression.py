@@ -6,6 +6,7 @@ while); a hang is one incident (the stall supersedes the step-in-progress regres
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from dashboard.incidents.findings import Finding
@@ -16,9 +17,11 @@ from dashboard.incidents.trial_rules import (
     TrialSnapshot,
     evaluate_trial,
     median_interval_s,
+    needs_verdict,
     slow_limit,
     stall_limit_s,
     step_time_regression,
+    trial_stalled,
 )
 from dashboard.trials.detect import thresholds
 
@@ -164,3 +167,48 @@ def _with(**changes: float) -> Thresholds:
     from dataclasses import replace
 
     return replace(TH, **changes)
+
+
+def test_a_validation_or_checkpoint_step_is_held_to_the_usual_step_without_it() -> None:
+    """verl validates every test_freq steps (`timing_s/testing`, EasyR1 `timing/validation`)
+    and saves every save_freq (`timing_s/save_checkpoint`): that step is minutes longer by
+    design. It is no regression, nor is its validation the slow phase; a step whose
+    training phases grew beside a save still is."""
+    steps = run([0.3] * 12)
+    at = steps[-1].at
+    for i, extra in ((13, {"timing_s/testing": 240.0}),
+                     (14, {"timing/validation": 120.0, "timing_s/save_checkpoint": 900.0})):
+        took = GEN_S + 0.3 + sum(extra.values())
+        at += timedelta(seconds=took)
+        steps.append(StepTiming(i, at, took,
+                                {"timing_s/gen": GEN_S, "timing_s/reward": 0.3, **extra}))
+        assert step_time_regression(snapshot(steps), TH, at + timedelta(seconds=0.1)) is None
+    at += timedelta(seconds=0.5)
+    steps.append(StepTiming(15, at, 60.5, {"timing_s/gen": GEN_S, "timing_s/reward": 30.3,
+                                            "timing_s/save_checkpoint": 30.0}))
+    found = step_time_regression(snapshot(steps), TH.__class__(**{**TH.__dict__,
+                                                                  "slow_for_s": 0}), at)
+    assert found is not None and found.details["phase"] == "timing_s/reward"
+
+
+def test_a_step_in_progress_busy_validating_is_no_regression_and_is_sampled_in_time() -> None:
+    """A step of minutes that overran by validating (its trainer's stacks busy in
+    _validate) opens no step_time_regression while it runs; busy elsewhere, it does. Its
+    stacks are sampled once it overran its slow limit, before the regression's hold ends,
+    not only at the hang limit (5x)."""
+    steps = [StepTiming(i, T0 + timedelta(seconds=180 * i), 180.0, {"timing_s/gen": 100.0})
+             for i in range(1, 11)]
+    th = TH.__class__(**{**TH.__dict__, "slow_for_s": 30})
+    quiet = TrialSnapshot(trial_id="r", experiment="verl", status="RUNNING",
+                          process_alive=True, process_gone_since=None,
+                          last_result_at=steps[-1].at, steps=steps)
+    overran = steps[-1].at + timedelta(seconds=slow_limit(180.0, th))
+    assert not needs_verdict(quiet, th, overran - timedelta(seconds=1))
+    assert needs_verdict(quiet, th, overran + timedelta(seconds=1))  # 540 s, not 900 s
+    later = overran + timedelta(seconds=th.slow_for_s + 60)
+    busy = replace(quiet, hung=False, verdict="slow, busy in generate", verdict_at=overran)
+    found = step_time_regression(busy, th, later)
+    assert found is not None and found.details["in_progress"]
+    validating = replace(busy, during="validation")
+    assert step_time_regression(validating, th, later) is None
+    assert trial_stalled(validating, th, later) is None  # busy: no stall either

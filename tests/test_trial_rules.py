@@ -202,6 +202,13 @@ def test_phase_timings_match_the_configured_patterns() -> None:
           "train/timing/generation": 5.0, "timing_s/generation_timing/max": 4.1}
     assert phase_timings(rl, ["timing_s/*", "train/timing/*"]) == {
         "timing_s/gen": 4.0, "train/timing/generation": 5.0}
+    # verl's agent loop: statistics over the samples of `gen`, some of them token counts.
+    agent = {"timing_s/gen": 40.0, "timing_s/agent_loop/slowest/generate_sequences": 38.0,
+             "timing_s/agent_loop/slowest/prompt_length": 512,
+             "timing_s/agent_loop/slowest/response_length": 8192,
+             "timing_s/agent_loop/slowest/num_preempted": -1,
+             "timing_s/agent_loop/tool_calls/mean": 3.0}
+    assert phase_timings(agent, ["timing_s/*"]) == {"timing_s/gen": 40.0}
 
 
 def test_status_trusts_error_file_and_live_actor_over_tune_state() -> None:

@@ -118,6 +118,10 @@ class TrialSnapshot:
     # Why Ray says its process's actor ended, when it was on purpose (its owner or a user
     # ended it: Tune pausing it, ray.kill), in words; "" when not, or not known.
     ended_on_purpose: str = ""
+    # What its busy stacks say the step in progress is doing, when it is the framework's
+    # own lifecycle and not training (collectors.pystack.lifecycle_of): "validation",
+    # "a checkpoint save"; "" otherwise.
+    during: str = ""
 
     @property
     def subject(self) -> str:
@@ -133,8 +137,30 @@ class TrialSnapshot:
 # Timing keys that are no phase of a step: its whole time (verl's and EasyR1's
 # timing_s/step, OpenRLHF's train/timing/step_total) and statistics over workers (verl's
 # timing_s/generation_timing/max). The trial page charts them unstacked (it is sent this).
-NOT_A_PHASE = r"(^|/)(step|step_total)$|/(min|max|mean|topk_ratio)$"
+# verl's agent loop (verl/experimental/agent_loop/agent_loop.py) adds statistics over the
+# samples of its generation, some not even seconds: agent_loop/slowest/{generate_sequences,
+# tool_calls,compute_score,prompt_length,response_length,num_preempted} and
+# agent_loop/*/{min,max,mean}: inside `gen`, no phase beside it.
+NOT_A_PHASE = r"(^|/)(step|step_total)$|/(min|max|mean|topk_ratio)$|(^|/)agent_loop/"
 _not_a_phase = re.compile(NOT_A_PHASE).search
+
+
+# Phases of a framework's own lifecycle, not of its training step: verl's validation
+# (`testing`, every trainer.test_freq steps) and EasyR1's (`validation`), both frameworks'
+# checkpoint saves (`save_checkpoint`, every save_freq: verl #2238 saw 22 to 36 minutes).
+# A step that ran one is held to the usual step without it, and they are never the slow
+# phase themselves (docs/ray-facts.md "A trainer's console").
+LIFECYCLE_PHASE = r"(^|/)(testing|validation|save_checkpoint)$"
+_lifecycle = re.compile(LIFECYCLE_PHASE).search
+
+
+def routine(step: StepTiming) -> tuple[float | None, dict[str, float]]:
+    """A step's total and phases without its lifecycle phases (validation, a save)."""
+    phases = {k: v for k, v in step.phases.items() if not _lifecycle(k)}
+    if step.total_s is None:
+        return None, phases
+    extra = sum(v for k, v in step.phases.items() if _lifecycle(k))
+    return max(0.0, step.total_s - extra), phases
 
 
 def phase_timings(metrics: dict[str, Any], patterns: Sequence[str]) -> dict[str, float]:
@@ -242,6 +268,18 @@ def hang_limit_s(trial: TrialSnapshot, th: Thresholds) -> float:
     return CallTiming.overdue_after(interval, th.hang_factor, th.hang_min_s)
 
 
+def sample_after_s(trial: TrialSnapshot, th: Thresholds) -> float:
+    """When a silent trial's stacks are first sampled: at its hang limit, or sooner, once
+    the step in progress overran its slow limit (step_time_regression's, never before
+    hang_min_s): the verdict is in before that regression's hold ends, so a step that is
+    busy validating or saving is told from a slow one before anything opens."""
+    limit = hang_limit_s(trial, th)
+    interval = median_interval_s(trial.steps) if has_habit(trial) else None
+    if interval is None:
+        return limit
+    return min(limit, max(th.hang_min_s, slow_limit(interval, th)))
+
+
 def verdict_refresh_s(th: Thresholds) -> float:
     """How old a busy verdict may grow while the silence lasts before the stacks are
     sampled again: work that was busy may hang later."""
@@ -256,7 +294,7 @@ def needs_verdict(trial: TrialSnapshot, th: Thresholds, now: datetime) -> bool:
     if trial.status != "RUNNING" or trial.process_alive is not True or not quiet_since \
             or trial.in_run_call is False:
         return False
-    if (now - quiet_since).total_seconds() <= hang_limit_s(trial, th):
+    if (now - quiet_since).total_seconds() <= sample_after_s(trial, th):
         return False
     if trial.hung is None:
         return True
@@ -329,9 +367,10 @@ def usual_timings(steps: Sequence[StepTiming]) -> dict[str, float]:
     """The median of each series (step total, interval between results, each phase)."""
     series: dict[str, list[float]] = defaultdict(list)
     for step in steps:
-        if step.total_s is not None:
-            series[STEP_TOTAL].append(step.total_s)
-        for name, value in step.phases.items():
+        total, phases = routine(step)
+        if total is not None:
+            series[STEP_TOTAL].append(total)
+        for name, value in phases.items():
             series[name].append(value)
     usual = {name: median(v) for name, v in series.items() if len(v) >= MIN_HISTORY}
     if len(steps) >= MIN_HISTORY:
@@ -421,6 +460,8 @@ def latest_slowness(trial: TrialSnapshot, usual: dict[str, float], th: Threshold
     if (interval is None or trial.status != "RUNNING" or trial.process_alive is not True
             or trial.last_result_at is None):
         return None
+    if trial.hung is False and trial.during:
+        return None  # busy validating or saving: judged as that step once it reports
     running = (now - trial.last_result_at).total_seconds()
     if running > slow_limit(interval, th):
         return Slowness(STEP_TOTAL, running, interval, in_progress=True)
@@ -428,7 +469,8 @@ def latest_slowness(trial: TrialSnapshot, usual: dict[str, float], th: Threshold
 
 
 def _slow_phases(step: StepTiming, usual: dict[str, float], th: Thresholds) -> list[Slowness]:
-    took = {STEP_TOTAL: step.total_s, **step.phases}
+    total, phases = routine(step)
+    took = {STEP_TOTAL: total, **phases}
     return [Slowness(name, value, usual[name], in_progress=False)
             for name, value in took.items()
             if value is not None and usual.get(name, 0) > 0

@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from collectors.pystack import RAY_GET
+from collectors.pystack import RAY_GET, lifecycle_of
 from dashboard.cluster.models import Actor, Cluster, ClusterSession, Node
 from dashboard.cluster.state import current_clusters
 from dashboard.incidents.findings import Finding
@@ -239,6 +239,12 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
         found = evaluate_trial(snapshot, th, now)
         if waits_on_call:  # call_overdue names the hang; looked at again each poll
             found = [f for f in found if f.kind != "trial_stalled"]
+        if any(in_progress_regression(f) for f in found) and is_run(trial) and (
+                waits or waits_on_a_call(trial)):
+            # The step in progress waits on a call that call_overdue judges: one hang, one
+            # incident (the call's, at its own limit), not a slow step beside it.
+            found = [f for f in found if not in_progress_regression(f)]
+            waits = True
         kept = held_while_unreachable(found, snapshot) \
             if awaits_ray(trial, poll.unreachable, poll.answered, th.gone_grace_s) else found
         findings.extend(kept)
@@ -475,7 +481,8 @@ def sampled_verdict(stack: TrialStack | None) -> dict[str, Any]:
     """What a snapshot holds of the stacks taken in its trial's silence: their verdict."""
     if stack is None or stack.state != TrialStack.TAKEN:
         return {}
-    return {"hung": stack.hung, "verdict": stack.verdict, "verdict_at": stack.taken_at}
+    return {"hung": stack.hung, "verdict": stack.verdict, "verdict_at": stack.taken_at,
+            "during": lifecycle_of(stack.text) if stack.hung is False else ""}
 
 
 def with_stack(finding: Finding, trial: Trial, stacks: dict[int, TrialStack],
@@ -683,6 +690,10 @@ def slow_baselines(trials: list[Trial]) -> dict[int, Baseline]:
     rows = [(pk, details) for pk, details in rows if pk in wanted]
     found = {pk: Baseline.from_details(details) for pk, details in rows}
     return {pk: baseline for pk, baseline in found.items() if baseline is not None}
+
+
+def in_progress_regression(finding: Finding) -> bool:
+    return finding.kind == "step_time_regression" and bool(finding.details.get("in_progress"))
 
 
 def ended_on_purpose(gone: list[Trial]) -> dict[int, str]:
