@@ -4,8 +4,10 @@ Starts a local Ray cluster that is told it has four GPUs (Ray accepts num_gpus=N
 the hardware), raywatch on the embedded default (SQLite, in-memory channel layer,
 in-process scheduler) watching it, with simulated GPUs that follow the cluster's
 workers (collectors/simworkload.py), then a Tune search that goes wrong in the ways
-raywatch catches (demo/workload.py), an EasyR1-shaped GRPO run whose reward call hangs
-(demo/grpo.py) and a forgotten process holding GPU 3 (demo/leftover.py). Prints the
+raywatch catches (demo/workload.py), two GRPO runs as EasyR1 and verl ship them (console
+only, nothing configured: demo/grpo.py), one whose reward call hangs at step 4 and one
+whose reward, computed inside its trainer, hangs in its first step, and a forgotten
+process holding GPU 3 (demo/leftover.py). Prints the
 admin login. Ctrl-C stops everything it started, and nothing else: it never runs
 `ray stop`.
 
@@ -33,7 +35,8 @@ from collectors.localray import LocalCluster, LocalRay
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = 4
 LEFTOVER_GPU = "3"
-GRPO_HANG_AT = 4  # the step of the GRPO run whose reward call never returns
+GRPO_HANG_AT = 4  # the step of the EasyR1-shaped run whose reward call never returns
+VERL_HANG_AT = 1  # the step of the verl-shaped run whose reward (in its trainer) hangs
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Shortened so that each failure shows within two minutes (the defaults suit real
 # searches: docs/detectors.md); a value set in the environment wins.
@@ -49,7 +52,7 @@ NOT_INHERITED = ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_API_SERVER_ADD
 # Left from the previous demo, removed at start; the secret key stays.
 PREVIOUS_RUN = ("raywatch.sqlite3", "raywatch.sqlite3-wal", "raywatch.sqlite3-shm",
                 "admin-password.txt", "ray_results", "workload.log", "leftover.log", "ray.log",
-                "checkpoints", "grpo.log")
+                "checkpoints", "grpo.log", "verl.log")
 
 
 def main() -> int:
@@ -83,7 +86,6 @@ def run(data: Path, ray: LocalRay, running: dict[str, subprocess.Popen[bytes]]) 
         say(str(exc))
         return 1
     env = demo_env(data, cluster)
-    (data / "checkpoints").mkdir(exist_ok=True)  # a log root from the start (demo_env)
     steps = (("migrate", "--noinput", "-v", "0"), ("collectstatic", "--noinput", "-v", "0"),
              ("ensure_admin",))  # as `make run` does
     if not all(manage(env, *step) for step in steps):
@@ -98,10 +100,13 @@ def run(data: Path, ray: LocalRay, running: dict[str, subprocess.Popen[bytes]]) 
     running["leftover"] = start(data / "leftover.log", on_gpu, "-m", "demo.leftover")
     running["workload"] = start(data / "workload.log", env, "demo/workload.py",
                                 "--storage-path", str(data / "ray_results"))
-    # An EasyR1-shaped GRPO run beside the search, whose reward call hangs at step 4.
-    running["grpo"] = start(data / "grpo.log", env, "-m", "demo.grpo", cluster.gcs_address,
-                            str(data / "checkpoints" / "easyr1_demo" / "grpo"), "40",
-                            str(GRPO_HANG_AT))
+    # Two GRPO runs beside the search, as their frameworks ship (their console only,
+    # found from Ray): EasyR1's reward call hangs at step 4, verl's reward (inside its
+    # TaskRunner) in its first step.
+    running["grpo"] = start(data / "grpo.log", env, "-m", "demo.grpo", "easyr1",
+                            cluster.gcs_address, "40", str(GRPO_HANG_AT))
+    running["verl"] = start(data / "verl.log", env, "-m", "demo.grpo", "verl",
+                            cluster.gcs_address, "40", str(VERL_HANG_AT))
     print(banner(url, data, running["leftover"].pid), flush=True)
     return serve.wait()
 
@@ -161,10 +166,10 @@ def demo_env(data: Path, cluster: LocalCluster) -> dict[str, str]:
         "RAYWATCH_GPU_SOURCE": "simulated",
         "RAYWATCH_SIM_GPUS": str(GPUS),
         "RAYWATCH_SIM_GCS": cluster.gcs_address,
-        # The search's storage and its driver's live copy, fresher (docs/ray-facts.md),
-        # and where the GRPO run's logger writes (a run of EasyR1's, docs/trial-logs.md).
-        "RAYWATCH_LOG_DIRS": f"{data / 'ray_results'}:{Path(cluster.session_dir) / 'artifacts'}"
-                             f":{data / 'checkpoints'}",
+        # The search's storage and its driver's live copy, fresher (docs/ray-facts.md).
+        # The GRPO runs need none: their consoles are read from the cluster's temp dir.
+        "RAYWATCH_LOG_DIRS": f"{data / 'ray_results'}:{Path(cluster.session_dir) / 'artifacts'}",
+        "RAYWATCH_RAY_TMP_DIR": str(Path(cluster.session_dir).parent),
     }
 
 
@@ -237,9 +242,12 @@ demo: a Ray Tune search runs on {GPUS} simulated GPUs: demo/workload.py, its out
         - an actor asking for 8 GPUs, which no node can ever give (infeasible)
         - GPU memory of an orphaned process, pid {leftover_pid} on GPU {LEFTOVER_GPU}
           (Kill on that GPU's page)
-      and an EasyR1-shaped GRPO run (demo/grpo.py, its output in {data / 'grpo.log'})
-      whose reward call hangs at step {GRPO_HANG_AT}: call_overdue names
-      AutoRewardManager.compute_reward, and the Jobs page shows the calls running now.
+      and two GRPO runs as EasyR1 and verl ship them (demo/grpo.py; nothing configured,
+      found from Ray, their consoles read):
+        - EasyR1's reward call hangs at step {GRPO_HANG_AT}: call_overdue names
+          AutoRewardManager.compute_reward; the Jobs page shows the calls running now
+        - verl's reward, computed inside its TaskRunner, hangs in step {VERL_HANG_AT}: the
+          run is stalled, hung in the frame its stacks show, within a minute
       Ctrl-C stops the demo, its Ray cluster and its processes.
 """
 

@@ -35,7 +35,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 WIDTH, HEIGHT = 1440, 900
-# The failures the demo's search (demo/workload.py) and GRPO run (demo/grpo.py) have; the
+# The failures the demo's search (demo/workload.py) and GRPO runs (demo/grpo.py) have; the
 # pictures wait for them.
 KINDS = ("trial_stalled", "step_time_regression", "demand_infeasible", "gpu_idle_during_step",
          "gpu_orphan_memory", "trial_errored", "call_overdue")
@@ -60,10 +60,10 @@ def slow_trial(page: Any) -> dict[str, Any] | None:
     return None
 
 
-def rl_run(page: Any) -> dict[str, Any] | None:
-    """The demo's EasyR1-shaped GRPO run (demo/grpo.py), read from its experiment_log.jsonl."""
+def rl_run(page: Any, framework: str = "easyr1") -> dict[str, Any] | None:
+    """The demo's GRPO run of `framework` (demo/grpo.py), found from Ray, its console read."""
     return next((t for t in api(page, "/api/trials/?page_size=200")
-                 if t.get("framework") == "easyr1"), None)
+                 if t.get("framework") == framework), None)
 
 
 def pages(page: Any) -> list[tuple[str, str, str]]:
@@ -74,8 +74,10 @@ def pages(page: Any) -> list[tuple[str, str, str]]:
         shots += [("experiment", f"/experiments/{trial['experiment_id']}/",
                    "tr[data-trial-id]"),
                   ("trial", f"/trials/{trial['id']}/", ".js-plotly-plot")]
-    if run := rl_run(page):  # the GRPO run, from its own EasyR1 log
+    if run := rl_run(page):  # the EasyR1-shaped run, and the calls of its step
         shots.append(("run", f"/trials/{run['id']}/", "#calls tr[data-call]"))
+    if run := rl_run(page, "verl"):  # verl as shipped, hung in its first step: its stacks
+        shots.append(("stalled-run", f"/trials/{run['id']}/", "[data-stack-verdict]"))
     if hung := next((i for i in api(page, "/api/alerts/?state=firing&page_size=200")
                      if i["kind"] == "call_overdue"), None):
         # The hung reward call: its stacks and the verdict they give.

@@ -29,7 +29,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from collectors.localray import LocalCluster, free_port
-from demo.screenshots import EXPERIMENT, KINDS, WIDTH, capture
+from demo.screenshots import EXPERIMENT, KINDS, WIDTH, capture, rl_run
 from demo.screenshots import answering as page_answers
 from demo.workload import MAX_STEPS
 from tests.conftest import browser_context, wait_for
@@ -154,7 +154,7 @@ def trials_by_role(page) -> dict[str, dict]:  # type: ignore[no-untyped-def]
     return roles
 
 
-def expected(incident: dict, trials: dict[str, dict], orphan_pid: int) -> bool:
+def expected(incident: dict, trials: dict[str, dict], orphan_pid: int, verl_pk: int) -> bool:
     """One of the demo's seven failures, on the trial, process or call that has it."""
     kinds_of = {"hang": ("trial_stalled", "gpu_idle_during_step"),
                 "slow": ("step_time_regression", "gpu_idle_during_step"),
@@ -164,8 +164,10 @@ def expected(incident: dict, trials: dict[str, dict], orphan_pid: int) -> bool:
         return "Evaluator" in incident["summary"]
     if kind == "gpu_orphan_memory":
         return incident["details"]["pid"] == orphan_pid
-    if kind == "call_overdue":  # the GRPO run's reward call, and nothing else of it
+    if kind == "call_overdue":  # the EasyR1 run's reward call, and nothing else of it
         return incident["details"]["call"] == "AutoRewardManager.compute_reward"
+    if kind == "trial_stalled" and incident["trial_pk"] == verl_pk:  # verl's first step
+        return True
     return any(incident["trial_id"] == trials[role]["trial_id"] and kind in kinds
                for role, kinds in kinds_of.items())
 
@@ -242,6 +244,17 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
                               has_text="AutoRewardManager.compute_reward")
         expect(reward.locator("td.running")).to_have_class("running bad", timeout=ms(10))
         expect(page.locator("#incidents")).to_contain_text("call_overdue")
+        # verl as it ships, nothing configured: its reward, inside its TaskRunner, waits on
+        # a judge that never answers in step 1. Found from Ray, its console read, it is
+        # stalled, hung in that frame (its stacks, not a threshold), within the minute.
+        verl = wait_for(lambda: rl_run(page, "verl"), 30, 2, "the verl run, found from Ray")
+        stalled = wait_for(lambda: next((i for i in api(page, "/api/alerts/?kind=trial_stalled"
+                                                     "&state=firing&page_size=200")
+                                         if i["trial_pk"] == verl["id"]), None), 60, 2,
+                           "the verl run's first-step hang")
+        assert stalled["details"]["hung"] is True, stalled["details"]
+        assert "hung in ask_the_judge (demo/grpo.py:" in stalled["details"]["verdict"], stalled
+        assert verl["iteration"] in (None, 0)  # its step-0 validation line only
         orphan = shown["gpu_orphan_memory"]["details"]
         leftover = [p for p in psutil.Process(demo.process.pid).children(recursive=True)
                     if "demo.leftover" in " ".join(p.cmdline())]
@@ -261,7 +274,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         # `make screenshots` takes docs/pages.md's pictures of these pages, the same way.
         pictures = capture(page, tmp_path / "readme", settle_ms=500)
         assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "run",
-                                              "call", "gpus", "jobs", "cluster"]
+                                              "stalled-run", "call", "gpus", "jobs", "cluster"]
         assert {png_size(p)[0] for p in pictures} == {WIDTH}
         # The slow judge leaves its GPU idle through each long step: said, honestly.
         wait_for(lambda: trials["slow"]["trial_id"] in {i["trial_id"] for i in api(
@@ -277,7 +290,7 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
 
         trials = wait_for(stopped_early, 120, 2, "a healthy trial ASHA stopped early")
         assert not [i for i in api(page, "/api/alerts/?page_size=500")
-                    if not expected(i, trials, orphan["pid"])]
+                    if not expected(i, trials, orphan["pid"], verl["id"])]
 
         hang = trials["hang"]
         hung = psutil.Process(hang["pid"]).create_time()

@@ -1,17 +1,16 @@
 """A phase of an RL step that hangs is caught while it hangs, from Ray's running calls,
-with default settings: an EasyR1-shaped run on a real Ray cluster (demo/grpo.py: a
-`Runner` actor whose loop calls a `WorkerDict` and an `AutoRewardManager` actor, logging
-once per step) whose
+with default settings and nothing configured: an EasyR1-shaped run on a real Ray cluster
+(demo/grpo.py: a `Runner` actor whose loop calls a `WorkerDict` and an
+`AutoRewardManager` actor, printing each step to its console as EasyR1 ships) whose
 reward call sleeps for ever from step 4 opens call_overdue within 60 s of the hang. It
 names `AutoRewardManager.compute_reward`, its actor, node and pid, where the step's logs
 would blame `adv`; the trainer's own never-ending `Runner.run` and the calls that keep
-finishing raise nothing. The node's agent reads the run's log (raywatch's host reads
+finishing raise nothing. The node's agent reads the run's console (raywatch's host reads
 none): the incident is the run's, whose page lists the call running now. And Ray's list
 of running calls, pure: what a reply holds, when it was cut, and what Ray dropped."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -54,11 +53,13 @@ HANG_AT = 4
 REWARD = "AutoRewardManager.compute_reward"
 
 
-def start_run(cluster: LocalCluster, checkpoint_dir: Path, steps: int, hang_at: int
-              ) -> subprocess.Popen:
+def start_run(cluster: LocalCluster, steps: int, hang_at: int,
+              file_log: Path | None = None) -> subprocess.Popen:
+    """demo/grpo.py's EasyR1-shaped run: its console only, as EasyR1 ships, or with its
+    file logger too (into `file_log`)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "demo.grpo", cluster.gcs_address,
-         str(checkpoint_dir), str(steps), str(hang_at)],
+        [sys.executable, "-m", "demo.grpo", "easyr1", cluster.gcs_address, str(steps),
+         str(hang_at), *([str(file_log)] if file_log else [])],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
 
@@ -74,18 +75,19 @@ def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped
         name: settings.CELERY_BEAT_SCHEDULE[name]
         for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
     scheduler.start()
-    checkpoints = tmp_path / "checkpoints"
-    run = start_run(ray_settings, checkpoints / "grpo", 40, HANG_AT)
+    run = start_run(ray_settings, 40, HANG_AT)
     # This host's agent, as `serve` starts it: it watches the run's Ray workers, takes
-    # their stacks and reads the run's log (EasyR1's experiment_log.jsonl).
+    # their stacks and reads the run's console (the trainer's worker log, under the
+    # cluster's Ray temp dir as the node's own agent would find it).
     _, token = tokens.issue(host_name(), None, timezone.now())
     agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
                                     node_ip_address(), gpus=0,
-                                    RAYWATCH_LOG_DIRS=str(checkpoints)),
+                                    RAYWATCH_RAY_TMP_DIR=str(
+                                        Path(ray_settings.session_dir).parent)),
                           tmp_path / "agent.log")
     agent.__enter__()
     try:
-        hung = wait_for(lambda: _log_steps(tmp_path) >= HANG_AT - 1 and _reward_call(), 180, 0.5,
+        hung = wait_for(lambda: _steps_read() >= HANG_AT - 1 and _reward_call(), 180, 0.5,
                         "the reward call of the step that hangs")
         incident = wait_for(lambda: Incident.objects.filter(
             kind="call_overdue", state=Incident.FIRING).first(), PROMISED_S + 30, 1,
@@ -124,10 +126,10 @@ def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped
         assert f": hung in {hung_in.details['frame']}" in hung_in.summary, hung_in.summary
         assert "compute_reward" in hung_in.details["stack"]["text"]
         assert stack.samples == 3 and stack.source == f"py-spy by the agent of {host_name()}"
-        # The hang is the run's: the GRPO run (read from its log by the agent, tied to its
-        # Runner actor) holds the incident, its health says so, and its page lists the
-        # call running now, past its limit. One hang, one incident: no trial_stalled.
-        grpo = Trial.objects.exclude(experiment__kind=Experiment.CONSOLE).get(framework="easyr1")
+        # The hang is the run's: the GRPO run (found from its Runner actor, its console
+        # read by the agent) holds the incident, its health says so, and its page lists
+        # the call running now, past its limit. One hang, one incident: no trial_stalled.
+        grpo = Trial.objects.get(framework="easyr1", experiment__kind=Experiment.CONSOLE)
         assert grpo.pid == Actor.objects.get(class_name="Runner", state="ALIVE").pid
         wait_for(lambda: Incident.objects.get(pk=incident.pk).trial_id == grpo.pk, 30, 1,
                  "the incident to be the run's",
@@ -146,12 +148,10 @@ def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped
         stop_node(run)
 
 
-def _log_steps(tmp_path: Path) -> int:
-    log = tmp_path / "checkpoints" / "grpo" / "experiment_log.jsonl"
-    try:
-        return sum(1 for line in log.read_text().splitlines() if json.loads(line)["step"])
-    except (OSError, ValueError):
-        return 0
+def _steps_read() -> int:
+    """The training steps of the run that raywatch read from its console."""
+    run = Trial.objects.filter(framework="easyr1").first()
+    return run.iteration or 0 if run is not None else 0
 
 
 def _reward_call() -> RayCall | None:

@@ -1,9 +1,9 @@
 """An RL run read from its own log has a process and a status from Ray: an EasyR1-shaped
 run on a real Ray cluster (demo/grpo.py: a `Runner` actor driving the steps, logging to
-experiment_log.jsonl) is tied to its Runner actor on the node its log was read on, is
-RUNNING while that actor lives, with the actor's pid and node; once the run ends, its
-status is no longer RUNNING and its process is gone. And the pure rule: two live
-trainers of one framework on one node are not told apart."""
+experiment_log.jsonl with EasyR1's file logger on) is tied to its Runner actor on the
+node its log was read on, is RUNNING while that actor lives, with the actor's pid and
+node; once the run ends, its status is no longer RUNNING and its process is gone. And
+the pure rule: two live trainers of one framework on one node are not told apart."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path
         name: settings.CELERY_BEAT_SCHEDULE[name]
         for name in ("poll-ray-state", "poll-trial-logs")})
     scheduler.start()
-    run = start_run(ray_settings, checkpoints / "grpo", 6, 0)  # healthy, six steps
+    run = start_run(ray_settings, 6, 0, checkpoints / "grpo")  # healthy, six steps
     try:
         trial = wait_for(lambda: Trial.objects.exclude(experiment__kind=Experiment.CONSOLE)
                          .filter(framework="easyr1", status=Trial.RUNNING).first(), 120, 0.5,

@@ -122,6 +122,7 @@ class TrialSnapshot:
     # own lifecycle and not training (collectors.pystack.lifecycle_of): "validation",
     # "a checkpoint save"; "" otherwise.
     during: str = ""
+    noun: str = "Trial"  # what its incidents call it: "Run" for an RL or Train run
 
     @property
     def subject(self) -> str:
@@ -237,7 +238,7 @@ def trial_stalled(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
         if trial.data_until else ""
     return Finding(
         kind="trial_stalled", subject=trial.subject, severity="critical",
-        summary=(f"Trial {trial.trial_id} has reported no result for {silent:.0f} s "
+        summary=(f"{trial.noun} {trial.trial_id} has reported no result for {silent:.0f} s "
                  f"(limit {limit:.0f} s){known} while its process is alive ({activity})"
                  + (f": {trial.verdict}" if trial.verdict else "")
                  + (f"; {trial.agent_note}" if trial.agent_note else "")),
@@ -326,7 +327,7 @@ def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> F
         return None
     return Finding(
         kind="trial_process_gone", subject=trial.subject, severity="critical",
-        summary=(f"Trial {trial.trial_id} is {trial.status} but its process "
+        summary=(f"{trial.noun} {trial.trial_id} is {trial.status} but its process "
                  f"(pid {trial.pid} on {trial.node_ip or 'unknown node'}) has been gone "
                  f"for {gone_for:.0f} s"),
         details={"gone_for_s": round(gone_for, 1), "pid": trial.pid, "node_ip": trial.node_ip},
@@ -344,7 +345,8 @@ def trial_errored(trial: TrialSnapshot, th: Thresholds, now: datetime) -> Findin
     first = trial.error_text.strip().splitlines()
     return Finding(
         kind="trial_errored", subject=trial.subject, severity="critical",
-        summary=f"Trial {trial.trial_id} failed: {first[-1][:300] if first else 'error.txt'}",
+        summary=(f"{trial.noun} {trial.trial_id} failed: "
+                 f"{first[-1][:300] if first else 'error.txt'}"),
         details={"error_head": "\n".join(first[:20])},
     )
 
@@ -399,7 +401,7 @@ def step_time_regression(trial: TrialSnapshot, th: Thresholds, now: datetime) ->
     where = "" if slow.phase == STEP_TOTAL else f" in phase {slow.phase}"
     return Finding(
         kind="step_time_regression", subject=trial.subject, severity="warning",
-        summary=(f"Trial {trial.trial_id}: {what} {slow.took:.1f} s{where}, "
+        summary=(f"{trial.noun} {trial.trial_id}: {what} {slow.took:.1f} s{where}, "
                  f"{slow.took / slow.usual:.1f}x its usual {slow.usual:.1f} s "
                  f"(slow since {baseline.since:%H:%M:%S})"),
         details={"phase": slow.phase, "seconds": round(slow.took, 3),

@@ -741,4 +741,5 @@ def snapshot_of(trial: Trial, steps: list[StepTiming],
         started_at=None if trial.last_result_at else quiet_since(trial),
         error_at=trial.error_at, ended_by=trial.ended_by,
         node_ip=trial.node_ip, pid=trial.pid, slow_baseline=slow_baseline, steps=steps,
+        noun="Run" if is_run(trial) else "Trial",
     )
