@@ -32,6 +32,7 @@ from dashboard.cluster.models import Actor, CallFailure, CallStack, Job, Node, R
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial, TrialStack
+from dashboard.trials.views_data import trial_payload
 from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
 from tests.patience import patient
@@ -116,11 +117,13 @@ def test_verl_runs_as_shipped_are_found_and_a_first_step_hang_is_named(  # type:
 @pytest.mark.timeout(400)
 def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type: ignore[no-untyped-def]
         settings, ray_settings, tmp_path, live_server_asgi) -> None:
-    """Two runs whose first step waits in ray.get (their trainers' stacks unchanged, CPU
-    0%, as a hang looks): one on a rollout worker's call of 45 s of busy work, one on a
-    reward actor's call blocked on a server that never answers. The second is stalled
-    within 60 s of the hang, naming the reward call and where it hangs; the first raises
-    nothing (its call is busy). Nothing configured, no history."""
+    """Three runs whose trainers wait in ray.get (their stacks unchanged, CPU 0%, as a
+    hang looks): one on a rollout worker's call of 45 s of busy work, one on a reward
+    actor's call blocked on a server that never answers, one on a placement group for
+    its workers that no node can give. The second is stalled within 60 s of the hang,
+    naming the reward call and where it hangs; the first raises nothing (its call is
+    busy); the third's job's demand is its incident (demand_infeasible, on the run, its
+    health "cannot be placed"), not a stall beside it. Nothing configured, no history."""
     settings.EMBEDDED = True
     settings.CENTRAL_LOGS = False
     scheduler = EmbeddedScheduler(celery_app, {
@@ -134,6 +137,12 @@ def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type
          ray_settings.gcs_address, str(marks), "40", "rollout", "reward_call"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+    # A run of its own job, as each verl run is (a job's demand is its run's).
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
+         ray_settings.gcs_address, str(marks), "40", "unplaceable"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
     _, token = tokens.issue(host_name(), None, timezone.now())
     agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
                                     node_ip_address(), gpus=0,
@@ -142,9 +151,9 @@ def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type
                           tmp_path / "agent.log")
     agent.__enter__()
     try:
-        pids = wait_for(lambda: _pids(marks, ("rollout", "reward_call")), 120, 0.5,
-                        "both TaskRunners to start")
-        runs = wait_for(lambda: _listed(pids), 60, 0.5, "both runs listed from Ray")
+        pids = wait_for(lambda: _pids(marks, ("rollout", "reward_call", "unplaceable")), 120,
+                        0.5, "the TaskRunners to start")
+        runs = wait_for(lambda: _listed(pids), 60, 0.5, "the runs listed from Ray")
         hung_at = datetime.fromtimestamp(float(wait_for(
             lambda: _read(marks / "hung.at"), 60, 0.5, "the reward call to block")), UTC)
         incident = wait_for(lambda: Incident.objects.filter(
@@ -178,10 +187,21 @@ def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type
             name="WorkerDict.actor_rollout_generate_sequences", hung=False).exists()
         assert not Incident.objects.filter(trial=rollout).exists(), list(
             Incident.objects.filter(trial=rollout).values("kind", "summary"))
+        # Its worker group's placement group: the run waits on Ray, which says why.
+        unplaceable = runs["unplaceable"]
+        demand = wait_for(lambda: Incident.objects.filter(
+            kind="demand_infeasible", state=Incident.FIRING, trial=unplaceable).first(),
+            60, 1, "demand_infeasible on the run whose placement group cannot be placed",
+            explain=lambda: list(Incident.objects.values("kind", "trial_id", "summary")))
+        assert "GPU" in demand.summary, demand.summary
+        assert trial_payload(Trial.objects.get(pk=unplaceable.pk))["health_all"] == [
+            "cannot be placed"]
+        assert not Incident.objects.filter(trial=unplaceable, kind="trial_stalled").exists()
     finally:
         agent.__exit__(None, None, None)
         scheduler.stop()
         stop_node(run)
+        stop_node(waiting)
 
 
 @pytest.mark.ray

@@ -180,9 +180,18 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             context[finding.subject] = {"node_ip": host.node_ip}
     # An ended cluster's nodes and demand are history (its nodes were marked DEAD when it
     # ended), and so are an ended session's nodes: nothing there to alert on.
+    waiting: list[tuple[Demand, Finding]] = []
     for demand in Demand.objects.exclude(cluster__state=Cluster.ENDED):
         if finding := rules.demand_waiting(demand_view(demand), th, now):
-            findings.append(replace(finding, cluster_id=demand.cluster_id))
+            waiting.append((demand, replace(finding, cluster_id=demand.cluster_id)))
+    # Demand of an RL run's job (the placement group its trainer waits on for its
+    # workers) is its run's incident: on the run's page, in its health and alert group.
+    runs = runs_by_job({(d.cluster_id, d.job_id) for d, _ in waiting})
+    for demand, finding in waiting:
+        findings.append(finding)
+        if run := runs.get((demand.cluster_id, demand.job_id)):
+            context[finding.subject] = {"trial": run, "experiment": run.experiment.name,
+                                        "node_ip": run.node_ip}
     for node in Node.objects.exclude(cluster__state=Cluster.ENDED).exclude(
             state_message=SESSION_ENDED):
         view = node_view(node)

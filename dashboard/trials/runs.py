@@ -46,6 +46,7 @@ from dashboard.cluster.models import (
     Actor,
     CallFailure,
     CallTiming,
+    Demand,
     Job,
     Node,
     RayCall,
@@ -361,11 +362,13 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
 def waits_on_a_call(run: Trial) -> bool:
     """An RL run whose trainer's Ray job runs a call that call_overdue judges: one it
     already calls overdue, or one still within its limit whose name has a usual duration
-    (the reward call of the step in progress). The run is silent because its trainer waits
-    on that call, and whether the call hangs is call_overdue's to say, at the call's own
-    limit: one hang, one incident. The run's trial_stalled is not raised beside it, nor
-    before it (the run fell silent at its last step, before the call began, so its stall
-    limit would come first). Bounded: the call ends, or it is overdue."""
+    (the reward call of the step in progress); or whose job waits for resources Ray has
+    not given it (a placement group for its workers: demand_pending/_infeasible judge it).
+    The run is silent because its trainer waits on that call, and whether the call hangs
+    is call_overdue's to say, at the call's own limit: one hang, one incident. The run's
+    trial_stalled is not raised beside it, nor before it (the run fell silent at its last
+    step, before the call began, so its stall limit would come first). Bounded: the call
+    ends, or it is overdue; the demand is placed, or it is alerted."""
     job = trainer_job(run)
     if not job:
         return False
@@ -373,6 +376,8 @@ def waits_on_a_call(run: Trial) -> bool:
     if Incident.objects.filter(kind="call_overdue", state=Incident.FIRING, cluster_id=cluster,
                                details__job_id=job).exists():
         return True
+    if Demand.objects.filter(cluster_id=cluster, job_id=job).exists():
+        return True  # its job waits for resources: demand_pending/_infeasible says so
     running = RayCall.objects.filter(cluster_id=cluster, job_id=job).exclude(
         pid=run.pid).values_list("name")  # the trainer's own run call is the run
     return any(CallTiming.usual(durations) is not None for durations in

@@ -13,11 +13,13 @@ from dashboard.trials.objective import Objective, best, objective_of, objectives
 # table, the home page's triage).
 # call_overdue: an RL run's step waits on a Ray call past its usual time (gpus/detect.py
 # ties the incident to the run).
+# demand_*: the placement group or actor an RL run's job waits on (gpus/detect.py too).
 HEALTH_ORDER = ("trial_process_gone", "call_overdue", "trial_stalled", "trial_errored",
-                "step_time_regression")
+                "demand_infeasible", "demand_pending", "step_time_regression")
 HEALTH_NAMES = {"trial_process_gone": "process gone", "call_overdue": "call overdue",
-                "trial_stalled": "stalled",
-                "trial_errored": "errored", "step_time_regression": "slow"}
+                "trial_stalled": "stalled", "trial_errored": "errored",
+                "demand_infeasible": "cannot be placed", "demand_pending": "waiting for resources",
+                "step_time_regression": "slow"}
 
 
 def health_by_trial(trial_pks: list[int]) -> dict[int, list[str]]:
@@ -38,7 +40,8 @@ class TrialSerializer(serializers.ModelSerializer):
     last_result_at = serializers.DateTimeField(allow_null=True)
     health = serializers.SerializerMethodField(
         help_text="the worst firing incident: process gone, call overdue (an RL run's), "
-        "stalled, errored, slow; or ok")
+        "stalled, errored, cannot be placed or waiting for resources (an RL run's job), "
+        "slow; or ok")
     health_all = serializers.SerializerMethodField(
         help_text="every firing incident of the trial, worst first (e.g. stalled, slow)")
     best_value = serializers.SerializerMethodField(

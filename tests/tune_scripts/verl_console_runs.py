@@ -14,6 +14,9 @@ is configured for raywatch: no log dir, no file logger.
 - "reward_call": its first step waits in `ray.get` on a reward actor's call
   (`RewardManager.compute_reward`, as EasyR1's and verl's async reward run) that asks a
   server which never answers;
+- "unplaceable": before any step it asks Ray for a placement group for its worker group
+  (verl's ResourcePoolManager, 8 GPUs a node) that no node can ever give, and waits on it
+  (ray.get(pg.ready()), as verl's and OpenRLHF's launchers do), printing nothing;
 - "crash": at step CRASH_AT its rollout worker (a `WorkerDict`, as verl's fused worker
   class shows in Ray) runs out of GPU memory and raises; the trainer's `ray.get` raises
   in turn (the cascade), and the driver, started by hand, exits.
@@ -35,6 +38,7 @@ from pathlib import Path
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 import ray
+from ray.util.placement_group import placement_group
 
 from tests.rl_loggers import verl_console_line, verl_step
 
@@ -80,6 +84,10 @@ class TaskRunner:
     def run(self, marks: str, name: str, steps: int) -> int:
         where = Path(marks)
         (where / f"{name}.pid").write_text(str(os.getpid()))
+        if name == "unplaceable":
+            pool = placement_group([{"GPU": 8, "CPU": 1}], strategy="STRICT_PACK",
+                                   name="global_pool_verl_group_0")
+            ray.get(pool.ready())  # never placed
         worker = ray.remote(num_cpus=0)(WorkerDict).remote()
         print(verl_console_line({"val-core/gsm8k/reward/mean@1": 0.12}, 0), flush=True)
         for step in range(1, steps + 1):
