@@ -142,6 +142,33 @@ def console_trainer_framework(class_name: str) -> str:
     return next((f for f in CONSOLE_FRAMEWORKS if class_name in TRAINERS[f]), "")
 
 
+# The modules a framework's run is started with (`python -m MODULE ...`, or the file of it:
+# `python3 openrlhf/cli/train_ppo_ray.py`), as Ray records a job's entrypoint (a driver's
+# whole command line, a submission's entrypoint): verl's verl/trainer/main_ppo.py,
+# EasyR1's verl/trainer/main.py, OpenRLHF's openrlhf/cli/train_ppo_ray.py. OpenRLHF's
+# driver makes and waits on its placement groups before its PPOTrainer exists.
+ENTRY_MODULES = {VERL: ("verl.trainer.main_ppo",), EASYR1: ("verl.trainer.main",),
+                 OPENRLHF: ("openrlhf.cli.train_ppo_ray",)}
+ENTRYPOINT_CHARS = 4096  # an entrypoint is read this far, no further
+
+
+def entrypoint_framework(entrypoint: str) -> str:
+    """The framework whose run a job's entrypoint starts, or "". Only the program's own
+    words count: the module after `-m`, or the script's path; an argument that merely
+    names a module (a config value, a path given to it) does not."""
+    words = entrypoint[:ENTRYPOINT_CHARS].split()
+    for i, word in enumerate(words[:8]):  # `[env ...] python[3] [-u] -m MODULE` or a script
+        module = words[i + 1] if word == "-m" and i + 1 < len(words) else (
+            word[:-3].replace("/", ".") if word.endswith(".py") else "")
+        if not module:
+            continue
+        for framework, modules in ENTRY_MODULES.items():
+            if any(module == m or module.endswith("." + m) for m in modules):
+                return framework
+        return ""  # the program is another's
+    return ""
+
+
 def console_run_key(job_id: str, trainer: str, pid: int) -> tuple[str, str]:
     """(experiment, trial id) of the run whose steps a trainer actor prints: its Ray job,
     its class and pid. Made the same from Ray's listing of the actor (raywatch finds the

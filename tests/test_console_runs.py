@@ -324,3 +324,87 @@ def test_a_trainers_console_is_the_log_ray_named_for_its_pid_and_nothing_else(
         for process in started.values():
             process.kill()
             process.wait()
+
+
+# OpenRLHF's driver (openrlhf/cli/train_ppo_ray.py, v0.11.0): its placement groups are made
+# and waited on first, and its PPOTrainer actor only once they are placed.
+OPENRLHF_DRIVER = """
+import os, sys, time
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+import ray
+from ray.util.placement_group import placement_group
+
+class PPOTrainer:
+    def fit(self):
+        print("INFO 12-07 16:20:00 ppo_trainer.py:547] ✨ Global step 1: {'policy_loss': 0.1}",
+              flush=True)
+        time.sleep(600)
+
+ray.init(address=sys.argv[1], logging_level="ERROR")
+gpus = 8 if sys.argv[2] == "unplaceable" else 0
+bundles = [{"GPU": gpus, "CPU": 0.01}] if gpus else [{"CPU": 0.01}]
+pg = placement_group(bundles, strategy="PACK")
+ray.get(pg.ready())
+trainer = ray.remote(num_cpus=0)(PPOTrainer).remote()
+ray.get(trainer.fit.remote())
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_an_openrlhf_run_is_found_from_its_job_before_its_trainer_and_owns_its_demand(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path) -> None:
+    """Two OpenRLHF-shaped drivers started as OpenRLHF is (`python .../openrlhf/cli/
+    train_ppo_ray.py`): each is a run from the moment Ray lists its job, PENDING before
+    its trainer exists. One's placement group asks for 8 GPUs no node has: that demand is
+    the run's (its health "cannot be placed"). The other's is placed and its PPOTrainer
+    starts: the same run is now that trainer's, RUNNING."""
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
+    scheduler.start()
+    script = tmp_path / "openrlhf" / "cli" / "train_ppo_ray.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(OPENRLHF_DRIVER)
+    drivers = {mode: subprocess.Popen(
+        [sys.executable, str(script), ray_settings.gcs_address, mode], cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+        for mode in ("unplaceable", "placed")}
+    try:
+        jobs = wait_for(lambda: _driver_jobs(drivers), 60, 0.5, "both drivers' Ray jobs")
+        waiting = wait_for(lambda: Trial.objects.filter(
+            experiment__name=f"job {jobs['unplaceable'].job_id}").first(), 60, 0.5,
+            "the waiting run, found from its job")
+        assert waiting.framework == "openrlhf" and waiting.status == Trial.PENDING
+        assert waiting.trial_id == f"driver {drivers['unplaceable'].pid}"
+        assert waiting.pid is None  # the entrypoint names a framework, no process
+        demand = wait_for(lambda: Incident.objects.filter(
+            kind="demand_infeasible", state=Incident.FIRING, trial=waiting).first(), 90, 1,
+            "demand_infeasible on the run whose placement group cannot be placed",
+            explain=lambda: list(Incident.objects.values("kind", "trial_id", "summary")))
+        assert "GPU" in demand.summary
+        assert trial_payload(Trial.objects.get(pk=waiting.pk))["health_all"] == [
+            "cannot be placed"]
+        # The placed one's trainer started: its run is that trainer's, one row.
+        trainer = wait_for(lambda: Actor.objects.filter(
+            class_name="PPOTrainer", job_id=jobs["placed"].job_id, state="ALIVE").first(),
+            60, 0.5, "the placed run's PPOTrainer")
+        run = wait_for(lambda: Trial.objects.filter(
+            experiment__name=f"job {jobs['placed'].job_id}", pid=trainer.pid,
+            status=Trial.RUNNING).first(), 60, 0.5, "the run taken over by its trainer",
+            explain=lambda: list(Trial.objects.values("experiment__name", "trial_id",
+                                                      "status", "pid")))
+        assert run.trial_id == f"PPOTrainer {trainer.pid}" and run.framework == "openrlhf"
+        assert Trial.objects.filter(experiment=run.experiment).count() == 1
+    finally:
+        scheduler.stop()
+        for driver in drivers.values():
+            stop_node(driver)
+
+
+def _driver_jobs(drivers: dict[str, subprocess.Popen]) -> dict[str, Job] | None:
+    found = {mode: Job.objects.filter(driver_pid=p.pid, status="RUNNING").first()
+             for mode, p in drivers.items()}
+    return found if all(found.values()) else None  # type: ignore[return-value]

@@ -549,6 +549,8 @@ def derive_status(
                          else "error.txt was written")
     if process_alive is True and tune_status in ("", "RUNNING", "PENDING", "UNKNOWN"):
         return "RUNNING", "its actor is alive"
+    if tune_status == "PENDING" and run:
+        return tune_status, "its trainer has not started: its job's driver runs"
     if tune_status:
         return tune_status, ("as its trainer and Ray job ended" if run
                              else "as Tune's experiment state reports")

@@ -38,6 +38,7 @@ from collectors.runformats import (
     TRAINERS,
     console_run_key,
     console_trainer_framework,
+    entrypoint_framework,
     train_run_dir,
 )
 from dashboard.cluster.callstacks import request_stacks
@@ -266,12 +267,64 @@ def discover_runs(since: datetime | None) -> int:
             defaults={"kind": Experiment.CONSOLE, "paths": []})
         if experiment.kind != Experiment.CONSOLE:
             continue  # a directory of that name: not this job's runs
+        found = {"framework": framework, "trainable": trainer_class(actor),
+                 "pid": actor.pid, "writer_pid": actor.pid, "node_ip": node.node_ip,
+                 "hostname": node.hostname or "", "process_alive": True,
+                 "status": Trial.RUNNING, "status_reason": "its actor is alive"}
+        # The run found from its job before this trainer started is this run.
+        adopted = Trial.objects.filter(experiment=experiment, pid__isnull=True,
+                                       trial_id__startswith=DRIVER).exclude(
+            trial_id=trial_id).update(trial_id=trial_id, tune_status="", **found)
+        if adopted:
+            continue
+        _, created = Trial.objects.get_or_create(experiment=experiment, trial_id=trial_id,
+                                                 defaults=found)
+        made += created
+    return made + discover_job_runs(since)
+
+
+DRIVER = "driver "  # the trial id of a run found from its job, before its trainer started
+
+
+def discover_job_runs(since: datetime | None) -> int:
+    """Each Ray job whose entrypoint starts a framework's run (`python -m
+    openrlhf.cli.train_ppo_ray`, collectors.runformats.entrypoint_framework) is a run from
+    the moment Ray lists the job, before its trainer exists: OpenRLHF's driver makes and
+    waits on its placement groups first, and demand that never places is then this
+    run's. Named `job <id>` / `driver <pid>`, PENDING; the trainer, once Ray lists it,
+    takes the row over (discover_runs). A job that ended before its trainer started ends
+    its run. The entrypoint only names the framework: no process is bound by it."""
+    jobs = Job.objects.exclude(job_id="").exclude(entrypoint="")
+    jobs = jobs.filter(updated_at__gte=since) if since is not None else jobs.filter(
+        status="RUNNING")
+    made = 0
+    for job in jobs:
+        framework = entrypoint_framework(job.entrypoint)
+        if not framework:
+            continue
+        name = f"job {job.job_id}"[:255]
+        experiment = Experiment.objects.filter(cluster_id=job.cluster_id, name=name).first()
+        if experiment is not None and experiment.kind != Experiment.CONSOLE:
+            continue
+        if job.status != "RUNNING":
+            if experiment is not None:  # it never got a trainer: the job's end is its own
+                ended = JOB_ENDS.get(job.status, Trial.TERMINATED)
+                Trial.objects.filter(experiment=experiment, pid__isnull=True,
+                                     trial_id__startswith=DRIVER).exclude(
+                    tune_status=ended).update(tune_status=ended, status=ended,
+                                              status_reason=f"its job {job.status} before "
+                                                            "its trainer started")
+            continue
+        if experiment is not None and experiment.trials.exists():
+            continue  # its trainer's run, or this one already
+        experiment, _ = Experiment.objects.get_or_create(
+            cluster_id=job.cluster_id, name=name,
+            defaults={"kind": Experiment.CONSOLE, "paths": []})
         _, created = Trial.objects.get_or_create(
-            experiment=experiment, trial_id=trial_id,
-            defaults={"framework": framework, "trainable": trainer_class(actor),
-                      "pid": actor.pid, "writer_pid": actor.pid, "node_ip": node.node_ip,
-                      "hostname": node.hostname or "", "process_alive": True,
-                      "status": Trial.RUNNING, "status_reason": "its actor is alive"})
+            experiment=experiment, trial_id=f"{DRIVER}{job.driver_pid or '?'}"[:255],
+            defaults={"framework": framework, "node_ip": job.driver_node_ip,
+                      "tune_status": Trial.PENDING, "status": Trial.PENDING,
+                      "status_reason": "its trainer has not started: its job's driver runs"})
         made += created
     return made
 
@@ -342,7 +395,7 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
         cluster_id__in=clusters, job_id__in={j for _, j in jobs}, state="ALIVE",
         pid__isnull=False, class_name__in=names) if (a.cluster_id, a.job_id) in jobs]
     if not trainers:
-        return {}
+        return before_trainers(jobs)
     ips = {(n.cluster_id, n.node_id): n.node_ip for n in Node.objects.filter(
         cluster_id__in=clusters, node_id__in={t[1] for t in trainers})}
     # A trainer's file-logged run speaks for it over its console run (shadowed): last in.
@@ -356,7 +409,20 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
         run = runs.get((cluster_id, ips.get((cluster_id, node_id), ""), pid))
         if run is not None:
             found[(cluster_id, job_id)] = run
-    return found
+    return found | before_trainers(jobs - set(found))
+
+
+def before_trainers(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
+    """The runs of these (cluster pk, job id) found from their jobs, whose trainers have
+    not started (discover_job_runs)."""
+    if not jobs:
+        return {}
+    names = {f"job {j}"[:255]: j for _, j in jobs}
+    return {(t.experiment.cluster_id, names[t.experiment.name]): t for t in Trial.objects.filter(
+        experiment__kind=Experiment.CONSOLE, experiment__name__in=list(names),
+        experiment__cluster_id__in={c for c, _ in jobs}, pid__isnull=True,
+        trial_id__startswith=DRIVER).select_related("experiment")
+        if (t.experiment.cluster_id, names[t.experiment.name]) in jobs}
 
 
 def waits_on_a_call(run: Trial) -> bool:
