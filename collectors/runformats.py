@@ -154,18 +154,33 @@ ENTRYPOINT_CHARS = 4096  # an entrypoint is read this far, no further
 
 def entrypoint_framework(entrypoint: str) -> str:
     """The framework whose run a job's entrypoint starts, or "". Only the program's own
-    words count: the module after `-m`, or the script's path; an argument that merely
-    names a module (a config value, a path given to it) does not."""
+    words count: Python's `-m MODULE`, or the script Python runs (or that runs itself);
+    a module named in an argument, or a program of another's (a shell script), does not."""
     words = entrypoint[:ENTRYPOINT_CHARS].split()
-    for i, word in enumerate(words[:8]):  # `[env ...] python[3] [-u] -m MODULE` or a script
-        module = words[i + 1] if word == "-m" and i + 1 < len(words) else (
-            word[:-3].replace("/", ".") if word.endswith(".py") else "")
-        if not module:
-            continue
-        for framework, modules in ENTRY_MODULES.items():
-            if any(module == m or module.endswith("." + m) for m in modules):
-                return framework
-        return ""  # the program is another's
+    while words and (words[0] == "env" or "=" in words[0]):  # `env A=1 python ...`
+        words = words[1:]
+    if not words:
+        return ""
+    program = words[0].rsplit("/", 1)[-1]
+    if program.endswith(".py"):
+        return _framework_of(words[0][:-3].replace("/", "."))
+    if not program.startswith("python"):
+        return ""
+    rest = iter(words[1:])
+    for word in rest:
+        if word == "-m":
+            return _framework_of(next(rest, ""))
+        if word in ("-W", "-X"):  # an option's own argument
+            next(rest, "")
+        elif not word.startswith("-"):
+            return _framework_of(word[:-3].replace("/", ".")) if word.endswith(".py") else ""
+    return ""
+
+
+def _framework_of(module: str) -> str:
+    for framework, modules in ENTRY_MODULES.items():
+        if any(module == m or module.endswith("." + m) for m in modules):
+            return framework
     return ""
 
 

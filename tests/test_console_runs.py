@@ -26,6 +26,7 @@ from django.utils import timezone
 from collectors.agent.console_runs import find_trainers
 from collectors.hostinfo import host_name, node_ip_address
 from collectors.rootfiles import Root
+from collectors.runformats import entrypoint_framework
 from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
 from dashboard.cluster.models import Actor, CallFailure, CallStack, Job, Node, RayCall
@@ -408,3 +409,23 @@ def _driver_jobs(drivers: dict[str, subprocess.Popen]) -> dict[str, Job] | None:
     found = {mode: Job.objects.filter(driver_pid=p.pid, status="RUNNING").first()
              for mode, p in drivers.items()}
     return found if all(found.values()) else None  # type: ignore[return-value]
+
+
+def test_a_jobs_entrypoint_names_its_framework_only_by_the_program_it_runs() -> None:
+    """The module after -m, or the script's path, as each framework's README starts it;
+    a module merely named in an argument, or a program of another's, is no run."""
+    found = {
+        "/usr/bin/python3 -m openrlhf.cli.train_ppo_ray --actor_num_nodes 1": "openrlhf",
+        "python /opt/OpenRLHF/openrlhf/cli/train_ppo_ray.py --pretrain x": "openrlhf",
+        "python3 -u -m verl.trainer.main_ppo data.train_files=x.parquet": "verl",
+        "python3 -m verl.trainer.main config=examples/config.yaml": "easyr1",
+        "env VLLM_USE_V1=1 python3 -X dev -m verl.trainer.main_ppo x=1": "verl",
+        "python train.py --module openrlhf.cli.train_ppo_ray": "",
+        "python -m verl.trainer.main_generation": "",
+        "python -m mypkg.verl.trainer.main_ppo_wrapper": "",
+        "bash run.sh -m verl.trainer.main_ppo": "",
+        "": "",
+        "python -m " + "x" * 100_000: "",
+    }
+    assert {e[:60]: entrypoint_framework(e) for e in found} == {
+        e[:60]: f for e, f in found.items()}
