@@ -429,3 +429,64 @@ def test_a_jobs_entrypoint_names_its_framework_only_by_the_program_it_runs() -> 
     }
     assert {e[:60]: entrypoint_framework(e) for e in found} == {
         e[:60]: f for e, f in found.items()}
+
+
+# verl's verl/trainer/main_ppo.py as started by `python -m verl.trainer.main_ppo`, whose
+# TaskRunner fails at once (its model does not fit): over before raywatch polls again.
+VERL_DRIVER = """
+import os, sys
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+import ray
+
+class TaskRunner:
+    def run(self):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+ray.init(address=sys.argv[1], logging_level="ERROR")
+ray.get(ray.remote(num_cpus=0)(TaskRunner).remote().run.remote())
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_a_run_that_failed_before_raywatch_saw_its_trainer_is_error_and_pages(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path) -> None:
+    """`python -m verl.trainer.main_ppo` whose TaskRunner raises at once, its driver gone
+    within seconds (Ray: SUCCEEDED): found from its job, the run is ERROR with its
+    trainer's exception, and trial_errored pages, though raywatch may never have seen
+    the trainer alive."""
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "poll-trial-logs")})
+    scheduler.start()
+    (tmp_path / "verl" / "trainer").mkdir(parents=True)
+    (tmp_path / "verl" / "trainer" / "main_ppo.py").write_text(VERL_DRIVER)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "verl.trainer.main_ppo", ray_settings.gcs_address],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(tmp_path)},
+        start_new_session=True)
+    try:
+        assert driver.wait(patient(120)) == 1
+        # Its run: found from its job ("driver <pid>"), or from its trainer had a poll
+        # caught it alive; either way one run, ERROR.
+        run = wait_for(lambda: Trial.objects.filter(
+            experiment__name__in=[f"job {j}" for j in Job.objects.filter(
+                driver_pid=driver.pid).values_list("job_id", flat=True)],
+            status=Trial.ERROR).first(), 90, 1, "the run found from its job to be ERROR",
+            explain=lambda: (list(Trial.objects.values("trial_id", "status", "error_text")),
+                             list(Job.objects.values("job_id", "status", "entrypoint"))))
+        assert run.framework == "verl"
+        assert run.error_text.startswith("TaskRunner.run failed (TASK_EXECUTION_EXCEPTION"), \
+            run.error_text[:300]
+        assert "CUDA out of memory" in run.error_text
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="trial_errored", state=Incident.FIRING, trial=run).first(), 60, 1,
+            "trial_errored for the run")
+        assert "CUDA out of memory" in incident.summary, incident.summary
+        assert incident.summary.startswith("Run "), incident.summary
+        assert Trial.objects.filter(experiment=run.experiment).count() == 1
+    finally:
+        scheduler.stop()
+        stop_node(driver)

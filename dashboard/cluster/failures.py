@@ -26,8 +26,8 @@ from collectors.raystate import (
     parse_actor_death,
     parse_failed_calls,
 )
-from collectors.runformats import TRAINER_CLASSES
-from dashboard.cluster.models import Actor, CallFailure, Node
+from collectors.runformats import TRAINER_CLASSES, entrypoint_framework
+from dashboard.cluster.models import Actor, CallFailure, Job, Node
 from dashboard.cluster.views_data import running_trials_of
 from dashboard.cluster.workload import DEAD_ACTOR_KEEP
 
@@ -45,6 +45,11 @@ def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
     jobs = set(Actor.objects.filter(cluster_id=cluster_pk, state="DEAD", ended_at__gte=since,
                                     class_name__in=TRAINER_CLASSES)
                .exclude(job_id="").values_list("job_id", flat=True))
+    # A framework's job that ended, its trainer perhaps never seen alive (it failed before
+    # raywatch's first poll of it): the run found from the job ends with its failures.
+    jobs |= {job_id for job_id, entrypoint in Job.objects.filter(
+        cluster_id=cluster_pk, updated_at__gte=since).exclude(status="RUNNING").exclude(
+        job_id="").values_list("job_id", "entrypoint") if entrypoint_framework(entrypoint)}
     stored = 0
     for job in sorted(jobs):
         try:

@@ -55,6 +55,7 @@ from dashboard.cluster.models import (
 )
 from dashboard.cluster.views_data import call_places, call_stacks
 from dashboard.incidents.models import Incident
+from dashboard.incidents.trial_rules import derive_status
 from dashboard.trials.models import Experiment, Trial
 
 FOLLOW_DEPTH = 3  # calls of calls followed down from a trainer waiting in ray.get
@@ -228,13 +229,14 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
             run.process_gone_since = run.process_gone_since or gone.ended_at or gone.updated_at
 
 
-def failed(run: Trial, failure: CallFailure, trainer: Actor) -> None:
+def failed(run: Trial, failure: CallFailure, trainer: Actor | None) -> None:
     """The run ended with its job's first failed call: ERROR, with that call's error (a
     raised exception's traceback, an OOM kill), whatever the job's end says (a driver
     started by hand ends SUCCEEDED however its trainer ended)."""
     run.tune_status = Trial.ERROR
     run.error_text = failure.describe()
-    run.error_at = failure.failed_at or trainer.ended_at or failure.seen_at
+    run.error_at = failure.failed_at or (trainer.ended_at if trainer else None) \
+        or failure.seen_at
     run.error_read_at = failure.seen_at
     run.error_attempt = run.attempt
 
@@ -295,8 +297,11 @@ def discover_job_runs(since: datetime | None) -> int:
     takes the row over (discover_runs). A job that ended before its trainer started ends
     its run. The entrypoint only names the framework: no process is bound by it."""
     jobs = Job.objects.exclude(job_id="").exclude(entrypoint="")
-    jobs = jobs.filter(updated_at__gte=since) if since is not None else jobs.filter(
-        status="RUNNING")
+    if since is None:
+        jobs = jobs.filter(status="RUNNING")
+    else:  # changed, or whose failures Ray listed since (they come a poll or two late)
+        failing = [Q(cluster_id=c, job_id=j) for c, j in failed_jobs_since(since)]
+        jobs = jobs.filter(reduce(or_, failing, Q(updated_at__gte=since)))
     made = 0
     for job in jobs:
         framework = entrypoint_framework(job.entrypoint)
@@ -306,26 +311,22 @@ def discover_job_runs(since: datetime | None) -> int:
         experiment = Experiment.objects.filter(cluster_id=job.cluster_id, name=name).first()
         if experiment is not None and experiment.kind != Experiment.CONSOLE:
             continue
-        if job.status != "RUNNING":
-            if experiment is not None:  # it never got a trainer: the job's end is its own
-                ended = JOB_ENDS.get(job.status, Trial.TERMINATED)
-                Trial.objects.filter(experiment=experiment, pid__isnull=True,
-                                     trial_id__startswith=DRIVER).exclude(
-                    tune_status=ended).update(tune_status=ended, status=ended,
-                                              status_reason=f"its job {job.status} before "
-                                                            "its trainer started")
-            continue
-        if experiment is not None and experiment.trials.exists():
-            continue  # its trainer's run, or this one already
-        experiment, _ = Experiment.objects.get_or_create(
-            cluster_id=job.cluster_id, name=name,
-            defaults={"kind": Experiment.CONSOLE, "paths": []})
-        _, created = Trial.objects.get_or_create(
-            experiment=experiment, trial_id=f"{DRIVER}{job.driver_pid or '?'}"[:255],
-            defaults={"framework": framework, "node_ip": job.driver_node_ip,
-                      "tune_status": Trial.PENDING, "status": Trial.PENDING,
-                      "status_reason": "its trainer has not started: its job's driver runs"})
-        made += created
+        # A job first seen ended (since the last pass: not history) ended its run before
+        # raywatch could see its trainer.
+        if (experiment is None or not experiment.trials.exists()) and (
+                job.status == "RUNNING" or since is not None):
+            experiment, _ = Experiment.objects.get_or_create(
+                cluster_id=job.cluster_id, name=name,
+                defaults={"kind": Experiment.CONSOLE, "paths": []})
+            _, created = Trial.objects.get_or_create(
+                experiment=experiment, trial_id=f"{DRIVER}{job.driver_pid or '?'}"[:255],
+                defaults={"framework": framework, "node_ip": job.driver_node_ip,
+                          "tune_status": Trial.PENDING, "status": Trial.PENDING,
+                          "status_reason": "its trainer has not started: its job's "
+                                           "driver runs"})
+            made += created
+        if job.status != "RUNNING" and experiment is not None:
+            end_before_trainer(experiment, job)  # it never got a trainer: the job's end
     return made
 
 
@@ -410,6 +411,26 @@ def runs_by_job(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
         if run is not None:
             found[(cluster_id, job_id)] = run
     return found | before_trainers(jobs - set(found))
+
+
+def end_before_trainer(experiment: Experiment, job: Job) -> None:
+    """The run found from `job` whose trainer raywatch never saw ended with its job: with
+    its job's first failed call when Ray lists one (a trainer that raised before the
+    first poll), else as its job ended."""
+    failure = first_failure(job.cluster_id, job.job_id)
+    for run in Trial.objects.filter(experiment=experiment, pid__isnull=True,
+                                    trial_id__startswith=DRIVER):
+        before = (run.tune_status, run.error_text)
+        if failure is not None:
+            failed(run, failure, None)
+        else:
+            run.tune_status = JOB_ENDS.get(job.status, Trial.TERMINATED)
+        run.status, run.status_reason = derive_status(
+            run.tune_status, bool(run.error_text), None, run=True)
+        if (run.tune_status, run.error_text) != before:
+            run.save(update_fields=["tune_status", "status", "status_reason", "error_text",
+                                    "error_at", "error_read_at", "error_attempt",
+                                    "updated_at"])
 
 
 def before_trainers(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
