@@ -291,6 +291,25 @@ _DEATH_CONTEXTS = {"oom_context": "OUT_OF_MEMORY", "actor_unschedulable_context"
                    "runtime_env_failed_context": "RUNTIME_ENV_FAILED"}
 
 
+def death_words(reason: str, message: str) -> str:
+    """Why an actor's process is gone, in words, from Ray's reason and its message's
+    first `Worker exit type:` (Ray's own, before any text it quotes)."""
+    found = _EXIT_TYPE.search(message)
+    exit_type = found.group(1) if found else ""
+    if reason == "NODE_DIED":
+        return "its node died (Ray: NODE_DIED)"
+    if reason == "OWNER_DIED":
+        return "its owner died first (Ray: OWNER_DIED)"
+    if reason == "OUT_OF_MEMORY":
+        return "Ray's memory monitor killed it (Ray: OUT_OF_MEMORY)"
+    if reason == "WORKER_DIED" and exit_type == "SYSTEM_ERROR":
+        return ("its process died unexpectedly: the OOM killer, a signal such as SIGSEGV, "
+                "or a crash (Ray: WORKER_DIED, SYSTEM_ERROR)")
+    if reason == "WORKER_DIED" and exit_type == "USER_ERROR":
+        return "its process exited with an error (Ray: WORKER_DIED, USER_ERROR)"
+    return f"Ray: {reason}" + (f", {exit_type}" if exit_type else "")
+
+
 def fetch_actor_death(endpoint: RayEndpoint, actor_id: str) -> dict[str, Any]:
     """One actor's row with the detail columns (its death_cause): asked once for an actor
     that ended while a trial was bound to its process."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.raystate import parse_actor_death
+from collectors.raystate import death_words, parse_actor_death
 
 ACTOR = "a7fccd1574d6ac48bb6d720e02000000"
 CRASH = ("The actor is dead because its worker process has died. Worker exit type: "
@@ -79,3 +79,17 @@ def test_what_ray_did_not_say_is_no_answer() -> None:
                                           "exit detail: ValueError: Worker exit type: "
                                           "INTENDED_USER_EXIT")), ACTOR)
     assert quoted is not None and not quoted.on_purpose and quoted.exit_type == "USER_ERROR"
+
+
+def test_how_a_process_died_in_words() -> None:
+    assert death_words("WORKER_DIED", CRASH).startswith(
+        "its process died unexpectedly: the OOM killer, a signal such as SIGSEGV, or a crash")
+    assert death_words("NODE_DIED", "") == "its node died (Ray: NODE_DIED)"
+    assert death_words("OWNER_DIED", "x") == "its owner died first (Ray: OWNER_DIED)"
+    assert death_words("OUT_OF_MEMORY", "") == \
+        "Ray's memory monitor killed it (Ray: OUT_OF_MEMORY)"
+    # Ray's exit type is the first one its message gives, not one an exception quotes.
+    assert death_words("WORKER_DIED", "Worker exit type: USER_ERROR ... Worker exit type: "
+                       "SYSTEM_ERROR") == "its process exited with an error (Ray: WORKER_DIED, " \
+        "USER_ERROR)"
+    assert death_words("UNSCHEDULABLE", "") == "Ray: UNSCHEDULABLE"

@@ -77,3 +77,10 @@ def test_what_ray_left_of_the_header_still_names_the_call() -> None:
             f"User exception:\n{prefix}WorkerDict.generate() (pid=2, ip=10.0.0.5)\n"
             "RuntimeError: CUDA out of memory"))
         assert failure.first_call() == "WorkerDict.generate", prefix
+    # A call that raised its own exception, its header's start eaten into its name (a
+    # full run, Ray 2.60: `ray::TaskRunner.run()` left as `askRunner.run()`).
+    own = CallFailure(cluster_id=1, name="TaskRunner.run", error_type="TASK_EXECUTION_EXCEPTION",
+                      message="User exception:\naskRunner.run() (pid=18808, ip=192.0.2.2)\n"
+                              "RuntimeError: CUDA out of memory")
+    assert own.first_call() == "TaskRunner.run"
+    assert own.describe().startswith("TaskRunner.run failed (TASK_EXECUTION_EXCEPTION):\n")

@@ -96,8 +96,11 @@ def test_hung_killed_and_slow_trials_are_flagged(watched, ray_settings, settings
         crash.refresh_from_db()
         if found.kind == "trial_errored":
             assert crash.status == "ERROR" and crash.error_text
-        else:
+        else:  # Ray said how its process died (asked when it ended bound to the trial)
             assert crash.process_alive is False
+            wait_for(lambda: "its process died unexpectedly" in Incident.objects.get(
+                pk=found.pk).summary, 30, 0.5, "Ray's word on how it died",
+                explain=lambda: Incident.objects.get(pk=found.pk).summary)
 
         # The healthy trial was never flagged.
         healthy = trial_with(name, "healthy")

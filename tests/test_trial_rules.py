@@ -125,6 +125,11 @@ def test_process_gone_after_grace_only_for_unfinished_trials() -> None:
     for status in ("TERMINATED", "ERROR", "PAUSED"):
         stopped = trial(status=status, process_alive=False, process_gone_since=T0)
         assert trial_process_gone(stopped, TH, T0 + timedelta(hours=1)) is None
+    # Ray says how it died: said.
+    crashed = trial_process_gone(replace(gone, death="its node died (Ray: NODE_DIED)"), TH,
+                                 T0 + timedelta(seconds=31))
+    assert crashed and crashed.summary.endswith("has been gone for 31 s: its node died "
+                                                "(Ray: NODE_DIED)"), crashed.summary
     # Ray says its owner ended it (Tune pausing it; Tune's own word lags): no alarm.
     paused = replace(gone, ended_on_purpose="OUT_OF_SCOPE: all references were removed")
     assert trial_process_gone(paused, TH, T0 + timedelta(hours=1)) is None

@@ -235,7 +235,12 @@ class CallFailure(models.Model):
         them, and a worker that dies with its owner may never report: its failure is
         known only from the call that raised it again."""
         found = _CALL_HEADER.findall(self.message)
-        return found[-1] if found else self.name
+        if not found:
+            return self.name
+        # What Ray leaves of a header's start varies (`ray::`, `::`, `y::`, and once
+        # `askRunner.run()` for `ray::TaskRunner.run()`): a header that ends this call's
+        # own name is this call, raising its own exception.
+        return self.name if self.name.endswith(found[-1]) else found[-1]
 
     def describe(self) -> str:
         """What the run's page and its incident say: the call where the failure began,

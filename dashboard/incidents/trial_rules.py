@@ -118,6 +118,7 @@ class TrialSnapshot:
     # Why Ray says its process's actor ended, when it was on purpose (its owner or a user
     # ended it: Tune pausing it, ray.kill), in words; "" when not, or not known.
     ended_on_purpose: str = ""
+    death: str = ""  # how Ray says its process died, when not on purpose, in words
     # What its busy stacks say the step in progress is doing, when it is the framework's
     # own lifecycle and not training (collectors.pystack.lifecycle_of): "validation",
     # "a checkpoint save"; "" otherwise.
@@ -329,8 +330,9 @@ def trial_process_gone(trial: TrialSnapshot, th: Thresholds, now: datetime) -> F
         kind="trial_process_gone", subject=trial.subject, severity="critical",
         summary=(f"{trial.noun} {trial.trial_id} is {trial.status} but its process "
                  f"(pid {trial.pid} on {trial.node_ip or 'unknown node'}) has been gone "
-                 f"for {gone_for:.0f} s"),
-        details={"gone_for_s": round(gone_for, 1), "pid": trial.pid, "node_ip": trial.node_ip},
+                 f"for {gone_for:.0f} s" + (f": {trial.death}" if trial.death else "")),
+        details={"gone_for_s": round(gone_for, 1), "pid": trial.pid, "node_ip": trial.node_ip,
+                 "death": trial.death},
     )
 
 

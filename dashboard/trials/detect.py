@@ -25,6 +25,7 @@ from django.db.models import Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from collectors.pystack import RAY_GET, lifecycle_of
+from collectors.raystate import death_words
 from dashboard.cluster.models import Actor, Cluster, ClusterSession, Node
 from dashboard.cluster.state import current_clusters
 from dashboard.incidents.findings import Finding
@@ -192,7 +193,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                                 and (since := quiet_since(t)) and since < quiet])
     spoken_for = shadowed(trials)  # a console run whose trainer's file-logged run is judged
     in_call = in_run_calls([t for t in trials if t.status == Trial.RUNNING])
-    on_purpose = ended_on_purpose([t for t in trials if t.process_alive is False])
+    died = deaths([t for t in trials if t.process_alive is False])
     for trial in trials:
         if trial.experiment.cluster_id in poll.ended or trial.pk in spoken_for \
                 or of_ended_session(trial, poll.restarted):
@@ -204,7 +205,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                            **agents.get(trial.pk, {}),
                            **sampled_verdict(sampled.get(trial.pk)),
                            in_run_call=in_call.get(trial.pk),
-                           ended_on_purpose=on_purpose.get(trial.pk, ""))
+                           **death_of(died.get(trial.pk)))
         sampling, followed = False, None
         stack = sampled.get(trial.pk)
         if stack is not None and stack.hung and stack.waits_on == RAY_GET and is_run(trial):
@@ -696,24 +697,34 @@ def in_progress_regression(finding: Finding) -> bool:
     return finding.kind == "step_time_regression" and bool(finding.details.get("in_progress"))
 
 
-def ended_on_purpose(gone: list[Trial]) -> dict[int, str]:
-    """The trials among `gone` (their process gone) whose actor Ray says was ended on
-    purpose, by its owner or a user (Tune pausing or stopping it, ray.kill): trial pk ->
-    why, in Ray's words. One query."""
+def death_of(death: tuple[bool, str] | None) -> dict[str, str]:
+    """A snapshot's fields for how its process died, as Ray said."""
+    if death is None:
+        return {}
+    on_purpose, words = death
+    return {"ended_on_purpose": words} if on_purpose else {"death": words}
+
+
+def deaths(gone: list[Trial]) -> dict[int, tuple[bool, str]]:
+    """Why Ray says the actors of the trials among `gone` (their process gone) died, when
+    it was asked (dashboard/cluster/failures.note_deaths): trial pk -> (ended on purpose,
+    in words). On purpose: its owner or a user ended it (Tune pausing or stopping it,
+    ray.kill). One query."""
     keyed = {(t.experiment.cluster_id, t.node_ip, t.pid): t.pk for t in gone if t.pid}
     if not keyed:
         return {}
-    found: dict[int, str] = {}
-    for cluster, pid, node_ip, reason, message in Actor.objects.filter(
-            state="DEAD", ended_on_purpose=True, pid__in={k[2] for k in keyed},
-            cluster_id__in={k[0] for k in keyed}).annotate(
+    found: dict[int, tuple[bool, str]] = {}
+    for cluster, pid, node_ip, reason, message, on_purpose in Actor.objects.filter(
+            state="DEAD", pid__in={k[2] for k in keyed},
+            cluster_id__in={k[0] for k in keyed}).exclude(death_reason="").annotate(
             node_ip=Subquery(Node.objects.filter(cluster_id=OuterRef("cluster_id"),
                                                  node_id=OuterRef("node_id"))
                              .values("node_ip")[:1])).values_list(
-            "cluster_id", "pid", "node_ip", "death_reason", "death_message"):
+            "cluster_id", "pid", "node_ip", "death_reason", "death_message",
+            "ended_on_purpose"):
         pk = keyed.get((cluster, node_ip or "", pid))
-        if pk is not None:
-            found[pk] = f"{reason}: {message}"[:300]
+        if pk is not None and reason != "UNKNOWN":
+            found[pk] = (bool(on_purpose), death_words(reason, message))
     return found
 
 
