@@ -188,4 +188,10 @@ def console_run_key(job_id: str, trainer: str, pid: int) -> tuple[str, str]:
     """(experiment, trial id) of the run whose steps a trainer actor prints: its Ray job,
     its class and pid. Made the same from Ray's listing of the actor (raywatch finds the
     run before it prints anything) and from its console on its node."""
-    return f"job {job_id}"[:255], f"{trainer} {pid}"[:255]
+    return job_run_name(job_id), f"{trainer} {pid}"[:255]
+
+
+def job_run_name(job_id: str) -> str:
+    """The experiment of a Ray job's RL run: `job <id>`, whether its run was found from
+    its trainer or from the job itself, before the trainer started."""
+    return f"job {job_id}"[:255]

@@ -153,16 +153,25 @@ _not_a_phase = re.compile(NOT_A_PHASE).search
 # A step that ran one is held to the usual step without it, and they are never the slow
 # phase themselves (docs/ray-facts.md "A trainer's console").
 LIFECYCLE_PHASE = r"(^|/)(testing|validation|save_checkpoint)$"
-_lifecycle = re.compile(LIFECYCLE_PHASE).search
+_lifecycle_search = re.compile(LIFECYCLE_PHASE).search
+
+
+@lru_cache(maxsize=4096)
+def _lifecycle(key: str) -> bool:
+    # Asked for every phase of every recent step of every running trial at each poll:
+    # a run has a few dozen phase names, matched once.
+    return _lifecycle_search(key) is not None
 
 
 def routine(step: StepTiming) -> tuple[float | None, dict[str, float]]:
     """A step's total and phases without its lifecycle phases (validation, a save)."""
-    phases = {k: v for k, v in step.phases.items() if not _lifecycle(k)}
+    extra = {k: v for k, v in step.phases.items() if _lifecycle(k)}
+    if not extra:  # most steps: as they are, nothing copied
+        return step.total_s, step.phases
+    phases = {k: v for k, v in step.phases.items() if k not in extra}
     if step.total_s is None:
         return None, phases
-    extra = sum(v for k, v in step.phases.items() if _lifecycle(k))
-    return max(0.0, step.total_s - extra), phases
+    return max(0.0, step.total_s - sum(extra.values())), phases
 
 
 def phase_timings(metrics: dict[str, Any], patterns: Sequence[str]) -> dict[str, float]:

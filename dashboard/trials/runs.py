@@ -39,6 +39,7 @@ from collectors.runformats import (
     console_run_key,
     console_trainer_framework,
     entrypoint_framework,
+    job_run_name,
     train_run_dir,
 )
 from dashboard.cluster.callstacks import request_stacks
@@ -274,8 +275,7 @@ def discover_runs(since: datetime | None) -> int:
                  "hostname": node.hostname or "", "process_alive": True,
                  "status": Trial.RUNNING, "status_reason": "its actor is alive"}
         # The run found from its job before this trainer started is this run.
-        adopted = Trial.objects.filter(experiment=experiment, pid__isnull=True,
-                                       trial_id__startswith=DRIVER).exclude(
+        adopted = Trial.objects.filter(BEFORE_TRAINER, experiment=experiment).exclude(
             trial_id=trial_id).update(trial_id=trial_id, tune_status="", **found)
         if adopted:
             continue
@@ -286,6 +286,8 @@ def discover_runs(since: datetime | None) -> int:
 
 
 DRIVER = "driver "  # the trial id of a run found from its job, before its trainer started
+# Such a run, its trainer not yet seen: no process of its own.
+BEFORE_TRAINER = Q(pid__isnull=True, trial_id__startswith=DRIVER)
 
 
 def discover_job_runs(since: datetime | None) -> int:
@@ -307,7 +309,7 @@ def discover_job_runs(since: datetime | None) -> int:
         framework = entrypoint_framework(job.entrypoint)
         if not framework:
             continue
-        name = f"job {job.job_id}"[:255]
+        name = job_run_name(job.job_id)
         experiment = Experiment.objects.filter(cluster_id=job.cluster_id, name=name).first()
         if experiment is not None and experiment.kind != Experiment.CONSOLE:
             continue
@@ -318,12 +320,12 @@ def discover_job_runs(since: datetime | None) -> int:
             experiment, _ = Experiment.objects.get_or_create(
                 cluster_id=job.cluster_id, name=name,
                 defaults={"kind": Experiment.CONSOLE, "paths": []})
+            status, reason = derive_status(Trial.PENDING, False, None, run=True)
             _, created = Trial.objects.get_or_create(
                 experiment=experiment, trial_id=f"{DRIVER}{job.driver_pid or '?'}"[:255],
                 defaults={"framework": framework, "node_ip": job.driver_node_ip,
-                          "tune_status": Trial.PENDING, "status": Trial.PENDING,
-                          "status_reason": "its trainer has not started: its job's "
-                                           "driver runs"})
+                          "tune_status": Trial.PENDING, "status": status,
+                          "status_reason": reason})
             made += created
         if job.status != "RUNNING" and experiment is not None:
             end_before_trainer(experiment, job)  # it never got a trainer: the job's end
@@ -418,8 +420,7 @@ def end_before_trainer(experiment: Experiment, job: Job) -> None:
     its job's first failed call when Ray lists one (a trainer that raised before the
     first poll), else as its job ended."""
     failure = first_failure(job.cluster_id, job.job_id)
-    for run in Trial.objects.filter(experiment=experiment, pid__isnull=True,
-                                    trial_id__startswith=DRIVER):
+    for run in Trial.objects.filter(BEFORE_TRAINER, experiment=experiment):
         before = (run.tune_status, run.error_text)
         if failure is not None:
             failed(run, failure, None)
@@ -438,11 +439,11 @@ def before_trainers(jobs: set[tuple[int, str]]) -> dict[tuple[int, str], Trial]:
     not started (discover_job_runs)."""
     if not jobs:
         return {}
-    names = {f"job {j}"[:255]: j for _, j in jobs}
+    names = {job_run_name(j): j for _, j in jobs}
     return {(t.experiment.cluster_id, names[t.experiment.name]): t for t in Trial.objects.filter(
-        experiment__kind=Experiment.CONSOLE, experiment__name__in=list(names),
-        experiment__cluster_id__in={c for c, _ in jobs}, pid__isnull=True,
-        trial_id__startswith=DRIVER).select_related("experiment")
+        BEFORE_TRAINER, experiment__kind=Experiment.CONSOLE,
+        experiment__name__in=list(names), experiment__cluster_id__in={c for c, _ in jobs}
+        ).select_related("experiment")
         if (t.experiment.cluster_id, names[t.experiment.name]) in jobs}
 
 
