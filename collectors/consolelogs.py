@@ -642,3 +642,80 @@ def _unpack(code: str | None, order: str | None, encoded: str) -> Number:
     except (binascii.Error, struct.error, ValueError):
         return _SKIP
     return _finite(float(value))
+
+
+# -- Ray Train's own worker log ------------------------------------------------------------
+# Ray Train V2 sets up logging in each rank's RayTrainWorker (ray/train/v2/_internal/
+# logging/logging.py, LoggingManager): its "ray.train" logger and the root logger write
+# JSON lines (ray's JSONFormatter) to `<session>/logs/train/ray-train-app-worker-<worker
+# id>.log`, with no configuration, each line naming the run (`run_name`), the rank
+# (`world_rank`) and the job. Two of its messages are read:
+# - train/torch/config.py (`_setup_torch_process_group`):
+#   `Setting up process group for: env:// [rank=0, world_size=2]`, when the ranks start;
+# - execution/context.py (`_wait_then_report`), every `ray.train.report` of every rank:
+#   `Reporting training result 3: TrainingReport(checkpoint=None, metrics={'loss': 0.5},
+#   validation=False) from rank 0` (training_report.py's repr; the metrics a dict's repr).
+_TRAIN_REPORT = "Reporting training result "
+_TRAIN_GROUP = "Setting up process group for: "
+
+
+@dataclass(frozen=True)
+class TrainLogLine:
+    """One line of a rank's Ray Train log that says something raywatch reads."""
+
+    run_name: str
+    rank: int
+    world_size: int | None  # said when its process group was set up
+    step: int | None  # a report's index (1, 2, ...): None for the process group line
+    metrics: dict[str, float | None]
+    at_ns: int | None  # the line's timestamp_ns
+
+
+def read_train_log(data: bytes, at_end: bool = False) -> tuple[list[TrainLogLine], int]:
+    """The lines of a Ray Train worker log in `data` that start a rank or report a step,
+    and how many bytes were consumed (as read_console). Any other line, and a line that
+    is no JSON object of Ray's shape, is skipped."""
+    found: list[TrainLogLine] = []
+    consumed = 0
+    try:
+        for start, end in _lines(data):
+            consumed = end
+            if end - start <= MAX_RECORD_BYTES:
+                line = _train_line(data[start:end])
+                if line is not None:
+                    found.append(line)
+    except Exception:  # a bug here must not stop the agent's tailing: skip what was read
+        return found, len(data)
+    return found, _tail_consumed(data, consumed, at_end)
+
+
+def _train_line(raw: bytes) -> TrainLogLine | None:
+    if _TRAIN_REPORT.encode() not in raw and _TRAIN_GROUP.encode() not in raw:
+        return None  # most lines: not decoded at all
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    message, run_name, rank = (record.get("message"), record.get("run_name"),
+                               record.get("world_rank"))
+    if not isinstance(message, str) or not isinstance(run_name, str) or not run_name \
+            or not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 1 << 20:
+        return None
+    at = record.get("timestamp_ns")
+    at_ns = at if isinstance(at, int) and not isinstance(at, bool) and at > 0 else None
+    if message.startswith(_TRAIN_GROUP):
+        size = message.rpartition("world_size=")[2].rstrip("]").strip()
+        world = _step_number(size)
+        return TrainLogLine(run_name[:MAX_KEY_CHARS], rank, world, None, {}, at_ns)
+    if not message.startswith(_TRAIN_REPORT):
+        return None
+    index, sep, rest = message[len(_TRAIN_REPORT):].partition(": TrainingReport(")
+    step = _step_number(index)
+    _, sep2, rest = rest.partition("metrics=")
+    found = _with_dict(step, rest) if sep and sep2 else None
+    if found is None:
+        return None
+    return TrainLogLine(run_name[:MAX_KEY_CHARS], rank, None, found[0],
+                        _metrics(found[1], _number_from_repr), at_ns)

@@ -127,6 +127,7 @@ WAITS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("torch/distributed/", "nccl", "gloo", "all_reduce", "all_gather", "barrier (")),
     (RAY_GET, ("ray/_private/worker.py", "get_objects (", "ray/_raylet")),
     ("a data-loader queue", ("torch/utils/data/", "multiprocessing/queues.py")),
+    ("a queue", ("(queue.py:", " queue.py:", "/queue.py:")),
     ("a lock or condition", ("threading.py", "acquire (", "wait (")),
     ("I/O", ("socket.py", "ssl.py", "selectors.py", "recv (", "read (", "select (")),
     ("a sleep", ("sleep (", "time.sleep")),
@@ -234,3 +235,81 @@ def hang_verdict(dumps: list[str], function: str, cpu_percent: float | None,
     why = "its stack moves" if not still else " and ".join(busy) or "CPU unknown"
     return Verdict(False, frame, waits_on if still else "",
                    f"slow, busy in {frame} ({why}; {samples}, {', '.join(said)})")
+
+
+# --- ranks that wait on each other -------------------------------------------------------------
+COLLECTIVE = WAITS[0][0]
+# Where a rank that waits for the others stands: a torch.distributed collective (its
+# function named in the frame), or Ray Train's own report, which waits for every rank
+# (ray/train/v2/_internal/execution/train_fn_utils.py and the SynchronizationActor).
+COLLECTIVE_CALLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier",
+                    "all_to_all", "reduce", "gather", "scatter", "send", "recv",
+                    "monitored_barrier", "broadcast_from_rank_zero")
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    in_collective: bool
+    where: str  # "all_reduce (torch/distributed/distributed_c10d.py:2806) from train_loop
+    # (gloo_run.py:37)"
+
+
+def rank_place(dumps: list[str], function: str) -> RankPlace | None:
+    """Where one rank's working thread stands in its last dump: in a collective (or Ray
+    Train's report barrier), waiting for the other ranks, or elsewhere (its own code, a
+    queue, I/O); and the call it is in, from the rank's own frame. None: no dump read."""
+    threads = [thread_running(parse_dump(d), function) for d in dumps]
+    seen = [t for t in threads if t is not None and t.frames]
+    if not seen:
+        return None
+    frames = seen[-1].frames
+    own_at = next((i for i, f in enumerate(frames) if not _library(f)), None)
+    own = frames[own_at] if own_at is not None else frames[-1]
+    called = frames[:own_at] if own_at is not None else frames
+    collective = next((f for f in called if _collective_frame(f)), None)
+    if collective is not None:
+        return RankPlace(True, f"{collective} from {own}")
+    # The call its own code made (the outermost library frame), else its own frame.
+    inner = called[-1] if called else ""
+    return RankPlace(False, f"{inner} from {own}" if inner else own)
+
+
+def _collective_frame(frame: str) -> bool:
+    function = frame.split(" (", 1)[0].rsplit(".", 1)[-1]
+    where = frame.rsplit("(", 1)[-1]
+    if where.startswith("torch/distributed/") or "/torch/distributed/" in where:
+        return function in COLLECTIVE_CALLS or function.startswith(COLLECTIVE_CALLS)
+    return where.startswith("ray/train/") and function in ("report", "barrier",
+                                                           "broadcast_from_rank_zero")
+
+
+def straggler_words(places: dict[int, RankPlace], world_size: int) -> tuple[list[int], str]:
+    """(the ranks not in a collective while others wait in one, the words that name them
+    and where each stands). No straggler when no rank waits in a collective (the run's
+    own verdict stands) or when every rank sampled does (they wait on a rank not sampled,
+    or on mismatched collectives: said, with no rank named)."""
+    waiting = {r: p for r, p in places.items() if p.in_collective}
+    out = {r: p for r, p in places.items() if not p.in_collective}
+    if not waiting:
+        return [], ""
+    if not out:
+        return [], (f"all {len(waiting)} ranks sampled of {world_size} wait in a collective: "
+                    + _grouped(waiting))
+    ranks = sorted(out)
+    named = ", ".join(str(r) for r in ranks)
+    return ranks, (f"rank{'s' if len(ranks) > 1 else ''} {named} of {world_size} not in the "
+                   f"collective: {_grouped(out)}; {_grouped(waiting)}")
+
+
+def _grouped(places: dict[int, RankPlace]) -> str:
+    """`rank 1 waits in get (queue.py:171) from train_loop (x.py:41)`; ranks at one place
+    said together (`ranks 0, 2, 3 wait in all_reduce (...)`)."""
+    by_place: dict[str, list[int]] = {}
+    for rank in sorted(places):
+        by_place.setdefault(places[rank].where, []).append(rank)
+    parts = []
+    for where, ranks in by_place.items():
+        many = len(ranks) > 1
+        parts.append(f"rank{'s' if many else ''} {', '.join(map(str, ranks))} "
+                     f"wait{'' if many else 's'} in {where}")
+    return "; ".join(parts)

@@ -399,6 +399,13 @@ class TrialUpdate:
     # file open (its trainer actor), when it changed. Only ever a tie-break between the
     # trainer actors Ray lists on that node (dashboard/trials/runs.py).
     writer_pid: int | None = None
+    # A Ray Train rank's (its own Ray Train log, read on its node): its world rank, the
+    # world size when its log said it, and its last report (index and time). The rank
+    # labels the writer; only rank 0's pid is the run's.
+    rank: int | None = None
+    world_size: int | None = None
+    rank_step: int | None = None
+    rank_step_at: datetime | None = None
 
     @classmethod
     def about(cls, trial_dir: TrialDir) -> TrialUpdate:

@@ -37,6 +37,12 @@ TRAINERS: dict[str, tuple[str, ...]] = {
     OPENRLHF: ("PPOTrainer", "PPOTrainerAsync", "TrainingActor"),
     RAYTRAIN: ("TrainController",)}
 CONSOLE_FRAMEWORKS = (VERL, EASYR1, OPENRLHF)  # whose trainers print their steps
+# A Ray Train rank's process (ray/train/v2/_internal/execution/worker_group/worker.py):
+# each writes Ray Train's own log of its reports (collectors.consolelogs.read_train_log).
+RANK_WORKER = "RayTrainWorker"
+# The frameworks whose runs are read from their processes' own Ray logs, on their nodes
+# (collectors.agent.console_runs): the trainers' consoles, a Ray Train rank's log.
+PROCESS_LOG_FRAMEWORKS = (*CONSOLE_FRAMEWORKS, RAYTRAIN)
 TRAINER_CLASSES = frozenset(name for names in TRAINERS.values() for name in names)
 
 SUFFIX = ".jsonl"

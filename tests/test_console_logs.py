@@ -461,3 +461,64 @@ def test_a_step_header_alone_is_no_record() -> None:
 
 def test_an_unknown_framework_has_no_steps() -> None:
     assert read_console("someone-else", b"step:1 - a:1.0\n") == ([], 15)
+
+
+# --- Ray Train's own log of each rank ------------------------------------------------------
+def train_record(message: str, rank: object = 0, run: object = "sft", **more: object) -> bytes:
+    """A line as Ray Train's JSONFormatter writes it to ray-train-app-worker-<id>.log (as
+    read on Ray 2.60)."""
+    import json
+
+    record = {"asctime": "2026-12-07 18:10:50,794", "levelname": "INFO", "message": message,
+              "filename": "context.py", "lineno": 390, "process": 6022, "job_id": "02000000",
+              "run_name": run, "component": "worker", "world_rank": rank, "local_rank": 0,
+              "node_rank": 0, "timestamp_ns": 1796667050794280455, **more}
+    return json.dumps(record).encode() + b"\n"
+
+
+def report(step: int, metrics: str, rank: int = 0) -> str:
+    return (f"Reporting training result {step}: TrainingReport(checkpoint=None, "
+            f"metrics={metrics}, validation=False) from rank {rank}")
+
+
+def test_ray_trains_own_log_says_each_ranks_run_reports_and_world_size() -> None:
+    from collectors.consolelogs import read_train_log
+
+    data = (train_record("Setting up process group for: env:// [rank=0, world_size=4]")
+            + train_record("using gloo")
+            + train_record(report(1, "{'loss': 1.0, 'acc': np.float64(0.5), 'tag': 'x'}"))
+            + train_record(report(2, "{'loss': tensor(0.5), 'nested': {'a': 1}}")))
+    lines, used = read_train_log(data)
+    assert used == len(data)
+    assert [(x.run_name, x.rank, x.world_size, x.step) for x in lines] == [
+        ("sft", 0, 4, None), ("sft", 0, None, 1), ("sft", 0, None, 2)]
+    assert lines[1].metrics == {"loss": 1.0, "acc": 0.5} and lines[2].metrics == {"loss": 0.5}
+    assert lines[1].at_ns == 1796667050794280455
+
+
+def test_ray_train_log_lines_that_are_not_rays_cost_only_themselves() -> None:
+    from collectors.consolelogs import read_train_log
+
+    good = train_record(report(3, "{'loss': 0.25}"), rank=1)
+    hostile = [
+        b"Reporting training result 9: not json at all\n",
+        train_record(report(4, "{'loss': 1}"), rank="0"),  # a rank that is no number
+        train_record(report(4, "{'loss': 1}"), rank=True),
+        train_record(report(4, "{'loss': 1}"), rank=-1),
+        train_record(report(4, "{'loss': 1}"), run=""),
+        train_record(report(4, "{'loss': 1}"), run=["x"]),
+        train_record("Reporting training result x: TrainingReport(metrics={'a': 1})"),
+        train_record(report(5, "{'loss': 1")),  # the dict never closes
+        train_record(report(6, "{'a': 1}"), timestamp_ns="soon"),
+        b"[" * 100_000 + b"Reporting training result \n",
+        b'{"message": "Reporting training result 1: TrainingReport(metrics={})"}\n',
+        b"\xff\xfe" + good,
+        b"x" * (MAX_RECORD_BYTES + 10) + b"Reporting training result \n",
+    ]
+    lines, _ = read_train_log(b"".join([good, *hostile, good]))
+    assert [(x.rank, x.step, x.metrics) for x in lines] == [
+        (1, 3, {"loss": 0.25}), (0, 6, {"a": 1.0}), (1, 3, {"loss": 0.25})]
+    assert lines[1].at_ns is None  # its timestamp was no number: no time, the step kept
+    # A line still being written waits for its end; at the file's end it is dropped.
+    assert read_train_log(good + good[:40]) == (read_train_log(good)[0], len(good))
+    assert read_train_log(good[:40], at_end=True) == ([], 40)

@@ -5,7 +5,14 @@ stack that moves, or a busy CPU or GPU, is slow and busy there, never hung."""
 
 from __future__ import annotations
 
-from collectors.pystack import hang_verdict, lifecycle_of, parse_dump, thread_running
+from collectors.pystack import (
+    hang_verdict,
+    lifecycle_of,
+    parse_dump,
+    rank_place,
+    straggler_words,
+    thread_running,
+)
 from collectors.records import RAYTRAIN
 from dashboard.trials.runs import WORKING_IN
 
@@ -64,6 +71,8 @@ def test_what_a_hung_call_waits_on_is_named() -> None:
             "get (/usr/lib/python3.11/queue.py:180)",
             f"_try_get_data ({SITE}/torch/utils/data/dataloader.py:1131)",
             "train (train.py:40)"),
+        "a queue": ("wait (/usr/lib/python3.11/threading.py:324)",
+                    "Queue.get (/usr/lib/python3.11/queue.py:171)", "next_batch (train.py:12)"),
         "a lock or condition": ("wait (/usr/lib/python3.11/threading.py:324)",
                                 "Judge.ask (judge.py:17)"),
         "I/O": ("recv_into (/usr/lib/python3.11/socket.py:706)", "Judge.ask (judge.py:19)"),
@@ -157,3 +166,39 @@ def test_a_busy_trainer_validating_or_saving_says_so() -> None:
     # A function that only contains the word is not one of them.
     assert lifecycle_of(dump("validate_config (verl/utils/config.py:10)")) == ""
     assert lifecycle_of("not a dump at all") == ""
+
+
+def test_the_rank_outside_the_collective_is_named_with_where_each_rank_waits() -> None:
+    def rank(*frames: str) -> list[str]:
+        text = 'Thread 1 (idle): "MainThread"\n    main_loop (ray/_private/worker.py:9)\n' \
+            'Thread 2 (idle): "Thread-1"\n' + "".join(f"    {f}\n" for f in frames)
+        return [text, text]
+    in_all_reduce = rank(f"all_reduce ({SITE}/torch/distributed/distributed_c10d.py:3252)",
+                         f"wrapper ({SITE}/torch/distributed/c10d_logger.py:81)",
+                         "train_loop (train.py:58)", f"_run_target ({SITE}/ray/train/x.py:5)")
+    in_loader = rank("wait (/usr/lib/python3.11/threading.py:355)",
+                     "Queue.get (/usr/lib/python3.11/queue.py:171)", "next_batch (train.py:48)",
+                     "train_loop (train.py:56)", f"_run_target ({SITE}/ray/train/x.py:5)")
+    in_report = rank(f"get ({SITE}/ray/_private/worker.py:2800)",
+                     "report (ray/train/v2/_internal/execution/train_fn_utils.py:60)",
+                     "train_loop (train.py:60)", f"_run_target ({SITE}/ray/train/x.py:5)")
+    places = {0: rank_place(in_all_reduce, "_run_target"),
+              1: rank_place(in_loader, "_run_target"),
+              2: rank_place(in_all_reduce, "_run_target"),
+              3: rank_place(in_report, "_run_target")}
+    assert all(p is not None for p in places.values())
+    found = {r: p for r, p in places.items() if p is not None}
+    assert [r for r, p in found.items() if not p.in_collective] == [1]
+    ranks, words = straggler_words(found, 8)
+    assert ranks == [1]
+    assert words == (
+        "rank 1 of 8 not in the collective: rank 1 waits in Queue.get (/usr/lib/python3.11/"
+        "queue.py:171) from next_batch (train.py:48); ranks 0, 2 wait in all_reduce ("
+        f"{SITE}/torch/distributed/distributed_c10d.py:3252) from train_loop (train.py:58); "
+        "rank 3 waits in report (ray/train/v2/_internal/execution/train_fn_utils.py:60) "
+        "from train_loop (train.py:60)")
+    # Every rank in a collective: said, no rank named; none in one: no straggler at all.
+    every, said = straggler_words({0: found[0], 3: found[3]}, 2)
+    assert every == [] and said.startswith("all 2 ranks sampled of 2 wait in a collective")
+    assert straggler_words({1: found[1]}, 2) == ([], "")
+    assert rank_place([], "_run_target") is None

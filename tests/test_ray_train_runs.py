@@ -19,6 +19,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,7 +50,7 @@ from dashboard.cluster.trainruns import (
 from dashboard.core.models import SourceHealth
 from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.incidents.models import Incident
-from dashboard.trials.models import StepResult, Trial, TrialStack
+from dashboard.trials.models import RunRank, StepResult, Trial, TrialStack
 from dashboard.trials.runs import runs_by_job
 from dashboard.trials.views_data import experiments_payload
 from tests.agents import agent_env, running_agent
@@ -71,12 +73,33 @@ def bound_to_rank_0(trial: Trial | None) -> Trial | None:
     return trial if trial is not None and rank_0 and trial.pid == rank_0 else None
 
 
-def start_train(cluster, log_dir: Path, storage: Path) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def start_train(cluster, log_dir: Path, storage: Path, name: str = NAME,  # type: ignore[no-untyped-def]
+                *how: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.train_scripts.gloo_run", cluster.gcs_address,
-         str(log_dir), str(storage), NAME, str(HANG_AT)],
+         str(log_dir), str(storage), name, str(HANG_AT), *how],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+
+
+@contextmanager
+def watched(settings, cluster, tmp_path: Path, url: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """raywatch's Ray and log polls in this process, and this host's agent as `serve`
+    starts it: it reads the ranks' own Ray Train logs and takes their stacks."""
+    scheduler = EmbeddedScheduler(celery_app, {
+        name: settings.CELERY_BEAT_SCHEDULE[name]
+        for name in ("poll-ray-state", "poll-trial-logs")})
+    scheduler.start()
+    node_ip = cluster.gcs_address.rpartition(":")[0]
+    token = tokens.issue(host_name(), None, timezone.now(), node_ip)[1]
+    try:
+        with running_agent(agent_env(url, token, tmp_path, host_name(), node_ip, gpus=0,
+                                     RAYWATCH_RAY_TMP_DIR=str(
+                                         Path(cluster.session_dir).parent)),
+                           tmp_path / "agent.log"):
+            yield
+    finally:
+        scheduler.stop()
 
 
 @pytest.mark.ray
@@ -92,22 +115,14 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
     # Ray's real answer, whatever this session's cluster ran before: runs, or "not
     # tracked" (HTTP 500 until a tracked run starts); never taken for a failure.
     assert fetch_train_runs(lambda p: fetch_json(ray_endpoint(None), p)).problem is None
-    scheduler = EmbeddedScheduler(celery_app, {
-        name: settings.CELERY_BEAT_SCHEDULE[name]
-        for name in ("poll-ray-state", "poll-trial-logs")})
-    scheduler.start()
     started = time.monotonic()
     run = start_train(ray_settings, logs, tmp_path / "storage")
-    # This host's agent, as `serve` starts it: it watches the ranks' processes.
-    node_ip = ray_settings.gcs_address.rpartition(":")[0]
-    token = tokens.issue(host_name(), None, timezone.now(), node_ip)[1]
-    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
-                                    node_ip, gpus=0), tmp_path / "agent.log")
-    agent.__enter__()
+    watching = watched(settings, ray_settings, tmp_path, live_server_asgi.url)
+    watching.__enter__()
     try:
         trial = wait_for(lambda: bound_to_rank_0(Trial.objects.filter(
             framework=RAYTRAIN, iteration__gte=HANG_AT - 1, status=Trial.RUNNING,
-            pid__isnull=False).first()), 150, 0.5,
+            pid__isnull=False, experiment__name="train-logs").first()), 150, 0.5,
             "the run's steps before the hang, RUNNING with rank 0's process",
             explain=lambda: (list(Trial.objects.values("trial_id", "framework", "status",
                                                        "iteration", "pid")),
@@ -160,6 +175,72 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
         # Caught by its silence, from its stacks, with the shipped thresholds: rank 0's
         # training thread (not its worker's idle main thread) hung in the user's loop,
         # waiting in ray.train.report's barrier (a ray.get).
+        # The same run read from its ranks' own Ray Train logs (the agent reads them with
+        # nothing configured) is the one judged: one hang, one incident.
+        twin = Trial.objects.get(framework=RAYTRAIN, trial_id=NAME,
+                                 experiment__name=f"job {listed.job_id}")
+        assert twin.pid == trial.pid and twin.iteration == trial.iteration
+        stalled = wait_for(lambda: Incident.objects.filter(
+            kind="trial_stalled", trial=twin, state="firing").first(), 120, 0.5,
+            "the hung run's stall", explain=lambda: (
+                list(TrialStack.objects.values("state", "verdict", "reason")),
+                (tmp_path / "agent.log").read_text()[-1500:]))
+        trial.refresh_from_db()
+        silent = (stalled.opened_at - trial.last_result_at).total_seconds()
+        assert silent <= 60 and stalled.details["hung"] is True, (
+            silent, stalled.details, list(TrialStack.objects.values("state", "reason")))
+        assert not Incident.objects.filter(trial=trial).exists()
+        # Both ranks' stacks, Train's ranks: each waits for the other, in a different
+        # collective (rank 1 in torch's barrier, rank 0 in Ray Train's report).
+        verdict = stalled.details["verdict"]
+        assert verdict.startswith("all 2 ranks sampled of 2 wait in a collective: "), verdict
+        assert "rank 0 waits in " in verdict and "rank 1 waits in barrier (" in verdict
+        assert "hung in train_loop (tests/train_scripts/gloo_run.py:" in verdict
+        assert "waiting on ray.get on another call" in verdict
+    finally:
+        watching.__exit__(None, None, None)
+        stop_node(run)
+
+
+@pytest.mark.ray
+@pytest.mark.beside
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_an_untracked_train_run_whose_rank_stalls_outside_the_collective_names_it(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+    """A TorchTrainer as Ray ships it (no state tracking, no raywatch callback, nothing
+    configured): the run is read from Ray Train's own logs of its ranks by the node's
+    agent, and when rank 1's data loader never yields while rank 0 waits in all_reduce,
+    the stall names rank 1 and where it waits, within a minute of the hang."""
+    name = "gloo-loader"
+    settings.EMBEDDED = True  # stacks are taken in this process's background pool
+    settings.AGENT_STALE_S = patient(8.0)
+    settings.LOG_DIRS = []
+    run = start_train(ray_settings, tmp_path / "unused", tmp_path / "storage", name,
+                      "loader", "untracked")
+    watching = watched(settings, ray_settings, tmp_path, live_server_asgi.url)
+    watching.__enter__()
+    try:
+        trial = wait_for(lambda: Trial.objects.filter(
+            framework=RAYTRAIN, trial_id=name, iteration__gte=HANG_AT - 1,
+            pid__isnull=False, status=Trial.RUNNING).first(), 150, 0.5,
+            "the run's steps before the hang, from Ray Train's own logs, bound to rank 0",
+            explain=lambda: (list(Trial.objects.values("trial_id", "framework", "status",
+                                                       "iteration", "pid")),
+                             list(RunRank.objects.values()),
+                             (tmp_path / "agent.log").read_text()[-1500:]))
+        job = trial.experiment.name.removeprefix("job ")
+        workers = dict(Actor.objects.filter(class_name="RayTrainWorker", state="ALIVE",
+                                            job_id=job).values_list("pid", "node_id"))
+        ranks = {r.rank: r for r in RunRank.objects.filter(trial=trial)}
+        assert sorted(ranks) == [0, 1] and {r.pid for r in ranks.values()} == set(workers)
+        assert trial.pid == ranks[0].pid and ranks[0].world_size == 2
+        assert not TrainRun.objects.filter(name=name).exists()  # untracked: Train lists none
+        steps = list(StepResult.objects.filter(trial=trial).order_by("iteration"))
+        assert [s.iteration for s in steps] == [1, 2, 3]
+        assert [s.metrics["loss"] for s in steps] == [1.0, 0.5, pytest.approx(1 / 3)]
+        assert steps[2].metrics["sum"] == 6.0 and steps[2].at is not None
+        assert ranks[1].step == HANG_AT - 1
         stalled = wait_for(lambda: Incident.objects.filter(
             kind="trial_stalled", trial=trial, state="firing").first(), 120, 0.5,
             "the hung run's stall", explain=lambda: (
@@ -167,13 +248,19 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
                 (tmp_path / "agent.log").read_text()[-1500:]))
         trial.refresh_from_db()
         silent = (stalled.opened_at - trial.last_result_at).total_seconds()
+        verdict = stalled.details["verdict"]
         assert silent <= 60 and stalled.details["hung"] is True, (silent, stalled.details)
-        assert stalled.details["verdict"].startswith("hung in train_loop ("), stalled.details
-        assert "gloo_run.py:" in stalled.details["verdict"]
-        assert "waiting on ray.get on another call" in stalled.details["verdict"]
+        assert verdict.startswith("rank 1 of 2 not in the collective: rank 1 waits in "), \
+            verdict
+        assert "waits in Queue.get (queue.py:" in verdict, verdict
+        assert "from next_batch (tests/train_scripts/gloo_run.py:" in verdict, verdict
+        assert "rank 0 waits in all_reduce (" in verdict, verdict
+        assert "(rank 1: hung in next_batch (" in verdict and "waiting on a queue" in verdict
+        assert "rank 1 of 2" in stalled.summary, stalled.summary
+        stack = TrialStack.objects.filter(trial=trial).order_by("-requested_at").first()
+        assert f"--- rank 1 (pid {ranks[1].pid} on " in stack.text
     finally:
-        agent.__exit__(None, None, None)
-        scheduler.stop()
+        watching.__exit__(None, None, None)
         stop_node(run)
 
 

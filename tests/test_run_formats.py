@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from unittest import mock
 
+import pytest
+
 from collectors import runformats
 from collectors.agent.trialwire import decode_trial_log
 from collectors.logscan import LogScanner
@@ -135,3 +137,34 @@ def test_the_agent_sends_runs_with_their_framework_and_a_restart_as_an_attempt(
     node.collector.poll()
     again = [decode_trial_log(r, "gpu-a") for r in node.sent()]
     assert [(r.attempt, r.iteration) for u in again for r in u.results] == [(2, 3)]
+
+
+def test_a_ray_train_ranks_facts_cross_the_wire_and_nonsense_is_refused() -> None:
+    from datetime import UTC, datetime
+
+    from collectors.agent.trialwire import encode_trial_log
+    from collectors.agent.wire import WireError
+    from collectors.records import RAYTRAIN, TrialUpdate
+
+    at = datetime(2026, 12, 7, 18, 0, tzinfo=UTC)
+    update = TrialUpdate(experiment="job 02000000", experiment_dir="/tmp/ray/s/logs/train",
+                         trial_id="sft", trainable="RayTrainWorker", directory="/x.log",
+                         tensorboard=False, console=True, framework=RAYTRAIN, writer_pid=42,
+                         rank=1, world_size=4, rank_step=7, rank_step_at=at)
+    back = decode_trial_log(encode_trial_log(update, at), "gpu-b")
+    assert (back.rank, back.world_size, back.rank_step, back.rank_step_at, back.writer_pid) \
+        == (1, 4, 7, at, 42)
+    assert back.experiment_dir == "gpu-b:/tmp/ray/s/logs/train"
+    plain = decode_trial_log(encode_trial_log(replace_rank(update, None), at), "gpu-b")
+    assert plain.rank is None and plain.world_size is None
+    for bad in ({"rank": -1}, {"rank": "0"}, {"rank": 0, "world_size": 0},
+                {"rank": 0, "step_at": "yesterday"}, "rank 0"):
+        record = {**encode_trial_log(update, at), "rank": bad}
+        with pytest.raises(WireError):
+            decode_trial_log(record, "gpu-b")
+
+
+def replace_rank(update, rank):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    return replace(update, rank=rank, world_size=None, rank_step=None, rank_step_at=None)

@@ -32,11 +32,23 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from collectors.agent.cursors import FileState
-from collectors.consolelogs import MAX_RECORD_BYTES, ConsoleStep, read_console
+from collectors.consolelogs import (
+    MAX_RECORD_BYTES,
+    ConsoleStep,
+    TrainLogLine,
+    read_console,
+    read_train_log,
+)
 from collectors.procstat import command_lines
-from collectors.records import ResultLine, TrialUpdate
+from collectors.records import RAYTRAIN, ResultLine, TrialUpdate
 from collectors.rootfiles import Caps, Root, open_file
-from collectors.runformats import console_run_key, console_trainer_framework, step_seconds
+from collectors.runformats import (
+    RANK_WORKER,
+    console_run_key,
+    console_trainer_framework,
+    step_seconds,
+    train_run_dir,
+)
 from collectors.tunelogs import FileCursor
 
 
@@ -58,7 +70,10 @@ class Pending(Protocol):
 RESCAN_S = 5.0  # how often this node's processes are looked over for trainers
 CHUNK_BYTES = 2 * MAX_RECORD_BYTES  # one read: a whole record always fits
 # Ray's name for a worker's stdout: worker-<worker id>-<job id>-<pid>.out
-_LOG_NAME = re.compile(r"worker-[0-9a-f]{8,64}-([0-9a-f]{8})-([0-9]{1,10})\.out")
+_LOG_NAME = re.compile(r"worker-([0-9a-f]{8,64})-([0-9a-f]{8})-([0-9]{1,10})\.out")
+# Ray Train's log of a rank, in `logs/train` beside it: ray-train-app-worker-<worker id>.log
+_TRAIN_LOG = re.compile(r"ray-train-app-worker-([0-9a-f]{8,64})\.log")
+FD_SCAN = 256  # a rank's open files looked over for its Ray Train log, no more
 # A worker log is as big as what its process prints (vLLM's progress, warnings): it is
 # read from a cursor, a chunk at a time, never whole, so no size refuses it.
 _NO_CAP = Caps(1 << 62, 1 << 62)
@@ -69,13 +84,15 @@ class Trainer:
     """A trainer actor's process on this node, and its console as Ray named it."""
 
     pid: int
-    trainer: str  # its class: TaskRunner, Runner, PPOTrainer
+    trainer: str  # its class: TaskRunner, Runner, PPOTrainer; RayTrainWorker for a rank
     framework: str
     job_id: str  # Ray's, as it named the log
-    log: Path
+    log: Path  # its console; a Ray Train rank's: its Ray Train log
 
-    def about(self) -> TrialUpdate:
+    def about(self, run_name: str = "") -> TrialUpdate:
         experiment, trial_id = console_run_key(self.job_id, self.trainer, self.pid)
+        if self.framework == RAYTRAIN:  # a rank of the run its log names, in its job
+            trial_id = train_run_dir(run_name)
         return TrialUpdate(experiment=experiment, experiment_dir=str(self.log.parent),
                            trial_id=trial_id, trainable=self.trainer,
                            directory=str(self.log), tensorboard=False, console=True,
@@ -94,23 +111,52 @@ def find_trainers(root: Root) -> Iterator[Trainer]:
             found = console_of(pid, root)
             if found is not None:
                 yield Trainer(pid, trainer, framework, found[1], found[0])
+        elif trainer == RANK_WORKER:
+            rank = train_log_of(pid, root)
+            if rank is not None:
+                yield Trainer(pid, trainer, RAYTRAIN, rank[1], rank[0])
 
 
-def console_of(pid: int, root: Root) -> tuple[Path, str] | None:
-    """The worker log a process's stdout is, and its job id, when it is Ray's log of that
-    pid under `root`; None otherwise (a process that pointed its stdout elsewhere)."""
+def console_of(pid: int, root: Root, worker: bool = False) -> tuple[Path, str] | None:
+    """The worker log a process's stdout is, and its job id (`worker`: and Ray's worker
+    id), when it is Ray's log of that pid under `root`; None otherwise (a process that
+    pointed its stdout elsewhere)."""
     try:
         target = os.readlink(f"/proc/{pid}/fd/1")
     except OSError:
         return None
     path = Path(target)
     named = _LOG_NAME.fullmatch(path.name)
-    if named is None or int(named.group(2)) != pid or path.parent.name != "logs" \
+    if named is None or int(named.group(3)) != pid or path.parent.name != "logs" \
             or not path.parent.parent.name.startswith("session_"):
         return None
     if not target.startswith(root.real.rstrip(os.sep) + os.sep):
         return None
-    return path, named.group(1)
+    return path, named.group(1) + "-" + named.group(2) if worker else named.group(2)
+
+
+def train_log_of(pid: int, root: Root) -> tuple[Path, str] | None:
+    """A Ray Train rank's own log and its job id: the `logs/train/ray-train-app-worker-<id>
+    .log` the process holds open, where <id> is the Ray worker id its console is named
+    by (the same session's logs). Found from the process; a file of another worker's
+    name, or elsewhere, is not this rank's."""
+    console = console_of(pid, root, worker=True)
+    if console is None:
+        return None
+    worker_id, job_id = console[1].split("-")
+    expected = console[0].parent / "train" / f"ray-train-app-worker-{worker_id}.log"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")[:FD_SCAN]
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target == str(expected) and _TRAIN_LOG.fullmatch(expected.name):
+            return expected, job_id
+    return None
 
 
 class ConsoleRuns:
@@ -159,7 +205,10 @@ class ConsoleRuns:
             except OSError:
                 return
             last = offset + len(data) >= stat.st_size
-            steps, used = read_console(trainer.framework, data, at_end=at_end and last)
+            if trainer.framework == RAYTRAIN:
+                lines, used = read_train_log(data, at_end=at_end and last)
+            else:
+                steps, used = read_console(trainer.framework, data, at_end=at_end and last)
             if used == 0 and len(data) >= CHUNK_BYTES:
                 used = len(data)  # no record is this long: skipped as garbage
             done = offset + used >= stat.st_size or used == 0
@@ -167,10 +216,16 @@ class ConsoleRuns:
             size, mtime = (stat.st_size, stat.st_mtime_ns) if done and last else (-1, -1)
             cursor = FileCursor(key, offset + used)
             out.read_bytes += used
-            update = replace(trainer.about(), results=tuple(_lines(trainer, steps, at)))
-            if not steps:  # noise only: the cursor moves, nothing is sent
-                update = replace(update, writer_pid=None)
-            out.add(update, [], files={key: FileState(cursor, size, mtime)})
+            if trainer.framework == RAYTRAIN:
+                updates = list(_rank_updates(trainer, lines))
+            else:
+                updates = [replace(trainer.about(), results=tuple(_lines(trainer, steps, at)))]
+                if not steps:  # noise only: the cursor moves, nothing is sent
+                    updates = [replace(updates[0], writer_pid=None)]
+            for update in updates[:-1]:
+                out.add(update, [])
+            out.add(updates[-1] if updates else replace(trainer.about(), writer_pid=None),
+                    [], files={key: FileState(cursor, size, mtime)})
             if done:
                 return
 
@@ -185,3 +240,37 @@ def _lines(trainer: Trainer, steps: list[ConsoleStep], at: datetime | None
                          at=at if index == len(steps) - 1 else None,
                          time_this_iter_s=step_seconds(step.metrics), pid=None, node_ip=None,
                          hostname=None, metrics=step.metrics, byte_offset=0)
+
+
+def _rank_updates(trainer: Trainer, lines: list[TrainLogLine]) -> Iterator[TrialUpdate]:
+    """A Ray Train rank's lines as updates of its run (the run its log names, in its job):
+    each says the rank and its last report; rank 0's reports are the run's steps (as Ray
+    Train's own result is rank 0's). Consecutive lines of one run go together."""
+    start = 0
+    for end in range(1, len(lines) + 1):
+        if end < len(lines) and lines[end].run_name == lines[start].run_name:
+            continue
+        group = lines[start:end]
+        first = group[0]
+        reports = [line for line in group if line.step is not None]
+        sizes = [line.world_size for line in group if line.world_size]
+        results = tuple(
+            ResultLine(trial_id=train_run_dir(first.run_name), attempt=1, iteration=line.step,
+                       at=_at(line.at_ns), time_this_iter_s=None, pid=None, node_ip=None,
+                       hostname=None, metrics=line.metrics, byte_offset=0)
+            for line in reports if line.rank == 0 and line.step is not None)
+        last = reports[-1] if reports else None
+        yield replace(trainer.about(first.run_name), results=results, rank=first.rank,
+                      world_size=sizes[-1] if sizes else None,
+                      rank_step=last.step if last else None,
+                      rank_step_at=_at(last.at_ns) if last else None)
+        start = end
+
+
+def _at(at_ns: int | None) -> datetime | None:
+    if at_ns is None:
+        return None
+    try:
+        return datetime.fromtimestamp(at_ns / 1e9, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None

@@ -11,7 +11,7 @@ from typing import Any
 
 from collectors.agent.wire import TRIAL_LOG, WireError, decode_time, timestamp
 from collectors.records import FRAMEWORKS, ResultLine, TrialUpdate
-from collectors.runformats import CONSOLE_FRAMEWORKS
+from collectors.runformats import PROCESS_LOG_FRAMEWORKS
 from collectors.tunelogs import MAX_KEY, MAX_METRICS, json_safe
 from collectors.tunesearch import MAX_NAME as MAX_SEARCH_METRIC
 from collectors.tunesearch import MODES
@@ -45,6 +45,9 @@ def encode_trial_log(update: TrialUpdate, at: datetime,
         "search": ({"metric": update.search_metric, "mode": update.search_mode}
                    if update.search_metric or update.search_mode else None),
         "writer_pid": update.writer_pid,
+        **({"rank": {"rank": update.rank, "world_size": update.world_size,
+                     "step": update.rank_step, "step_at": _time_or_none(update.rank_step_at)}}
+           if update.rank is not None else {}),
     }
 
 
@@ -71,9 +74,10 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
         raise WireError(f"{where}.format: {TUNE!r}, {TENSORBOARD!r} or {CONSOLE!r}")
     # An agent from before frameworks were named says only the format.
     framework = record.get("framework") or kind
-    if framework not in FRAMEWORKS or (kind == CONSOLE and framework not in CONSOLE_FRAMEWORKS):
+    if framework not in FRAMEWORKS or (kind == CONSOLE
+                                       and framework not in PROCESS_LOG_FRAMEWORKS):
         raise WireError(f"{where}.framework: one of {', '.join(FRAMEWORKS)}"
-                        f" ({', '.join(CONSOLE_FRAMEWORKS)} for a console)")
+                        f" ({', '.join(PROCESS_LOG_FRAMEWORKS)} for a console)")
     results = _field(record, "results", list, where, required=True)
     problems = _field(record, "problems", list, where) or []
     count = _int(record.get("problem_count", 0), f"{where}.problem_count", 0)
@@ -85,6 +89,7 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
     error = _field(record, "error", dict, where)
     status = _text(record.get("tune_status"), f"{where}.tune_status", 16, optional=True)
     metric, mode = _search(_field(record, "search", dict, where), f"{where}.search")
+    rank = _rank(_field(record, "rank", dict, where), f"{where}.rank")
     return TrialUpdate(
         experiment=_text(record.get("experiment"), f"{where}.experiment", MAX_NAME,
                          empty=True),
@@ -105,7 +110,22 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
         search_metric=metric, search_mode=mode, framework=framework,
         writer_pid=(_int(record["writer_pid"], f"{where}.writer_pid", 1)
                     if record.get("writer_pid") is not None else None),
+        **rank,
     )
+
+
+def _rank(data: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """A Ray Train rank's facts (TrialUpdate.rank ...), or none."""
+    if data is None:
+        return {}
+
+    def number(name: str, low: int) -> int | None:
+        value = data.get(name)
+        return _int(value, f"{where}.{name}", low) if value is not None else None
+    at = data.get("step_at")
+    return {"rank": _int(data.get("rank"), f"{where}.rank", 0),
+            "world_size": number("world_size", 1), "rank_step": number("step", 0),
+            "rank_step_at": decode_time(at, f"{where}.step_at") if at is not None else None}
 
 
 def _search(data: dict[str, Any] | None, where: str) -> tuple[str | None, str | None]:

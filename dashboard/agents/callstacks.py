@@ -67,19 +67,31 @@ def sample_process(cluster_id: int, cluster_name: str, agent: str, pid: int,
     """SAMPLES py-spy stacks of `pid` by the agent of node `agent`, GAP_S apart (a `stack`
     command each): the dumps that came, and what went wrong with the others. An overdue
     call's process and a Tune trial's step that overruns are looked at alike."""
-    dumps, problem = [], ""
+    return sample_processes(cluster_name, [(agent, pid, create_time)])[0]
+
+
+def sample_processes(cluster_name: str, targets: list[tuple[str, int, float | None]]
+                     ) -> list[tuple[list[str], str]]:
+    """sample_process for several processes (agent, pid, create time) at once: each round
+    asks every agent, then waits for them all, so the ranks of one run are sampled side
+    by side in about the time of one."""
+    taken: list[tuple[list[str], str]] = [([], "") for _ in targets]
     for i in range(SAMPLES):
         if i:
             time.sleep(GAP_S)
-        answer = wait_for_answer(create_stack(agent, pid, create_time, timezone.now(),
-                                              cluster_name))
-        if isinstance(answer, str):
-            problem = answer
-        elif answer.outcome == "taken":
-            dumps.append(answer.result)
-        else:
-            problem = f"the agent of {agent} {answer.outcome or 'answered'}: {answer.result}"
-    return dumps, problem
+        asked = [create_stack(agent, pid, create_time, timezone.now(), cluster_name)
+                 for agent, pid, create_time in targets]
+        for (dumps, _), (agent, _, _), command, at in zip(taken, targets, asked,
+                                                          range(len(targets)), strict=True):
+            answer = wait_for_answer(command)
+            if isinstance(answer, str):
+                taken[at] = (dumps, answer)
+            elif answer.outcome == "taken":
+                dumps.append(answer.result)
+            else:
+                taken[at] = (dumps, f"the agent of {agent} {answer.outcome or 'answered'}: "
+                                    f"{answer.result}")
+    return taken
 
 
 def verdict_of(dumps: list[str], function: str, cluster_id: int, agent: str, pid: int,

@@ -161,6 +161,28 @@ class TrialStack(models.Model):
         return f"stack of {self.trial_id} at {self.requested_at:%H:%M:%S} ({self.state})"
 
 
+class RunRank(models.Model):
+    """A rank of a multi-rank run (Ray Train), as its own log says on its node: its pid
+    there, its world rank and how far it reported. A straggler verdict takes every rank's
+    stacks and names the rank that is not where the others wait (trials/ranks.py)."""
+
+    trial = models.ForeignKey(Trial, on_delete=models.CASCADE, related_name="ranks")
+    rank = models.IntegerField()
+    pid = models.IntegerField()
+    node = models.CharField(max_length=255, blank=True, default="")  # its agent's; "": here
+    world_size = models.IntegerField(null=True)
+    step = models.IntegerField(null=True)  # its last report
+    step_at = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["trial", "rank"],
+                                               name="one_row_per_rank")]
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} of {self.trial_id} (pid {self.pid} on {self.node or 'here'})"
+
+
 class LogReading(models.Model):
     """How far raywatch's central reading of this host's log dirs reaches, shared by every
     raywatch process (a Celery worker's children take turns reading; any of them may

@@ -34,6 +34,7 @@ from collectors.pystack import RAY_GET
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
 from collectors.runformats import (
     CONSOLE_FRAMEWORKS,
+    RANK_WORKER,
     TRAINER_CLASSES,
     TRAINERS,
     console_run_key,
@@ -57,13 +58,12 @@ from dashboard.cluster.models import (
 from dashboard.cluster.views_data import call_places, call_stacks
 from dashboard.incidents.models import Incident
 from dashboard.incidents.trial_rules import derive_status
-from dashboard.trials.models import Experiment, Trial
+from dashboard.trials.models import Experiment, RunRank, Trial
 
 FOLLOW_DEPTH = 3  # calls of calls followed down from a trainer waiting in ray.get
 # The calls looked at a level, the longest-running first (a step's rollout over 64 ranks
 # is 64 calls of one name): what a run's verdict costs stays bounded however many run.
 FOLLOW_CALLS = 8
-RANK_WORKER = "RayTrainWorker"  # a Ray Train rank's process: a listed run's is rank 0's
 # A trainer's ended job says how the run ended (Trial statuses).
 JOB_ENDS = {"SUCCEEDED": "TERMINATED", "STOPPED": "TERMINATED", "FAILED": "ERROR"}
 # Ray Train's run statuses as Trial statuses; ABORTED (killed, or its controller died)
@@ -96,7 +96,7 @@ def runs_to_bind(since: datetime) -> Q | None:
     trainer actor came, went or changed, and the Ray Train runs whose listing changed. A
     run whose last line was read before its trainer or Train listing was seen (a run
     that hangs early) is tied then. None: nothing moved."""
-    names = TRAINER_CLASSES
+    names = TRAINER_CLASSES | {RANK_WORKER}
     clusters = set(Actor.objects.filter(class_name__in=names, updated_at__gte=since)
                    .values_list("cluster_id", flat=True))
     listed = set(TrainRun.objects.filter(updated_at__gte=since).values_list("name", flat=True))
@@ -143,7 +143,7 @@ def bind_runs(trials: list[Trial]) -> set[int]:
         return set()
     clusters = {t.experiment.cluster_id for t in runs}
     nodes = {(n.cluster_id, n.node_id): n for n in Node.objects.filter(cluster_id__in=clusters)}
-    names = TRAINER_CLASSES
+    names = TRAINER_CLASSES | {RANK_WORKER}
     trainers: dict[tuple[int, str], list[Actor]] = defaultdict(list)
     for actor in Actor.objects.filter(cluster_id__in=clusters, pid__isnull=False,
                                       class_name__in=names):
@@ -192,8 +192,11 @@ def bind_listed(run: Trial, train: TrainRun, nodes: dict[tuple[int, str], Node])
 def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
          nodes: dict[tuple[int, str], Node]) -> None:
     where = run.node_ip or run_address(run)
+    # A console run is its writer's: a Ray Train run read from its ranks' own logs is
+    # rank 0's RayTrainWorker; the others, their trainer's.
+    classes = run_classes(run.framework) if is_console_run(run) else TRAINERS[run.framework]
     mine = [a for a in trainers.get((run.experiment.cluster_id, where), [])
-            if trainer_class(a) in TRAINERS[run.framework]]
+            if trainer_class(a) in classes]
     alive = [a for a in mine if a.state == "ALIVE"]
     if is_console_run(run):
         # Its console is its trainer's own: that process, or none (never another
@@ -341,10 +344,20 @@ def bound_elsewhere(cluster_id: int, node_ip: str, pid: int | None) -> bool:
 
 
 def shadowed(runs: list[Trial]) -> set[int]:
-    """The console runs among `runs` whose trainer a file-logged run is tied to: that run
-    is judged, not this one too (one hang, one incident)."""
-    return {r.pk for r in runs if is_console_run(r) and r.pid
-            and bound_elsewhere(r.experiment.cluster_id, r.node_ip, r.pid)}
+    """The runs among `runs` that another run of the same work speaks for, judged instead
+    (one hang, one incident): a console run whose trainer a file-logged run is tied to;
+    and a Ray Train run read from raywatch's callback whose run is also read from its
+    ranks' own Ray Train logs (that run knows the ranks)."""
+    callback_runs = [r for r in runs if r.framework == RAYTRAIN and not is_console_run(r)]
+    twins = set(Trial.objects.filter(
+        framework=RAYTRAIN, experiment__kind=Experiment.CONSOLE, pid__isnull=False,
+        trial_id__in={r.trial_id for r in callback_runs},
+        experiment__cluster_id__in={r.experiment.cluster_id for r in callback_runs},
+    ).values_list("experiment__cluster_id", "trial_id")) if callback_runs else set()
+    return {r.pk for r in runs if (r.experiment.cluster_id, r.trial_id) in twins
+            and r in callback_runs} | {
+        r.pk for r in runs if is_console_run(r) and r.pid and r.framework != RAYTRAIN
+        and bound_elsewhere(r.experiment.cluster_id, r.node_ip, r.pid)}
 
 
 def writing_others(run: Trial, where: str, alive: list[Actor]) -> set[int]:
@@ -363,10 +376,16 @@ def writing_others(run: Trial, where: str, alive: list[Actor]) -> set[int]:
 
 def run_address(run: Trial) -> str:
     """Where the run's log was read: the agent's node for "node:/dir" paths (matched to
-    Ray's node by its host name, as agents are), else raywatch's own host."""
+    Ray's node by its host name, as agents are), else raywatch's own host. A Ray Train
+    run's ranks are read on their nodes: its place is rank 0's."""
     paths: list[Any] = run.experiment.paths or []
     named = next((p.split(":", 1)[0] for p in paths
                   if isinstance(p, str) and ":" in p and not p.startswith("/")), None)
+    if run.framework == RAYTRAIN and is_console_run(run):
+        rank_0 = RunRank.objects.filter(trial=run, rank=0).values_list("node", flat=True)
+        if not rank_0:
+            return ""  # rank 0's log not read yet: no place to bind it at
+        named = rank_0[0] or None
     if named is None:
         return settings.NODE_IP or node_ip_address()
     return Node.objects.filter(cluster_id=run.experiment.cluster_id, hostname=named

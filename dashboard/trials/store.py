@@ -25,7 +25,7 @@ from collectors.runformats import refine
 from collectors.tunelogs import MAX_METRICS
 from dashboard.cluster.models import settings_cluster_pk
 from dashboard.trials.bulkwrite import ResultRow, insert_new, insert_results, update_rows
-from dashboard.trials.models import Experiment, StepResult, Trial
+from dashboard.trials.models import Experiment, RunRank, StepResult, Trial
 
 BATCH = 400  # trials per batch of row loads: IN (...) lists stay under SQLite's limit
 # What reading a trial's files may change on its row: saved for the changed trials of a
@@ -149,6 +149,8 @@ class TrialStore:
             for trial in changed.values():
                 trial.updated_at = timezone.now()
             update_rows(Trial, changed.values(), INGESTED_FIELDS)
+            store_ranks([(self.trial(u), u) for u in updates if u.rank is not None
+                         and u.writer_pid], self.now)
         self.stats.changed_trials.update(changed)
 
     def _take(self, trial: Trial, update: TrialUpdate,
@@ -194,11 +196,36 @@ class TrialStore:
             trial.error_at, trial.error_read_at, changed = update.error_at, self.now, True
         if update.tune_status and update.tune_status != trial.tune_status:
             trial.tune_status, changed = update.tune_status, True
-        if update.writer_pid and update.writer_pid != trial.writer_pid:
+        # A rank's log is its run's, but only rank 0's process is the run's (a Ray Train
+        # run's result is rank 0's).
+        if update.writer_pid and update.writer_pid != trial.writer_pid \
+                and update.rank in (None, 0):
             trial.writer_pid, changed = update.writer_pid, True
         if update.search_metric or update.search_mode:
             changed = _search(trial.experiment, update) or changed
         return changed
+
+
+def store_ranks(ranks: list[tuple[Trial, TrialUpdate]], now: datetime) -> None:
+    """Each rank's row as its latest update says (its pid, world size, last report);
+    an update that says less keeps what an earlier one said."""
+    if not ranks:
+        return
+    rows = {(r.trial_id, r.rank): r for r in RunRank.objects.filter(
+        trial_id__in={t.pk for t, _ in ranks}, rank__in={u.rank for _, u in ranks})}
+    for trial, update in ranks:
+        assert update.rank is not None and update.writer_pid is not None
+        node = update.experiment_dir.split(":", 1)[0] if ":" in update.experiment_dir \
+            and not update.experiment_dir.startswith("/") else ""
+        row = rows.get((trial.pk, update.rank))
+        if row is None:
+            row = rows[(trial.pk, update.rank)] = RunRank(trial=trial, rank=update.rank,
+                                                          pid=update.writer_pid)
+        row.pid, row.node, row.updated_at = update.writer_pid, node[:255], now
+        row.world_size = update.world_size or row.world_size
+        if update.rank_step is not None:
+            row.step, row.step_at = update.rank_step, update.rank_step_at
+        row.save()
 
 
 def _search(experiment: Experiment, update: TrialUpdate) -> bool:
