@@ -6,7 +6,8 @@ in-process scheduler) watching it, with simulated GPUs that follow the cluster's
 workers (collectors/simworkload.py), then a Tune search that goes wrong in the ways
 raywatch catches (demo/workload.py), two GRPO runs as EasyR1 and verl ship them (console
 only, nothing configured: demo/grpo.py), one whose reward call hangs at step 4 and one
-whose reward, computed inside its trainer, hangs in its first step, and a forgotten
+whose reward, computed inside its trainer, hangs in its first step, a Ray Train run as
+Ray ships it whose rank 1 stalls outside the collective (demo/train.py), and a forgotten
 process holding GPU 3 (demo/leftover.py). Prints the
 admin login. Ctrl-C stops everything it started, and nothing else: it never runs
 `ray stop`.
@@ -37,6 +38,8 @@ GPUS = 4
 LEFTOVER_GPU = "3"
 GRPO_HANG_AT = 4  # the step of the EasyR1-shaped run whose reward call never returns
 VERL_HANG_AT = 1  # the step of the verl-shaped run whose reward (in its trainer) hangs
+TRAIN_HANG_AT = 10  # the step at which the Ray Train run's rank 1 never gets its batch
+TRAIN_RUN = "sft-demo"  # its name (RunConfig.name): raywatch lists it under it
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Shortened so that each failure shows within two minutes (the defaults suit real
 # searches: docs/detectors.md); a value set in the environment wins.
@@ -52,7 +55,7 @@ NOT_INHERITED = ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_API_SERVER_ADD
 # Left from the previous demo, removed at start; the secret key stays.
 PREVIOUS_RUN = ("raywatch.sqlite3", "raywatch.sqlite3-wal", "raywatch.sqlite3-shm",
                 "admin-password.txt", "ray_results", "workload.log", "leftover.log", "ray.log",
-                "checkpoints", "grpo.log", "verl.log")
+                "checkpoints", "grpo.log", "verl.log", "train.log", "train_storage")
 
 
 def main() -> int:
@@ -107,6 +110,10 @@ def run(data: Path, ray: LocalRay, running: dict[str, subprocess.Popen[bytes]]) 
                             cluster.gcs_address, "40", str(GRPO_HANG_AT))
     running["verl"] = start(data / "verl.log", env, "-m", "demo.grpo", "verl",
                             cluster.gcs_address, "40", str(VERL_HANG_AT))
+    # A Ray Train run as Ray ships it (no state tracking, nothing added): read from Ray
+    # Train's own log of each rank; its rank 1 stalls outside the collective.
+    running["train"] = start(data / "train.log", env, "-m", "demo.train", cluster.gcs_address,
+                             TRAIN_RUN, str(TRAIN_HANG_AT), str(data / "train_storage"))
     print(banner(url, data, running["leftover"].pid), flush=True)
     return serve.wait()
 
@@ -248,6 +255,9 @@ demo: a Ray Tune search runs on {GPUS} simulated GPUs: demo/workload.py, its out
           AutoRewardManager.compute_reward; the Jobs page shows the calls running now
         - verl's reward, computed inside its TaskRunner, hangs in step {VERL_HANG_AT}: the
           run is stalled, hung in the frame its stacks show, within a minute
+      and a Ray Train run as Ray ships it (demo/train.py; state tracking off):
+        - at step {TRAIN_HANG_AT} its rank 1's loader never yields while rank 0 waits in
+          all_reduce: the run is stalled, naming rank 1 and where each rank waits
       Ctrl-C stops the demo, its Ray cluster and its processes.
 """
 

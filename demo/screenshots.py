@@ -36,7 +36,7 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-network
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 WIDTH, HEIGHT = 1440, 900
 # The failures the demo's search (demo/workload.py) and GRPO runs (demo/grpo.py) have; the
-# pictures wait for them.
+# pictures wait for them, and for its Ray Train run's stall (demo/train.py).
 KINDS = ("trial_stalled", "step_time_regression", "demand_infeasible", "gpu_idle_during_step",
          "gpu_orphan_memory", "trial_errored", "call_overdue")
 EXPERIMENT = "raywatch-demo"
@@ -66,6 +66,16 @@ def rl_run(page: Any, framework: str = "easyr1") -> dict[str, Any] | None:
                  if t.get("framework") == framework), None)
 
 
+def train_stall(page: Any) -> int | None:
+    """The demo's Ray Train run (demo/train.py) once its stall is alerted: its trial pk."""
+    run = rl_run(page, "raytrain")
+    if run is None:
+        return None
+    stalled = any(i["kind"] == "trial_stalled" and i["trial_pk"] == run["id"]
+                  for i in api(page, "/api/alerts/?state=firing&page_size=200"))
+    return run["id"] if stalled else None
+
+
 def pages(page: Any) -> list[tuple[str, str, str]]:
     """(file name, path, selector that shows the page has its data) for each picture."""
     shots = [("home", "/", "#trials-table tr[data-trial]"),
@@ -78,6 +88,8 @@ def pages(page: Any) -> list[tuple[str, str, str]]:
         shots.append(("run", f"/trials/{run['id']}/", "#calls tr[data-call]"))
     if run := rl_run(page, "verl"):  # verl as shipped, hung in its first step: its stacks
         shots.append(("stalled-run", f"/trials/{run['id']}/", "[data-stack-verdict]"))
+    if run := train_stall(page):  # the Ray Train run: its ranks and which one holds it up
+        shots.append(("train-run", f"/trials/{run}/", "[data-stack-verdict]"))
     if hung := next((i for i in api(page, "/api/alerts/?state=firing&page_size=200")
                      if i["kind"] == "call_overdue"), None):
         # The hung reward call: its stacks and the verdict they give.
@@ -170,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 page.wait_for_url(f"{url}/")
                 wait(f"all of {', '.join(KINDS)}",
                      lambda: set(KINDS) <= firing_kinds(page), args.wait, demo, log)
+                wait("the Ray Train run's stall", lambda: train_stall(page) is not None, 120,
+                     demo, log)
                 written = capture(page, args.out, width=args.width)
                 browser.close()
         finally:

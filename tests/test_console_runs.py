@@ -127,29 +127,13 @@ def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type
     health "cannot be placed"), not a stall beside it. Nothing configured, no history."""
     settings.EMBEDDED = True
     settings.CENTRAL_LOGS = False
-    scheduler = EmbeddedScheduler(celery_app, {
-        name: settings.CELERY_BEAT_SCHEDULE[name]
-        for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
-    scheduler.start()
+    scheduler = polls(settings, "poll-ray-state", "detect-resources", "poll-trial-logs")
     marks = tmp_path / "marks"
     marks.mkdir()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
-         ray_settings.gcs_address, str(marks), "40", "rollout", "reward_call"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+    run = verl_runs(ray_settings, marks, "rollout", "reward_call")
     # A run of its own job, as each verl run is (a job's demand is its run's).
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
-         ray_settings.gcs_address, str(marks), "40", "unplaceable"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
-    _, token = tokens.issue(host_name(), None, timezone.now())
-    agent = running_agent(agent_env(live_server_asgi.url, token, tmp_path, host_name(),
-                                    node_ip_address(), gpus=0,
-                                    RAYWATCH_RAY_TMP_DIR=str(Path(ray_settings.session_dir)
-                                                             .parent)),
-                          tmp_path / "agent.log")
+    waiting = verl_runs(ray_settings, marks, "unplaceable")
+    agent = host_agent(live_server_asgi.url, tmp_path, ray_settings)
     agent.__enter__()
     try:
         pids = wait_for(lambda: _pids(marks, ("rollout", "reward_call", "unplaceable")), 120,
@@ -208,6 +192,53 @@ def test_a_trainer_waiting_in_ray_get_is_judged_by_the_call_it_waits_on(  # type
 @pytest.mark.ray
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(300)
+def test_the_worker_group_rank_the_others_wait_for_is_named(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+    """A verl-shaped run whose rollout worker group is two WorkerDict ranks in one gloo
+    group: at its first step rank 1's data never comes while rank 0 waits in all_reduce,
+    and the trainer waits in ray.get on both calls. Nothing configured, no history: the
+    stall names rank 1's actor as verl names it, not rank 0 that waits for it."""
+    settings.EMBEDDED = True
+    settings.CENTRAL_LOGS = False
+    scheduler = polls(settings, "poll-ray-state", "poll-trial-logs")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run = verl_runs(ray_settings, marks, "straggler")
+    agent = host_agent(live_server_asgi.url, tmp_path, ray_settings)
+    agent.__enter__()
+    try:
+        pids = wait_for(lambda: _pids(marks, ("straggler",)), 120, 0.5, "the TaskRunner")
+        straggler = wait_for(lambda: _listed(pids), 60, 0.5, "the run listed from Ray")["straggler"]
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="trial_stalled", state=Incident.FIRING, trial=straggler).first(),
+            PROMISED_S + 90, 1, "trial_stalled for the run whose rank 1 never gets its data",
+            explain=lambda: (list(CallStack.objects.values("name", "hung", "verdict")),
+                             list(TrialStack.objects.values("state", "hung", "verdict")),
+                             (tmp_path / "agent.log").read_text()[-1500:]))
+        straggler.refresh_from_db()
+        # The hang begins right after the step-0 validation line, its last result.
+        took = (incident.opened_at - straggler.last_result_at).total_seconds()
+        assert took <= patient(PROMISED_S), f"{took:.0f} s after the validation line"
+        rank_1 = Actor.objects.get(name="WorkerDict_0:1", state="ALIVE")
+        verdict = incident.details["verdict"]
+        assert verdict.startswith(
+            "waits in ray.get on WorkerDict.actor_rollout_generate_sequences: WorkerDict_0:1 "
+            f"(pid {rank_1.pid} on "), (verdict, list(CallStack.objects.values(
+                "pid", "state", "reason")), list(RayCall.objects.values("name", "pid", "node_id")))
+        assert "is not in the collective where 1 of 2 calls wait; hung in " in verdict
+        assert "next_batch (tests/tune_scripts/verl_console_runs.py:" in verdict
+        assert "waiting on a queue" in verdict
+        assert CallStack.objects.filter(pid=Actor.objects.get(name="WorkerDict_0:0").pid,
+                                        waits_on__startswith="a collective").exists()
+    finally:
+        agent.__exit__(None, None, None)
+        scheduler.stop()
+        stop_node(run)
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
 def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded(  # type: ignore[no-untyped-def]
         settings, ray_settings, tmp_path) -> None:
     """A verl-shaped run, its driver started by hand, whose rollout worker raises CUDA's
@@ -215,17 +246,10 @@ def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded
     exits, so Ray calls the job SUCCEEDED and the trainer dead because its owner died.
     The run is ERROR with the first failure (the worker's call and its exception, not the
     cascade), and trial_errored pages with it."""
-    scheduler = EmbeddedScheduler(celery_app, {
-        name: settings.CELERY_BEAT_SCHEDULE[name]
-        for name in ("poll-ray-state", "poll-trial-logs")})
-    scheduler.start()
+    scheduler = polls(settings, "poll-ray-state", "poll-trial-logs")
     marks = tmp_path / "marks"
     marks.mkdir()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs",
-         ray_settings.gcs_address, str(marks), "40", "crash"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+    run = verl_runs(ray_settings, marks, "crash")
     try:
         pid = int(wait_for(lambda: _read(marks / "crash.pid"), 120, 0.5, "the TaskRunner"))
         listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
@@ -260,6 +284,32 @@ def _read(path: Path) -> str | None:
         return path.read_text() or None
     except OSError:
         return None
+
+
+def polls(settings, *tasks: str) -> EmbeddedScheduler:  # type: ignore[no-untyped-def]
+    """raywatch's periodic `tasks` (their beat entries), run in this process, started."""
+    scheduler = EmbeddedScheduler(celery_app, {name: settings.CELERY_BEAT_SCHEDULE[name]
+                                               for name in tasks})
+    scheduler.start()
+    return scheduler
+
+
+def verl_runs(cluster, marks: Path, *names: str) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    """tests/tune_scripts/verl_console_runs.py's runs `names`, on `cluster`, one driver."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.tune_scripts.verl_console_runs", cluster.gcs_address,
+         str(marks), "40", *names],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
+
+
+def host_agent(url: str, tmp_path: Path, cluster):  # type: ignore[no-untyped-def]
+    """This host's agent, as `serve` starts it, reading the cluster's Ray temp dir."""
+    _, token = tokens.issue(host_name(), None, timezone.now())
+    return running_agent(agent_env(url, token, tmp_path, host_name(), node_ip_address(),
+                                   gpus=0, RAYWATCH_RAY_TMP_DIR=str(
+                                       Path(cluster.session_dir).parent)),
+                         tmp_path / "agent.log")
 
 
 def _pids(marks: Path, names: tuple[str, ...] = ("healthy", "hung")) -> dict[str, int] | None:
@@ -302,7 +352,16 @@ def test_a_trainers_console_is_the_log_ray_named_for_its_pid_and_nothing_else(
         "odd name": ("ray::TaskRunner", logs / "trainer-PID.out"),
         "not a trainer": ("ray::WorkerDict.generate_sequences",
                           logs / f"worker-{worker}-02000000-PID.out"),
+        # Ray Train ranks: read from Ray Train's log of the worker id in their console's
+        # name; one whose log is a link, or not written yet, is not read.
+        "rank": ("ray::RayTrainWorker", logs / f"worker-{'a' * 56}-04000000-PID.out"),
+        "rank link": ("ray::RayTrainWorker", logs / f"worker-{'b' * 56}-04000000-PID.out"),
+        "rank quiet": ("ray::RayTrainWorker", logs / f"worker-{'c' * 56}-04000000-PID.out"),
     }
+    (logs / "train").mkdir(parents=True)
+    (logs / "train" / f"ray-train-app-worker-{'a' * 56}.log").write_text("")
+    (tmp_path / "secret.log").write_text("")
+    (logs / "train" / f"ray-train-app-worker-{'b' * 56}.log").symlink_to(tmp_path / "secret.log")
     started = {name: subprocess.Popen([title, "-c", TITLED, str(path)],
                                       executable=sys.executable)
                for name, (title, path) in cases.items()}
@@ -313,8 +372,12 @@ def test_a_trainers_console_is_the_log_ray_named_for_its_pid_and_nothing_else(
                              if "PID" in str(path)), 30, 0.2, "the processes' stdout files")
         found = {t.pid: t for t in find_trainers(Root.of(ray_tmp))
                  if t.pid in {p.pid for p in started.values()}}
-        good, idle = started["good"].pid, started["idle title"].pid
-        assert set(found) == {good, idle}, found
+        good, idle, rank = started["good"].pid, started["idle title"].pid, started["rank"].pid
+        assert set(found) == {good, idle, rank}, found
+        assert (found[rank].trainer, found[rank].framework, found[rank].job_id,
+                found[rank].log) == ("RayTrainWorker", "raytrain", "04000000",
+                                     logs / "train" / f"ray-train-app-worker-{'a' * 56}.log")
+        assert found[rank].about("sft/x").trial_id == "sft_x"
         assert (found[good].trainer, found[good].framework, found[good].job_id) == (
             "TaskRunner", "verl", "02000000")
         assert found[good].log == logs / f"worker-{worker}-02000000-{good}.out"
@@ -361,10 +424,7 @@ def test_an_openrlhf_run_is_found_from_its_job_before_its_trainer_and_owns_its_d
     its trainer exists. One's placement group asks for 8 GPUs no node has: that demand is
     the run's (its health "cannot be placed"). The other's is placed and its PPOTrainer
     starts: the same run is now that trainer's, RUNNING."""
-    scheduler = EmbeddedScheduler(celery_app, {
-        name: settings.CELERY_BEAT_SCHEDULE[name]
-        for name in ("poll-ray-state", "detect-resources", "poll-trial-logs")})
-    scheduler.start()
+    scheduler = polls(settings, "poll-ray-state", "detect-resources", "poll-trial-logs")
     script = tmp_path / "openrlhf" / "cli" / "train_ppo_ray.py"
     script.parent.mkdir(parents=True)
     script.write_text(OPENRLHF_DRIVER)
@@ -456,10 +516,7 @@ def test_a_run_that_failed_before_raywatch_saw_its_trainer_is_error_and_pages(  
     within seconds (Ray: SUCCEEDED): found from its job, the run is ERROR with its
     trainer's exception, and trial_errored pages, though raywatch may never have seen
     the trainer alive."""
-    scheduler = EmbeddedScheduler(celery_app, {
-        name: settings.CELERY_BEAT_SCHEDULE[name]
-        for name in ("poll-ray-state", "poll-trial-logs")})
-    scheduler.start()
+    scheduler = polls(settings, "poll-ray-state", "poll-trial-logs")
     (tmp_path / "verl" / "trainer").mkdir(parents=True)
     (tmp_path / "verl" / "trainer" / "main_ppo.py").write_text(VERL_DRIVER)
     driver = subprocess.Popen(

@@ -29,7 +29,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from collectors.localray import LocalCluster, free_port
-from demo.screenshots import EXPERIMENT, KINDS, WIDTH, capture, rl_run
+from demo.__main__ import TRAIN_RUN
+from demo.screenshots import EXPERIMENT, KINDS, WIDTH, capture, rl_run, train_stall
 from demo.screenshots import answering as page_answers
 from demo.workload import MAX_STEPS
 from tests.conftest import browser_context, wait_for
@@ -168,6 +169,8 @@ def expected(incident: dict, trials: dict[str, dict], orphan_pid: int, verl_pk: 
         return incident["details"]["call"] == "AutoRewardManager.compute_reward"
     if kind == "trial_stalled" and incident["trial_pk"] == verl_pk:  # verl's first step
         return True
+    if kind == "trial_stalled" and incident["trial_id"] == TRAIN_RUN:  # its rank 1's loader
+        return True
     return any(incident["trial_id"] == trials[role]["trial_id"] and kind in kinds
                for role, kinds in kinds_of.items())
 
@@ -272,9 +275,16 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
         expect(page.locator("#triage-simulated")).to_be_visible()
         shoot(page, "home")
         # `make screenshots` takes docs/pages.md's pictures of these pages, the same way.
+        # The Ray Train run as Ray ships it: stalled, naming its rank 1 outside all_reduce.
+        train_pk = wait_for(lambda: train_stall(page), PROMISED_S, 2,
+                            "the Ray Train run's stall")
+        [stall] = [i for i in api(page, "/api/alerts/?state=firing&page_size=200")
+                   if i["kind"] == "trial_stalled" and i["trial_pk"] == train_pk]
+        assert "rank 1 of 2 not in the collective" in stall["summary"], stall["summary"]
         pictures = capture(page, tmp_path / "readme", settle_ms=500)
         assert [p.stem for p in pictures] == ["home", "alerts", "experiment", "trial", "run",
-                                              "stalled-run", "call", "gpus", "jobs", "cluster"]
+                                              "stalled-run", "train-run", "call", "gpus",
+                                              "jobs", "cluster"]
         assert {png_size(p)[0] for p in pictures} == {WIDTH}
         # The slow judge leaves its GPU idle through each long step: said, honestly.
         wait_for(lambda: trials["slow"]["trial_id"] in {i["trial_id"] for i in api(
@@ -289,8 +299,9 @@ def test_make_demo_shows_every_failure_acts_on_two_and_stops_clean(  # type: ign
                               for role, t in now.items() if role not in FAULTY) else None
 
         trials = wait_for(stopped_early, 120, 2, "a healthy trial ASHA stopped early")
-        assert not [i for i in api(page, "/api/alerts/?page_size=500")
-                    if not expected(i, trials, orphan["pid"], verl["id"])]
+        unexpected = [i for i in api(page, "/api/alerts/?page_size=500")
+                      if not expected(i, trials, orphan["pid"], verl["id"])]
+        assert not unexpected, [(i["kind"], i["trial_id"], i["summary"]) for i in unexpected]
 
         hang = trials["hang"]
         hung = psutil.Process(hang["pid"]).create_time()

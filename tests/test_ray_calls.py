@@ -303,3 +303,25 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
         running((0, "Runner.run", runner))  # the reward call ended after all
         assert overdue() == []
     assert Incident.objects.get(pk=incident.pk).state == Incident.RESOLVED
+
+
+@pytest.mark.both_backends
+@pytest.mark.django_db
+def test_a_call_first_listed_without_its_node_takes_it_once_ray_says_it() -> None:
+    """Ray may list a call RUNNING before it says where it runs; the call's stacks are
+    asked only once its node is known, so the node and pid Ray gives later are kept."""
+    from collectors.records import CallRecord
+    from dashboard.cluster.calls import ingest_calls
+
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+
+    def call(node_id: str | None, pid: int | None, task: str = "t-rank0") -> CallRecord:
+        return CallRecord(task_id=task, attempt=0, name="WorkerDict.generate", kind="ACTOR_TASK",
+                          job_id="03000000", actor_id="a0", node_id=node_id, pid=pid)
+    now = timezone.now()
+    ingest_calls([call(None, None), call("n1", 41, "t-rank1")], now, cluster)
+    assert RayCall.objects.get(task_id="t-rank0").node_id == ""
+    ingest_calls([call("n1", 40), call("n2", 99, "t-rank1")], now + timedelta(seconds=1),
+                 cluster)
+    assert [(c.task_id, c.node_id, c.pid) for c in RayCall.objects.order_by("task_id")] == [
+        ("t-rank0", "n1", 40), ("t-rank1", "n1", 41)]  # a known place is not rewritten

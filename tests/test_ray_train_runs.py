@@ -73,11 +73,10 @@ def bound_to_rank_0(trial: Trial | None) -> Trial | None:
     return trial if trial is not None and rank_0 and trial.pid == rank_0 else None
 
 
-def start_train(cluster, log_dir: Path, storage: Path, name: str = NAME,  # type: ignore[no-untyped-def]
-                *how: str) -> subprocess.Popen:
+def start_train(cluster, log_dir: Path, storage: Path) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.train_scripts.gloo_run", cluster.gcs_address,
-         str(log_dir), str(storage), name, str(HANG_AT), *how],
+         str(log_dir), str(storage), NAME, str(HANG_AT)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
 
@@ -207,7 +206,7 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(300)
 def test_an_untracked_train_run_whose_rank_stalls_outside_the_collective_names_it(  # type: ignore[no-untyped-def]
-        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+        settings, ray_settings, tmp_path, live_server_asgi, client, viewer) -> None:
     """A TorchTrainer as Ray ships it (no state tracking, no raywatch callback, nothing
     configured): the run is read from Ray Train's own logs of its ranks by the node's
     agent, and when rank 1's data loader never yields while rank 0 waits in all_reduce,
@@ -216,8 +215,11 @@ def test_an_untracked_train_run_whose_rank_stalls_outside_the_collective_names_i
     settings.EMBEDDED = True  # stacks are taken in this process's background pool
     settings.AGENT_STALE_S = patient(8.0)
     settings.LOG_DIRS = []
-    run = start_train(ray_settings, tmp_path / "unused", tmp_path / "storage", name,
-                      "loader", "untracked")
+    run = subprocess.Popen(  # make demo's Ray Train run, its rank 1 stalling at HANG_AT
+        [sys.executable, "-m", "demo.train", ray_settings.gcs_address, name, str(HANG_AT),
+         str(tmp_path / "storage")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
     watching = watched(settings, ray_settings, tmp_path, live_server_asgi.url)
     watching.__enter__()
     try:
@@ -239,8 +241,16 @@ def test_an_untracked_train_run_whose_rank_stalls_outside_the_collective_names_i
         steps = list(StepResult.objects.filter(trial=trial).order_by("iteration"))
         assert [s.iteration for s in steps] == [1, 2, 3]
         assert [s.metrics["loss"] for s in steps] == [1.0, 0.5, pytest.approx(1 / 3)]
-        assert steps[2].metrics["sum"] == 6.0 and steps[2].at is not None
+        assert steps[2].metrics["tokens"] == 6.0 and steps[2].at is not None
         assert ranks[1].step == HANG_AT - 1
+        # The run's page lists its ranks as their logs said, with how far each reported.
+        client.force_login(viewer)
+        page = client.get(f"/trials/{trial.pk}/").content.decode()
+        shown = json.loads(re.search(r'id="trial-initial"[^>]*>(.*?)</script>', page,
+                                     re.S)[1])["train"]
+        assert (shown["source"], shown["world_size"]) == ("logs", 2)
+        assert [(w["rank"], w["pid"], w["step"]) for w in shown["workers"]] == [
+            (0, ranks[0].pid, HANG_AT - 1), (1, ranks[1].pid, HANG_AT - 1)]
         stalled = wait_for(lambda: Incident.objects.filter(
             kind="trial_stalled", trial=trial, state="firing").first(), 120, 0.5,
             "the hung run's stall", explain=lambda: (
@@ -253,7 +263,7 @@ def test_an_untracked_train_run_whose_rank_stalls_outside_the_collective_names_i
         assert verdict.startswith("rank 1 of 2 not in the collective: rank 1 waits in "), \
             verdict
         assert "waits in Queue.get (queue.py:" in verdict, verdict
-        assert "from next_batch (tests/train_scripts/gloo_run.py:" in verdict, verdict
+        assert "from next_batch (demo/train.py:" in verdict, verdict
         assert "rank 0 waits in all_reduce (" in verdict, verdict
         assert "(rank 1: hung in next_batch (" in verdict and "waiting on a queue" in verdict
         assert "rank 1 of 2" in stalled.summary, stalled.summary

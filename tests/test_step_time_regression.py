@@ -18,6 +18,7 @@ from dashboard.incidents.trial_rules import (
     evaluate_trial,
     median_interval_s,
     needs_verdict,
+    sample_after_s,
     slow_limit,
     stall_limit_s,
     step_time_regression,
@@ -146,7 +147,12 @@ def test_a_hang_is_one_incident_the_stall() -> None:
     steps = run([0.3] * 20)
     hung = snapshot(steps)
     th = _with(slow_for_s=0)
-    soon = steps[-1].at + timedelta(seconds=slow_limit(STEP_S, th) + 1)
+    # Overran, but its stacks are not sampled yet (evidence first): nothing opens.
+    early = steps[-1].at + timedelta(seconds=slow_limit(STEP_S, th) + 1)
+    assert evaluate_trial(hung, th, early) == []
+    # Past the time its stacks are sampled, none came (no agent): the step in progress.
+    soon = steps[-1].at + timedelta(seconds=max(slow_limit(STEP_S, th),
+                                                sample_after_s(hung, th)) + 1)
     [regression] = evaluate_trial(hung, th, soon)  # the step in progress overran
     assert regression.kind == "step_time_regression" and regression.details["in_progress"]
     late = steps[-1].at + timedelta(seconds=stall_limit_s(median_interval_s(steps), th) + 1)
@@ -212,3 +218,8 @@ def test_a_step_in_progress_busy_validating_is_no_regression_and_is_sampled_in_t
     validating = replace(busy, during="validation")
     assert step_time_regression(validating, th, later) is None
     assert trial_stalled(validating, th, later) is None  # busy: no stall either
+    # While its stacks are being taken, the step that overran opens nothing yet: hung (a
+    # stall, one incident) or busy (this regression) is for them to say.
+    sampling = replace(quiet, verdict_pending=True)
+    assert step_time_regression(sampling, th, later) is None
+    assert step_time_regression(quiet, th, later) is not None  # no agent to ask: as before

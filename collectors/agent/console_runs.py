@@ -17,6 +17,13 @@ trainer's console"). So the run is found from the process, not from anything it 
   its writer: raywatch ties it to the trainer actor Ray lists with that pid on this node,
   and to no other (dashboard/trials/runs.py). A line never names a process.
 
+A Ray Train rank (`ray::RayTrainWorker`) is read the same way from Ray Train's own log of
+it, `logs/train/ray-train-app-worker-<worker id>.log` beside its console, <worker id>
+the one in its console's name (collectors.consolelogs.read_train_log): the run is the
+one that log names in the rank's job (`job <id>` / `<run name>`), rank 0's reports are
+its steps, and every rank's update says its rank and last report, with its pid as the
+writer (only rank 0's binds the run).
+
 No Django. Cursors are the trial-log collector's (saved once the records are spooled).
 """
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -71,9 +79,6 @@ RESCAN_S = 5.0  # how often this node's processes are looked over for trainers
 CHUNK_BYTES = 2 * MAX_RECORD_BYTES  # one read: a whole record always fits
 # Ray's name for a worker's stdout: worker-<worker id>-<job id>-<pid>.out
 _LOG_NAME = re.compile(r"worker-([0-9a-f]{8,64})-([0-9a-f]{8})-([0-9]{1,10})\.out")
-# Ray Train's log of a rank, in `logs/train` beside it: ray-train-app-worker-<worker id>.log
-_TRAIN_LOG = re.compile(r"ray-train-app-worker-([0-9a-f]{8,64})\.log")
-FD_SCAN = 256  # a rank's open files looked over for its Ray Train log, no more
 # A worker log is as big as what its process prints (vLLM's progress, warnings): it is
 # read from a cursor, a chunk at a time, never whole, so no size refuses it.
 _NO_CAP = Caps(1 << 62, 1 << 62)
@@ -136,27 +141,21 @@ def console_of(pid: int, root: Root, worker: bool = False) -> tuple[Path, str] |
 
 
 def train_log_of(pid: int, root: Root) -> tuple[Path, str] | None:
-    """A Ray Train rank's own log and its job id: the `logs/train/ray-train-app-worker-<id>
-    .log` the process holds open, where <id> is the Ray worker id its console is named
-    by (the same session's logs). Found from the process; a file of another worker's
-    name, or elsewhere, is not this rank's."""
+    """A Ray Train rank's own log and its job id: `logs/train/ray-train-app-worker-<id>.log`
+    beside the console Ray named for that pid, <id> being the worker id in that name
+    (Ray Train names the file by the worker's id: docs/ray-facts.md). A plain file there,
+    not a link; None until the rank wrote its first line."""
     console = console_of(pid, root, worker=True)
     if console is None:
         return None
     worker_id, job_id = console[1].split("-")
-    expected = console[0].parent / "train" / f"ray-train-app-worker-{worker_id}.log"
+    log = console[0].parent / "train" / f"ray-train-app-worker-{worker_id}.log"
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")[:FD_SCAN]
+        if not stat.S_ISREG(os.lstat(log).st_mode):
+            return None
     except OSError:
         return None
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target == str(expected) and _TRAIN_LOG.fullmatch(expected.name):
-            return expected, job_id
-    return None
+    return log, job_id
 
 
 class ConsoleRuns:

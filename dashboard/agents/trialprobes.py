@@ -13,9 +13,10 @@ from django.conf import settings
 from django.db.models import Q
 
 from collectors.pystack import rank_place, straggler_words
-from dashboard.agents.callstacks import sample_process, sample_processes, verdict_of
+from dashboard.agents.callstacks import sample_processes, verdict_of
 from dashboard.agents.models import NodeProcess, NodeToken
 from dashboard.agents.remote import node_with_agent
+from dashboard.cluster.models import Cluster
 from dashboard.trials.models import Trial
 from dashboard.trials.probes import Activity, Stack
 from dashboard.trials.process import TrialProcess
@@ -55,74 +56,75 @@ def no_agent(trial: Trial) -> str:
 def agent_stack(trial: Trial, bound: TrialProcess) -> Stack | str | None:
     """A few stacks of the trial's process, seconds apart, and the verdict they give
     (hung in a frame, or slow and busy there), as an overdue call's
-    (dashboard/agents/callstacks.py)."""
-    node = node_with_agent(bound.node_ip, bound.hostname, trial.experiment.cluster.name)
+    (dashboard/agents/callstacks.py); a multi-rank run's other ranks sampled beside it,
+    in the same rounds (with_ranks)."""
+    cluster = trial.experiment.cluster
+    node = node_with_agent(bound.node_ip, bound.hostname, cluster.name)
     if node is None:
         return no_agent(trial)
-    fact = NodeProcess.objects.filter(cluster_id=trial.experiment.cluster_id, node=node,
-                                      pid=bound.pid).first()
+    fact = NodeProcess.objects.filter(cluster=cluster, node=node, pid=bound.pid).first()
     if fact is None:
         return f"the agent of {node} does not list pid {bound.pid}: it ended, or is no Ray worker"
-    dumps, problem = sample_process(trial.experiment.cluster_id, trial.experiment.cluster.name,
-                                    node, bound.pid, fact.create_time)
+    world, ranks = run_ranks(trial)
+    mine = next((r for r in ranks if r.pid == bound.pid), None)
+    others = rank_targets(cluster, [r for r in ranks if r.pid != bound.pid]) if mine else []
+    taken = sample_processes(cluster.name, [(node, bound.pid, fact.create_time)]
+                             + [(a, r.pid, t) for r, a, t in others])
+    dumps, problem = taken[0]
     if not dumps:
         return problem or "no stack came back"
     # The thread that does the work: a function trainable's, a Train rank's (runs.py).
-    verdict = verdict_of(dumps, working_in(trial), trial.experiment.cluster_id, node,
-                         bound.pid, bound.node_ip)
+    verdict = verdict_of(dumps, working_in(trial), cluster.pk, node, bound.pid,
+                         bound.node_ip)
     stack = Stack(source=f"py-spy by the agent of {node}", text=dumps[-1], samples=len(dumps))
     if verdict is not None:
         stack = replace(stack, hung=verdict.hung, frame=verdict.frame[:500],
                         waits_on=verdict.waits_on[:100], verdict=verdict.words[:500])
-    return with_ranks(trial, bound, dumps, stack)
+    if mine is None or not others:
+        return stack
+    return with_ranks(trial, max(world, len(ranks)), (mine, node, dumps), stack,
+                      [(r, a, d) for (r, a, _), (d, _) in zip(others, taken[1:], strict=True)])
 
 
 RANK_TEXT = 16_000  # of each other rank's last dump kept with the stack's text
 
 
-def with_ranks(trial: Trial, bound: TrialProcess, dumps: list[str], stack: Stack) -> Stack:
-    """A multi-rank run's stack with its other ranks' beside it: when some ranks wait in a
-    collective and others do not, the verdict names the ranks that do not, where each
-    stands, and whether the first of them is hung or busy (its own stacks, CPU, GPUs).
-    A run of one rank, or whose ranks are not known, keeps its own verdict."""
-    world, ranks = run_ranks(trial)
-    mine = next((r for r in ranks if r.pid == bound.pid), None)
-    others = [r for r in ranks if r.pid != bound.pid]
-    if mine is None or not others:
-        return stack
-    cluster = trial.experiment.cluster
-    targets: list[tuple[Rank, str, float | None]] = []
-    for rank in others:
+def rank_targets(cluster: Cluster, ranks: list[Rank]) -> list[tuple[Rank, str, float | None]]:
+    """The ranks whose node's agent lists their process: (rank, agent, start time)."""
+    found = []
+    for rank in ranks:
         agent = node_with_agent(rank.node_ip, rank.hostname, cluster.name)
         fact = NodeProcess.objects.filter(cluster=cluster, node=agent, pid=rank.pid
                                           ).first() if agent else None
         if agent is not None and fact is not None:
-            targets.append((rank, agent, fact.create_time))
-    taken = sample_processes(cluster.name, [(a, r.pid, t) for r, a, t in targets])
+            found.append((rank, agent, fact.create_time))
+    return found
+
+
+def with_ranks(trial: Trial, world: int, mine: tuple[Rank, str, list[str]], stack: Stack,
+               others: list[tuple[Rank, str, list[str]]]) -> Stack:
+    """A multi-rank run's stack with its other ranks' beside it (rank, agent, dumps): when
+    some ranks wait in a collective and others do not, the verdict names the ranks that
+    do not, where each stands, and whether the first of them is hung or busy (its own
+    stacks, CPU, GPUs). Every rank sampled in a collective is said beside the run's own
+    verdict; no rank in one leaves that verdict as it was."""
     function = working_in(trial)
-    places = {mine.rank: rank_place(dumps, function)}
-    for (rank, _, _), (rank_dumps, _) in zip(targets, taken, strict=True):
-        places[rank.rank] = rank_place(rank_dumps, function)
-    found = {r: p for r, p in places.items() if p is not None}
-    stragglers, words = straggler_words(found, max(world, len(ranks)))
+    every = [mine, *others]
+    places = {rank.rank: place for rank, _, dumps in every
+              if (place := rank_place(dumps, function)) is not None}
+    stragglers, words = straggler_words(places, world)
     text = stack.text + "".join(
         f"\n\n--- rank {rank.rank} (pid {rank.pid} on {rank.hostname or rank.node_ip}) ---\n"
-        + rank_dumps[-1][:RANK_TEXT]
-        for (rank, _, _), (rank_dumps, _) in zip(targets, taken, strict=True) if rank_dumps)
+        + dumps[-1][:RANK_TEXT] for rank, _, dumps in others if dumps)
     stack = replace(stack, text=text)
     if not words:
         return stack
     if not stragglers:  # every rank sampled waits: said beside the run's own verdict
         return replace(stack, verdict=f"{words}; {stack.verdict}"[:500])
-    first = stragglers[0]
-    if first == mine.rank:
-        rank, rank_dumps, agent = mine, dumps, ""
-    else:
-        at = next(i for i, (r, _, _) in enumerate(targets) if r.rank == first)
-        rank, agent, rank_dumps = targets[at][0], targets[at][1], taken[at][0]
-    node = agent or node_with_agent(rank.node_ip, rank.hostname, cluster.name) or ""
-    own = verdict_of(rank_dumps, function, cluster.pk, node, rank.pid, rank.node_ip)
+    rank, agent, dumps = next(x for x in every if x[0].rank == stragglers[0])
+    own = verdict_of(dumps, function, trial.experiment.cluster_id, agent, rank.pid,
+                     rank.node_ip)
     if own is None:
         return replace(stack, verdict=words[:500])
     return replace(stack, hung=own.hung, frame=own.frame[:500], waits_on=own.waits_on[:100],
-                   verdict=f"{words} (rank {first}: {own.words})"[:500])
+                   verdict=f"{words} (rank {rank.rank}: {own.words})"[:500])

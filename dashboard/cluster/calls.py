@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from collectors.raylists import dropped_task_events
 from collectors.records import CallRecord
@@ -60,6 +61,7 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
                        parent_task_id=r.parent_task_id or "", first_seen_at=began)
                for key, r in incoming.items() if key not in existing]
         RayCall.objects.bulk_create(new, batch_size=1000)
+        placed(cluster, incoming)
         if new or gone:  # the Jobs page lists the calls (their clocks tick there)
             publish(JOBS_GROUP, "jobs", jobs_payload)
         # and the page of the run each job's trainer drives lists its job's calls
@@ -67,6 +69,19 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
             if job_id:
                 key = (cluster.pk, job_id)
                 publish(job_group(*key), "calls", lambda key=key: calls_payload(job=key))
+
+
+def placed(cluster: Cluster, incoming: dict[tuple[str, int], CallRecord]) -> None:
+    """Calls first listed before Ray said where they run (no node, no pid: a call just
+    handed to its worker) take their node and pid once Ray says them; the others are
+    not written (one query for the few that lack them)."""
+    for row in RayCall.objects.filter(Q(node_id="") | Q(pid__isnull=True), cluster=cluster):
+        record = incoming.get((row.task_id, row.attempt))
+        if record is None:
+            continue
+        node_id, pid = row.node_id or record.node_id or "", row.pid or record.pid
+        if (node_id, pid) != (row.node_id, row.pid):
+            RayCall.objects.filter(pk=row.pk).update(node_id=node_id, pid=pid)
 
 
 def halfway(previous: datetime | None, now: datetime) -> datetime:

@@ -30,7 +30,8 @@ def register_taker(take: Callable[[int], None]) -> None:
 def request_stacks(cluster_id: int, calls: list[tuple[str, str, int | None, str]],
                    now: datetime) -> int:
     """Ask for the stacks of these overdue calls of one cluster, each (task id, name, pid,
-    its node's address), that have none yet; how many were asked. Without a taker (no
+    its node's address), that have none yet and whose node is known (a stack is taken
+    once a call); how many were asked. Without a taker (no
     agents app) nothing is asked."""
     if not _takers or not calls:
         return 0
@@ -38,8 +39,8 @@ def request_stacks(cluster_id: int, calls: list[tuple[str, str, int | None, str]
         task_id for task_id, *_ in calls]).values_list("task_id", flat=True))
     take, asked = _takers[0], 0
     for task_id, name, pid, node_ip in calls:
-        if task_id in have or not pid:
-            continue
+        if task_id in have or not pid or not node_ip:
+            continue  # a call Ray lists before its node: asked once it says where
         try:
             with transaction.atomic():
                 row = CallStack.objects.create(cluster_id=cluster_id, task_id=task_id,

@@ -108,6 +108,7 @@ class TrialSnapshot:
     hung: bool | None = None
     verdict: str = ""
     verdict_at: datetime | None = None  # when those stacks were taken
+    verdict_pending: bool = False  # its stacks are being taken now
     # An RL run found from Ray before it printed a step: when raywatch first saw its
     # trainer, from which its silence counts (a hang in the very first step).
     started_at: datetime | None = None
@@ -475,7 +476,11 @@ def latest_slowness(trial: TrialSnapshot, usual: dict[str, float], th: Threshold
         return None
     if trial.hung is False and trial.during:
         return None  # busy validating or saving: judged as that step once it reports
+    if trial.verdict_pending:
+        return None  # its stacks are being taken: hung (a stall) or busy decides
     running = (now - trial.last_result_at).total_seconds()
+    if trial.hung is None and running <= sample_after_s(trial, th):
+        return None  # evidence first: its stacks are sampled then (a hang is a stall)
     if running > slow_limit(interval, th):
         return Slowness(STEP_TOTAL, running, interval, in_progress=True)
     return None
@@ -520,8 +525,9 @@ def next_check(trial: TrialSnapshot, found: Sequence[Finding], th: Thresholds,
         limit = stall_limit_s(median_interval_s(trial.steps), th)
         times.append(quiet_since + timedelta(seconds=limit))
         early = hang_limit_s(trial, th)
-        if trial.hung is None:  # its stacks are sampled then
+        if trial.hung is None:  # its stacks are sampled then (an overran step counts)
             times.append(quiet_since + timedelta(seconds=early))
+            times.append(quiet_since + timedelta(seconds=sample_after_s(trial, th)))
         elif trial.hung is False and trial.verdict_at is not None:  # and again
             times.append(trial.verdict_at + timedelta(seconds=verdict_refresh_s(th)))
         if trial.data_until is not None:

@@ -203,7 +203,7 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                            errored_firing="trial_errored" in firing.get(trial.pk, ()),
                            gone_firing="trial_process_gone" in firing.get(trial.pk, ()),
                            **agents.get(trial.pk, {}),
-                           **sampled_verdict(sampled.get(trial.pk)),
+                           **sampled_verdict(sampled.get(trial.pk), now),
                            in_run_call=in_call.get(trial.pk),
                            **death_of(died.get(trial.pk)))
         sampling, followed = False, None
@@ -232,6 +232,9 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
                 poll.asked += 1
             sampling = stack is None or (stack.state == TrialStack.PENDING
                                          and now - stack.requested_at < give_up_after())
+            # Asked (now or before) and not in: hung or busy is theirs to say, not a
+            # regression's of the step in progress.
+            snapshot = replace(snapshot, verdict_pending=stack is not None and sampling)
         if stalled_now and not waits_on_call:
             stalled.append(trial)
             poll.stalled += 1
@@ -478,8 +481,11 @@ def with_activity(snapshot: TrialSnapshot, activity: Activity) -> TrialSnapshot:
                    activity_unknown=activity.unknown)
 
 
-def sampled_verdict(stack: TrialStack | None) -> dict[str, Any]:
-    """What a snapshot holds of the stacks taken in its trial's silence: their verdict."""
+def sampled_verdict(stack: TrialStack | None, now: datetime) -> dict[str, Any]:
+    """What a snapshot holds of the stacks taken in its trial's silence: their verdict, or
+    that they are being taken."""
+    if stack is not None and stack.state == TrialStack.PENDING:
+        return {"verdict_pending": now - stack.requested_at < give_up_after()}
     if stack is None or stack.state != TrialStack.TAKEN:
         return {}
     return {"hung": stack.hung, "verdict": stack.verdict, "verdict_at": stack.taken_at,

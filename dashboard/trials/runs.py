@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from collectors.hostinfo import node_ip_address
-from collectors.pystack import RAY_GET
+from collectors.pystack import RAY_GET, rank_place
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
 from collectors.runformats import (
     CONSOLE_FRAMEWORKS,
@@ -48,6 +48,7 @@ from dashboard.cluster.failures import failed_jobs_since, first_failure
 from dashboard.cluster.models import (
     Actor,
     CallFailure,
+    CallStack,
     CallTiming,
     Demand,
     Job,
@@ -515,6 +516,11 @@ def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
         request_stacks(cluster, [(c.task_id, c.name, c.pid, nodes.get(c.node_id, ""))
                                  for c in calls], now)
         stacks = call_stacks(cluster, [c.task_id for c in calls])
+        straggler = call_straggler(calls, stacks, nodes)
+        if straggler is not None:
+            if straggler[0] is None:
+                return None, ""  # some ranks wait in a collective: the others' stacks first
+            return straggler[0], f"waits in ray.get on {' -> '.join([*words, straggler[1]])}"
         waiting = []
         for call in calls:
             stack = stacks.get(call.task_id)
@@ -533,6 +539,44 @@ def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
         words.append(f"{waiting[0].name} (pid {waiting[0].pid})")
         parents = {c.task_id for c in waiting}
     return None, ""
+
+
+def call_straggler(calls: list[RayCall], stacks: dict[str, CallStack], nodes: dict[str, str]
+                   ) -> tuple[bool | None, str] | None:
+    """Calls of one name on several actors (a worker group's ranks: verl's WorkerDicts,
+    OpenRLHF's actor and vLLM groups) of which some wait in a collective and some do
+    not: the first that does not is the rank the others wait for, named with its actor
+    (verl names its workers `WorkerDict_<pool>:<local rank>`) and its own verdict. (None,
+    "") while the stacks of a name's calls are still awaited (a rank waiting in the
+    collective is never named for the rank it waits on); None: no such split."""
+    by_name: dict[str, list[RayCall]] = defaultdict(list)
+    for call in calls:
+        by_name[call.name].append(call)
+    for name, group in by_name.items():
+        if len(group) < 2:
+            continue
+        taken = [(c, stacks.get(c.task_id)) for c in group]
+        if any(s is None or s.state == CallStack.PENDING for _, s in taken):
+            return None, ""  # the ranks are judged together, or a waiting one is named
+        # Where each stands, from its last dump (hung or busy alike: a rank in gloo's
+        # all_reduce may spin); a stack that could not be taken says nothing.
+        method = name.rsplit(".", 1)[-1]
+        places = {c.task_id: p for c, s in taken if s is not None and s.text
+                  and (p := rank_place([s.text], method)) is not None}
+        waiting = [c for c in group if c.task_id in places and places[c.task_id].in_collective]
+        out = [(c, s) for c, s in taken if s is not None and c.task_id in places
+               and not places[c.task_id].in_collective and s.waits_on != RAY_GET]
+        if not waiting or not out:
+            continue
+        call, stack = out[0]
+        actor = Actor.objects.filter(cluster_id=call.cluster_id, actor_id=call.actor_id
+                                     ).values_list("name", flat=True).first() if call.actor_id \
+            else None
+        node = nodes.get(call.node_id) or "an unknown node"
+        who = f"{actor} (pid {call.pid} on {node})" if actor else f"pid {call.pid} on {node}"
+        return stack.hung, (f"{name}: {who} is not in the collective where {len(waiting)} of "
+                            f"{len(group)} calls wait; {stack.verdict}")
+    return None
 
 
 def in_run_calls(runs: list[Trial]) -> dict[int, bool]:

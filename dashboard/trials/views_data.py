@@ -15,7 +15,7 @@ from dashboard.cluster.trainruns import train_payload
 from dashboard.cluster.views_data import calls_payload
 from dashboard.core.push import jsonable
 from dashboard.incidents.models import Incident
-from dashboard.trials.models import Experiment, StepResult, Trial
+from dashboard.trials.models import Experiment, RunRank, StepResult, Trial
 from dashboard.trials.runs import is_run, listed_train_runs, trainer_job
 from dashboard.trials.serializers import (
     ExperimentSerializer,
@@ -80,8 +80,23 @@ def train_run_payload(trial: Trial) -> dict[str, Any] | None:
     API does not list (state tracking off: the status strip says so)."""
     if trial.framework != RAYTRAIN:
         return None
-    return train_payload(listed_train_runs([trial]).get(
+    ranks = {r.rank: r for r in RunRank.objects.filter(trial=trial)}
+    listed = train_payload(listed_train_runs([trial]).get(
         (trial.experiment.cluster_id, trial.trial_id)))
+    if listed is not None:  # Train's workers, with each rank's last report where read
+        for worker in listed["workers"]:
+            row = ranks.get(worker.get("rank"))  # type: ignore[arg-type]
+            worker["step"] = row.step if row is not None else None
+        return listed
+    if not ranks:
+        return None
+    # State tracking off: the ranks as their own Ray Train logs said, on their nodes.
+    return jsonable({"source": "logs", "status": None, "attempts": None, "run_id": "",
+                     "world_size": max((r.world_size or 0 for r in ranks.values()),
+                                       default=0) or len(ranks),
+                     "workers": [{"rank": r.rank, "pid": r.pid, "node_ip": r.node or "",
+                                  "gpu_ids": [], "state": "", "actor_id": "", "step": r.step,
+                                  "step_at": r.step_at} for _, r in sorted(ranks.items())]})
 
 
 def results_payload(trial: Trial, limit: int = 20_000) -> list[dict[str, Any]]:

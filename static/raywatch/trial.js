@@ -275,15 +275,19 @@
     const section = document.getElementById("train-run");
     section.hidden = !train;
     if (!train) return;
-    document.getElementById("train-summary").textContent = "Ray Train says " + train.status +
-      (train.status_detail ? " (" + train.status_detail + ")" : "") + " · " +
-      train.attempts + " attempt(s) · run " + train.run_id;
+    document.getElementById("train-summary").textContent = train.source === "logs"
+      ? "as each rank's own Ray Train log says (Train's state tracking is off) · world size " +
+        train.world_size
+      : "Ray Train says " + train.status +
+        (train.status_detail ? " (" + train.status_detail + ")" : "") + " · " +
+        train.attempts + " attempt(s) · run " + train.run_id;
     const body = document.querySelector("#train-workers tbody");
     body.replaceChildren(...train.workers.map((w) => {
       const tr = el("tr");
       tr.append(el("td", {}, w.rank), el("td", {}, w.node_ip || "–"), el("td", {}, w.pid || "–"),
+        el("td", {}, w.step === null || w.step === undefined ? "–" : String(w.step)),
         el("td", {}, w.gpu_ids.length ? w.gpu_ids.join(", ") : "none"),
-        el("td", {}, ((w.state || "") + " " + (w.actor_id || "").slice(0, 8)).trim()));
+        el("td", {}, ((w.state || "") + " " + (w.actor_id || "").slice(0, 8)).trim() || "–"));
       return tr;
     }));
   }

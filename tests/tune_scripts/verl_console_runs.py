@@ -17,6 +17,11 @@ is configured for raywatch: no log dir, no file logger.
 - "unplaceable": before any step it asks Ray for a placement group for its worker group
   (verl's ResourcePoolManager, 8 GPUs a node) that no node can ever give, and waits on it
   (ray.get(pg.ready()), as verl's and OpenRLHF's launchers do), printing nothing;
+- "straggler": its rollout worker group is two `WorkerDict` actors named as verl names
+  them (`WorkerDict_0:0`, `WorkerDict_0:1`: RayWorkerGroup's `{prefix}{class}_{pg index}:
+  {local rank}`) in one gloo process group; each step's rollout is a call to each that
+  all-reduces its batch. At step 1 rank 1's data queue never yields, so rank 0 waits in
+  all_reduce for it and the trainer waits in ray.get on both;
 - "crash": at step CRASH_AT its rollout worker (a `WorkerDict`, as verl's fused worker
   class shows in Ray) runs out of GPU memory and raises; the trainer's `ray.get` raises
   in turn (the cascade), and the driver, started by hand, exits.
@@ -30,6 +35,7 @@ time.time()) as it starts waiting.
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import sys
 import time
@@ -68,11 +74,34 @@ def compute_reward(marks: Path) -> float:
 
 
 class WorkerDict:
-    def actor_rollout_generate_sequences(self, step: int, seconds: float = 0.0) -> int:
+    """verl's fused worker class as Ray shows it; with a rank, one of a rollout worker
+    group's ranks in a gloo process group."""
+
+    def __init__(self, rank: int | None = None, world: int = 0, address: str = "") -> None:
+        self.rank = rank
+        if rank is not None:
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
+
+    def actor_rollout_generate_sequences(self, step: int, seconds: float = 0.0) -> float:
+        if self.rank is not None:
+            import torch.distributed as dist
+
+            batch = self.next_batch(step)
+            dist.all_reduce(batch)
+            return float(batch.item())
         if step >= CRASH_AT and not seconds:
             raise RuntimeError(OOM)
         busy(seconds)
         return step
+
+    def next_batch(self, step: int):  # type: ignore[no-untyped-def]
+        import torch
+
+        if step == 1 and self.rank == 1:
+            queue.Queue().get()  # its data never comes
+        return torch.tensor([float(step)])
 
 
 class RewardManager:
@@ -89,6 +118,14 @@ class TaskRunner:
                                    name="global_pool_verl_group_0")
             ray.get(pool.ready())  # never placed
         worker = ray.remote(num_cpus=0)(WorkerDict).remote()
+        if name == "straggler":
+            port = socket.socket()
+            port.bind(("127.0.0.1", 0))
+            address = f"tcp://127.0.0.1:{port.getsockname()[1]}"
+            port.close()
+            group = ray.remote(num_cpus=0)(WorkerDict)
+            ranks = [group.options(name=f"WorkerDict_0:{rank}").remote(rank, 2, address)
+                     for rank in range(2)]
         print(verl_console_line({"val-core/gsm8k/reward/mean@1": 0.12}, 0), flush=True)
         for step in range(1, steps + 1):
             if name == "hung":
@@ -98,6 +135,8 @@ class TaskRunner:
             if name == "rollout":
                 ray.get(worker.actor_rollout_generate_sequences.remote(
                     step, FIRST_S if step == 1 else STEP_S))
+            if name == "straggler":
+                ray.get([r.actor_rollout_generate_sequences.remote(step) for r in ranks])
             if name == "reward_call":
                 reward = ray.remote(num_cpus=0)(RewardManager).remote()
                 ray.get(reward.compute_reward.remote(marks))
