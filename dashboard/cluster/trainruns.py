@@ -3,9 +3,9 @@ at each Ray poll, with each run's status and the workers of its latest attempt (
 node, pid, GPU ids). A run read from raywatch's Train callback log is tied to its listed
 run by name (dashboard/trials/runs.py): its status and process (rank 0's) come from here.
 
-Ray keeps these only for runs whose driver had RAY_TRAIN_ENABLE_STATE_TRACKING=1. When a
-Train run's controller lives on the cluster and the API does not list its run, the status
-strip says how to turn tracking on; a cluster without Ray Train hears nothing of it.
+Ray keeps these only for runs whose driver had RAY_TRAIN_ENABLE_STATE_TRACKING=1. A run
+without it is read all the same, from its ranks' own Ray Train logs
+(collectors/agent/console_runs.py): tracking adds Train's status and attempts.
 """
 
 from __future__ import annotations
@@ -18,18 +18,9 @@ from django.db import transaction
 from collectors.raytrain import TrainListing, parse_train_runs
 from collectors.records import TrainRunRecord
 from collectors.runformats import train_run_dir
-from dashboard.cluster.models import Actor, Cluster, TrainRun
+from dashboard.cluster.models import Cluster, TrainRun
 from dashboard.cluster.workload import mirror
 from dashboard.core.push import jsonable, publish, train_group
-
-CONTROLLER = "TrainController"  # the actor that drives a Train V2 run, on its driver's node
-# A tracked run's controller starts Train's state actor and lists its run within its first
-# seconds: a controller younger than this is not yet called unlisted.
-LISTED_WITHIN = timedelta(seconds=10)
-TRACKING_HINT = ("set RAY_TRAIN_ENABLE_STATE_TRACKING=1 in the environment of the Ray cluster "
-                 "to list Ray Train runs (Ray Train reads it where a run's driver starts: a "
-                 "driver started by hand needs it in its own environment)")
-
 
 # Train's state API is asked every TRAIN_EVERY_S, not every Ray poll: its state actor keeps
 # every run since the head started, and the dashboard looks up actors for each of them on
@@ -73,11 +64,7 @@ def _ingest(listing: TrainListing, now: datetime, cluster: Cluster) -> list[str]
         for name in names:
             publish(train_group(cluster.pk, train_run_dir(str(name))), "train",
                     lambda name=name: train_payload(newest_run(cluster.pk, str(name))))
-    unlisted = unlisted_controllers(cluster, {r.controller_actor_id for r in records}, now)
-    if not unlisted:
-        return []
-    return [f"{len(unlisted)} Ray Train run(s) run on this cluster that Ray Train's state "
-            f"API does not list: {TRACKING_HINT}"]
+    return []
 
 
 def newest_run(cluster_pk: int, name: str) -> TrainRun | None:
@@ -102,12 +89,3 @@ def _fields(run: TrainRunRecord) -> dict[str, object]:
             "job_id": run.job_id, "controller_actor_id": run.controller_actor_id,
             "started_at": run.started_at, "ended_at": run.ended_at, "attempts": run.attempts,
             "workers": [{**asdict(w), "gpu_ids": list(w.gpu_ids)} for w in run.workers]}
-
-
-def unlisted_controllers(cluster: Cluster, listed: set[str], now: datetime) -> list[str]:
-    """The live Train controllers of `cluster`, seen for a while, whose run the API does
-    not list: their drivers ran without state tracking."""
-    return [actor_id for actor_id in Actor.objects.filter(
-        cluster=cluster, state="ALIVE", class_name=CONTROLLER,
-        first_seen_at__lte=now - LISTED_WITHIN).values_list("actor_id", flat=True)
-        if actor_id not in listed]

@@ -46,12 +46,10 @@ def run_ranks(trial: Trial) -> tuple[int, list[Rank]]:
                              nodes.get(str(worker.get("node_id") or "")), None))
         world = len(listed.workers)
     else:
-        by_host = {n.hostname: n for n in nodes.values() if n.hostname}
-        here = settings.NODE_IP or node_ip_address()
-        at_here = next((n for n in nodes.values() if n.node_ip == here), None)
-        for row in RunRank.objects.filter(trial=trial):
-            said.append((row.rank, row.pid, by_host.get(row.node) if row.node else at_here,
-                         row.step))
+        rows = list(RunRank.objects.filter(trial=trial))
+        where = rank_nodes(list(nodes.values()), rows)
+        for row in rows:
+            said.append((row.rank, row.pid, where.get(row.rank), row.step))
             world = max(world, row.world_size or 0, row.rank + 1)
     workers = {(a.node_id, a.pid) for a in Actor.objects.filter(
         cluster_id=cluster, class_name=RANK_WORKER, state="ALIVE",
@@ -61,3 +59,13 @@ def run_ranks(trial: Trial) -> tuple[int, list[Rank]]:
              if node is not None and (node.node_id, pid) in workers]
     ranks.sort(key=lambda r: (r.rank != 0, r.step if r.step is not None else -1, r.rank))
     return world, ranks[:MAX_RANKS]
+
+
+def rank_nodes(nodes: list[Node], rows: list[RunRank]) -> dict[int, Node]:
+    """The Ray node of each rank whose log was read there: by its agent's name (the node's
+    host name, as agents are matched), or raywatch's own host ("")."""
+    by_host = {n.hostname: n for n in nodes if n.hostname}
+    here = settings.NODE_IP or node_ip_address()
+    at_here = next((n for n in nodes if n.node_ip == here), None)
+    found = {r.rank: by_host.get(r.node) if r.node else at_here for r in rows}
+    return {rank: node for rank, node in found.items() if node is not None}

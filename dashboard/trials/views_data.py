@@ -10,12 +10,13 @@ from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
 
 from collectors.records import RAYTRAIN
-from dashboard.cluster.models import Cluster
+from dashboard.cluster.models import Cluster, Node
 from dashboard.cluster.trainruns import train_payload
 from dashboard.cluster.views_data import calls_payload
 from dashboard.core.push import jsonable
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, RunRank, StepResult, Trial
+from dashboard.trials.ranks import rank_nodes
 from dashboard.trials.runs import is_run, listed_train_runs, trainer_job
 from dashboard.trials.serializers import (
     ExperimentSerializer,
@@ -91,10 +92,13 @@ def train_run_payload(trial: Trial) -> dict[str, Any] | None:
     if not ranks:
         return None
     # State tracking off: the ranks as their own Ray Train logs said, on their nodes.
+    nodes = rank_nodes(list(Node.objects.filter(cluster_id=trial.experiment.cluster_id)),
+                       list(ranks.values()))
     return jsonable({"source": "logs", "status": None, "attempts": None, "run_id": "",
                      "world_size": max((r.world_size or 0 for r in ranks.values()),
                                        default=0) or len(ranks),
-                     "workers": [{"rank": r.rank, "pid": r.pid, "node_ip": r.node or "",
+                     "workers": [{"rank": r.rank, "pid": r.pid,
+                                  "node_ip": n.node_ip if (n := nodes.get(r.rank)) else r.node,
                                   "gpu_ids": [], "state": "", "actor_id": "", "step": r.step,
                                   "step_at": r.step_at} for _, r in sorted(ranks.items())]})
 
