@@ -143,6 +143,14 @@ def _place(node: str | None, path: Any, where: str) -> str:
     return text if node is None else f"{node}:{text}"
 
 
+def place_node(place: str) -> str | None:
+    """The agent's node a directory was read on ("node:/path", as _place names it), or
+    None for raywatch's own host (a plain path)."""
+    if ":" not in place or place.startswith("/"):
+        return None
+    return place.split(":", 1)[0]
+
+
 def _result(data: Any, where: str) -> ResultLine:
     if not isinstance(data, dict):
         raise WireError(f"{where}: expected an object")

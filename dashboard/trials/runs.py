@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from collectors.agent.trialwire import place_node
 from collectors.hostinfo import node_ip_address
 from collectors.pystack import RAY_GET, rank_place
 from collectors.records import EASYR1, OPENRLHF, RAYTRAIN, VERL
@@ -380,8 +381,8 @@ def run_address(run: Trial) -> str:
     Ray's node by its host name, as agents are), else raywatch's own host. A Ray Train
     run's ranks are read on their nodes: its place is rank 0's."""
     paths: list[Any] = run.experiment.paths or []
-    named = next((p.split(":", 1)[0] for p in paths
-                  if isinstance(p, str) and ":" in p and not p.startswith("/")), None)
+    named = next((node for p in paths if isinstance(p, str)
+                  and (node := place_node(p)) is not None), None)
     if run.framework == RAYTRAIN and is_console_run(run):
         rank_0 = RunRank.objects.filter(trial=run, rank=0).values_list("node", flat=True)
         if not rank_0:

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from collectors.agent.trialwire import place_node
 from collectors.records import TUNE, ResultLine, TrialUpdate
 from collectors.runformats import refine
 from collectors.tunelogs import MAX_METRICS
@@ -215,8 +216,7 @@ def store_ranks(ranks: list[tuple[Trial, TrialUpdate]], now: datetime) -> None:
         trial_id__in={t.pk for t, _ in ranks}, rank__in={u.rank for _, u in ranks})}
     for trial, update in ranks:
         assert update.rank is not None and update.writer_pid is not None
-        node = update.experiment_dir.split(":", 1)[0] if ":" in update.experiment_dir \
-            and not update.experiment_dir.startswith("/") else ""
+        node = place_node(update.experiment_dir) or ""
         row = rows.get((trial.pk, update.rank))
         if row is None:
             row = rows[(trial.pk, update.rank)] = RunRank(trial=trial, rank=update.rank,
