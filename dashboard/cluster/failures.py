@@ -27,7 +27,7 @@ from collectors.raystate import (
     parse_failed_calls,
 )
 from collectors.runformats import TRAINER_CLASSES, entrypoint_framework
-from dashboard.cluster.models import Actor, CallFailure, Job, Node
+from dashboard.cluster.models import Actor, CallFailure, Job, Node, RayCall
 from dashboard.cluster.views_data import running_trials_of
 from dashboard.cluster.workload import DEAD_ACTOR_KEEP
 
@@ -77,6 +77,18 @@ def first_failure(cluster_pk: int, job_id: str) -> CallFailure | None:
         return None
     return (CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job_id)
             .order_by(F("failed_at").asc(nulls_last=True), "seen_at", "pk").first())
+
+
+def job_call_names(cluster_pk: int, job_id: str) -> set[str]:
+    """The names Ray gave the job's calls and its actors' classes, as raywatch saw them:
+    what completes a failed call's header that Ray's cut of the message left partial
+    (CallFailure.first_call)."""
+    names = set(RayCall.objects.filter(cluster_id=cluster_pk, job_id=job_id)
+                .values_list("name", flat=True).distinct())
+    names |= set(CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job_id)
+                 .values_list("name", flat=True))
+    return names | set(Actor.objects.filter(cluster_id=cluster_pk, job_id=job_id)
+                       .values_list("class_name", flat=True).distinct())
 
 
 def failed_jobs_since(since: datetime | None) -> set[tuple[int, str]]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import models
@@ -195,10 +196,11 @@ class RayCall(models.Model):
         return f"{self.name} ({self.task_id[:8]})"
 
 
-# Ray's header of a failed call in an error message: "ray::Class.method() (pid=…" at the
-# start of a line; for the call a ray.get raised again, what Ray left of that prefix
-# ("::", ":", "y::" were seen on Ray 2.60).
-_CALL_HEADER = re.compile(r"(?m)^[a-z]{0,3}:{0,2}([A-Za-z_][\w.]{0,199})\(\) \(pid=\d+")
+# Ray's header of a failed call in an error message: "ray::Class.method() (pid=…", for a
+# call a ray.get raised again after "RayTaskError(…): ". Ray keeps only the tail of a
+# long message, cut anywhere: what is left may start inside the header ("ror(RuntimeError):
+# ray::…", "::Worker…", even "kerDict.generate() (pid=…" were seen on Ray 2.60).
+_CALL_HEADER = re.compile(r"([A-Za-z_][\w.]{0,199})\(\) \(pid=\d+")
 
 
 class CallFailure(models.Model):
@@ -228,24 +230,32 @@ class CallFailure(models.Model):
     def __str__(self) -> str:
         return f"{self.name} failed ({self.error_type})"
 
-    def first_call(self) -> str:
+    def first_call(self, known: Iterable[str] = ()) -> str:
         """The call where the failure began: the innermost call Ray's own header in the
-        message names (a ray.get re-raises the failed call's error under `:Class.method()
-        (pid=…)`), else this call. Ray lists each worker's failures as that worker reports
-        them, and a worker that dies with its owner may never report: its failure is
-        known only from the call that raised it again."""
+        message names (a ray.get re-raises the failed call's error under `ray::Class.
+        method() (pid=…)`), else this call. Ray lists each worker's failures as that worker
+        reports them, and a worker that dies with its owner may never report: its failure
+        is known only from the call that raised it again. A header Ray's cut left without
+        its start is the one name of `known` (the job's calls, as Ray named them) that
+        ends with what is left (a call's "Class.method", or an actor's class
+        ending the header's class)."""
         found = _CALL_HEADER.findall(self.message)
         if not found:
             return self.name
-        # What Ray leaves of a header's start varies (`ray::`, `::`, `y::`, and once
-        # `askRunner.run()` for `ray::TaskRunner.run()`): a header that ends this call's
-        # own name is this call, raising its own exception.
-        return self.name if self.name.endswith(found[-1]) else found[-1]
+        left = found[-1]
+        # A header that ends this call's own name is this call, raising its own exception.
+        if self.name.endswith(left):
+            return self.name
+        head, _, method = left.rpartition(".")
+        whole = {name for name in known if name.endswith(left)}
+        whole |= {f"{name}.{method}" for name in known
+                  if head and "." not in name and name.endswith(head)}
+        return whole.pop() if len(whole) == 1 else left
 
-    def describe(self) -> str:
+    def describe(self, known: Iterable[str] = ()) -> str:
         """What the run's page and its incident say: the call where the failure began,
         how it failed, and the message (a traceback ends with the exception)."""
-        first = self.first_call()
+        first = self.first_call(known)
         through = f", raised again by {self.name}" if first != self.name else ""
         kind = self.error_type or "no error type"
         return f"{first} failed ({kind}{through}):\n{self.message}"
