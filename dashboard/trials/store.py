@@ -12,7 +12,7 @@ with what changed, not with the history in the database.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import chain
 from typing import Any
@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from collectors.agent.trialwire import place_node
 from collectors.records import TUNE, ResultLine, TrialUpdate
-from collectors.runformats import refine
+from collectors.runformats import RANK_WORKER, refine
 from collectors.tunelogs import MAX_METRICS
-from dashboard.cluster.models import settings_cluster_pk
+from dashboard.cluster.models import Actor, Node, settings_cluster_pk
 from dashboard.trials.bulkwrite import ResultRow, insert_new, insert_results, update_rows
 from dashboard.trials.models import Experiment, RunRank, StepResult, Trial
 
@@ -134,6 +134,7 @@ class TrialStore:
         if not updates:
             return
         self.ensure(updates)
+        updates = self._rank_claims(updates)
         # Trials with no result stored yet (a first ingest): their rows can be COPYed.
         fresh = {t.pk for t in map(self.trial, updates) if t.iteration is None}
         rows: dict[tuple[int, int, int], ResultRow] = {}
@@ -153,6 +154,40 @@ class TrialStore:
             store_ranks([(self.trial(u), u) for u in updates if u.rank is not None
                          and u.writer_pid], self.now)
         self.stats.changed_trials.update(changed)
+
+    def _rank_claims(self, updates: Sequence[TrialUpdate]) -> list[TrialUpdate]:
+        """The updates, a rank's claim that a log line cannot make taken out of its own:
+        a process keeps the first rank its log said in the run, and a rank stays with
+        its process while Ray lists that process alive (a restart's new process takes
+        it once the old one is gone). A refused claim keeps nothing of the rank (not the
+        run's process, not its steps) and is a visible problem of the run."""
+        claims = [(self.trial(u), u) for u in updates if u.rank is not None and u.writer_pid]
+        if not claims:
+            return list(updates)
+        held = {(r.trial_id, r.rank): r for r in RunRank.objects.filter(
+            trial_id__in={t.pk for t, _ in claims})}
+        refused: dict[int, str] = {}
+        for index, update in enumerate(updates):
+            if update.rank is None or not update.writer_pid:
+                continue
+            trial = self.trial(update)
+            mine = next((r.rank for r in held.values() if r.trial_id == trial.pk
+                         and r.pid == update.writer_pid and r.node == _node(update)), None)
+            holder = held.get((trial.pk, update.rank))
+            if mine is not None and mine != update.rank:
+                refused[index] = (f"pid {update.writer_pid} said it is rank {update.rank}, "
+                                  f"but it is rank {mine} of this run: kept as rank {mine}")
+            elif holder is not None and (holder.pid, holder.node) != (
+                    update.writer_pid, _node(update)) and _alive(trial, holder):
+                refused[index] = (f"pid {update.writer_pid} said it is rank {update.rank}, "
+                                  f"held by pid {holder.pid}, which Ray lists alive: refused")
+            else:
+                held[(trial.pk, update.rank)] = RunRank(
+                    trial_id=trial.pk, rank=update.rank, pid=update.writer_pid,
+                    node=_node(update))
+        return [replace(u, rank=None, writer_pid=None, results=(), rank_step=None,
+                        problem_count=u.problem_count + 1, last_problem=refused[i])
+                if i in refused else u for i, u in enumerate(updates)]
 
     def _take(self, trial: Trial, update: TrialUpdate,
               rows: dict[tuple[int, int, int], ResultRow]) -> bool:
@@ -207,6 +242,22 @@ class TrialStore:
         return changed
 
 
+def _node(update: TrialUpdate) -> str:
+    """The node a rank's update was read on, as its RunRank row keeps it."""
+    return (place_node(update.experiment_dir) or "")[:255]
+
+
+def _alive(trial: Trial, rank: RunRank) -> bool:
+    """Whether Ray lists the rank's process as a live Ray Train worker on its node."""
+    alive = Actor.objects.filter(cluster_id=trial.experiment.cluster_id, pid=rank.pid,
+                                 state="ALIVE", class_name=RANK_WORKER)
+    if rank.node:
+        alive = alive.filter(node_id__in=Node.objects.filter(
+            cluster_id=trial.experiment.cluster_id, hostname=rank.node
+        ).values_list("node_id", flat=True))
+    return alive.exists()
+
+
 def store_ranks(ranks: list[tuple[Trial, TrialUpdate]], now: datetime) -> None:
     """Each rank's row as its latest update says (its pid, world size, last report);
     an update that says less keeps what an earlier one said."""
@@ -216,12 +267,12 @@ def store_ranks(ranks: list[tuple[Trial, TrialUpdate]], now: datetime) -> None:
         trial_id__in={t.pk for t, _ in ranks}, rank__in={u.rank for _, u in ranks})}
     for trial, update in ranks:
         assert update.rank is not None and update.writer_pid is not None
-        node = place_node(update.experiment_dir) or ""
+        node = _node(update)
         row = rows.get((trial.pk, update.rank))
         if row is None:
             row = rows[(trial.pk, update.rank)] = RunRank(trial=trial, rank=update.rank,
                                                           pid=update.writer_pid)
-        row.pid, row.node, row.updated_at = update.writer_pid, node[:255], now
+        row.pid, row.node, row.updated_at = update.writer_pid, node, now
         row.world_size = update.world_size or row.world_size
         if update.rank_step is not None:
             row.step, row.step_at = update.rank_step, update.rank_step_at
