@@ -33,8 +33,7 @@ every poll costs a core. A LogScanner remembers what it saw:
   collectors.rootfiles refuses it when it is opened, as that trial's problem.
 - Runs of RL frameworks' file loggers (collectors.runformats) are found as a directory is
   listed: each `*.jsonl` in it is recognised once by its first lines. A directory whose
-  `experiment_log.jsonl` is EasyR1's (or verl's), or whose `raywatch-train.jsonl` is the
-  Ray Train callback's, is a run, like a Tune trial dir; any
+  `experiment_log.jsonl` is EasyR1's (or verl's) is a run, like a Tune trial dir; any
   other logger's file is a run of its own (verl writes `{experiment}.jsonl` files side
   by side in its project's directory) and is checked like a trial dir, by its size and
   mtime. A JSONL that is no logger's is remembered as such until its directory changes;
@@ -634,7 +633,7 @@ _SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
 def _names(files: set[str], run_file: str = "") -> tuple[str, ...] | None:
     """The files of a directory that its TrialDir reads, in its order (results, events,
     params, error); None: it holds no results, so it is no trial dir. `run_file`: the
-    logger's file (experiment_log.jsonl, raywatch-train.jsonl) that makes the directory a
+    logger's file (EasyR1's experiment_log.jsonl) that makes the directory a
     run (collectors.runformats), if any."""
     results = (RESULT_FILE,) if RESULT_FILE in files else ()
     if not results and run_file and run_file in files:

@@ -297,7 +297,7 @@ class TrainRunRecord:
 
 # What wrote a trial's (or run's) files: Tune; verl's or EasyR1's file logger (JSONL);
 # OpenRLHF (TensorBoard with its train/timing/* tags) or some other TensorBoard writer;
-# raywatch's own Ray Train callback (collectors/traincallback.py, JSONL).
+# a Ray Train run (its ranks' own Ray Train logs, collectors.consolelogs.read_train_log).
 TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF = "tune", "tensorboard", "verl", "easyr1", "openrlhf"
 RAYTRAIN = "raytrain"
 FRAMEWORKS = (TUNE, TENSORBOARD, VERL, EASYR1, OPENRLHF, RAYTRAIN)

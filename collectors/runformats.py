@@ -6,16 +6,16 @@ first lines (docs/trial-logs.md, "Runs of RL frameworks"):
 - EasyR1 (`verl/utils/logger/logger.py`, FileLogger): `{"step": N, "timing_s": {...},
   "actor": {...}, ...}`, nested (unflatten_dict), in `<save_checkpoint_path>/
   experiment_log.jsonl`. Its first line may be a validation before training
-  (`{"step": 0, "val": {...}}`): the name or a later line with `timing_s` decides;
-- raywatch's own Ray Train callback (collectors/traincallback.py): `{"step": N, "time": T,
-  "run": name, ..., "metrics": {rank 0's metrics}}` in `<log dir>/<run name>/
-  raywatch-train.jsonl`.
+  (`{"step": 0, "val": {...}}`): the name or a later line with `timing_s` decides.
+
+(A Ray Train run needs no logger: each rank's process writes Ray Train's own log,
+collectors.consolelogs.read_train_log.)
 
 Any other JSONL under a log root (a dataset, another program's log) is not a run. A file
 is looked at through collectors.rootfiles, without following a link; one named as
-EasyR1's or the Train callback's (a run of its directory) that cannot be read (a link, a
-FIFO) is still that run, so that its refusal is its problem. No Django, and nothing here
-imports collectors.tunelogs (which imports collectors.logscan, which imports this)."""
+EasyR1's (a run of its directory) that cannot be read (a link, a FIFO) is still that run,
+so that its refusal is its problem. No Django, and nothing here imports collectors.tunelogs
+(which imports collectors.logscan, which imports this)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from collectors.rootfiles import Root, open_file
 # The trainer actor's class per framework: the Ray actor that runs a run's training loop
 # and prints its steps (docs/ray-facts.md): verl's TaskRunner (and its fully-async and
 # one-step-off-policy runners), EasyR1's Runner, OpenRLHF's PPOTrainer (and its async
-# trainer), Ray Train's controller (which prints no step: its runs come through
-# raywatch's callback).
+# trainer), Ray Train's controller (which prints no step: a Train run's steps are its
+# ranks' reports, in Ray Train's own log of each rank).
 TRAINERS: dict[str, tuple[str, ...]] = {
     VERL: ("TaskRunner", "FullyAsyncTaskRunner", "OneStepTaskRunner"), EASYR1: ("Runner",),
     OPENRLHF: ("PPOTrainer", "PPOTrainerAsync", "TrainingActor"),
@@ -47,9 +47,8 @@ TRAINER_CLASSES = frozenset(name for names in TRAINERS.values() for name in name
 
 SUFFIX = ".jsonl"
 EASYR1_FILE = "experiment_log.jsonl"  # EasyR1's name; verl's is the experiment's
-TRAIN_FILE = "raywatch-train.jsonl"  # the Train callback's, in a directory of the run's name
 # The loggers whose file, of a fixed name, makes its directory a run (named after it).
-DIR_RUN_FILES = {EASYR1: EASYR1_FILE, RAYTRAIN: TRAIN_FILE}
+DIR_RUN_FILES = {EASYR1: EASYR1_FILE}
 NOT_A_RUN = ""  # recognise(): the file is some other program's
 HEAD_BYTES = 1 << 20  # a first line longer than this is no logger's
 HEAD_LINES = 3  # lines looked at before deciding a file is no run
@@ -58,7 +57,7 @@ OPENRLHF_TIMING = "train/timing/"  # OpenRLHF's per-phase tags (ppo_trainer.py, 
 
 
 def recognise_file(path: str | Path, root: Root | None) -> str | None:
-    """VERL, EASYR1 or RAYTRAIN when the file's first lines are that logger's, NOT_A_RUN when they
+    """VERL or EASYR1 when the file's first lines are that logger's, NOT_A_RUN when they
     are not (or it cannot be read), None while that cannot be told yet: no complete line
     (a logger writes its first line after the first step) or only a validation line."""
     name = Path(path).name
@@ -95,8 +94,6 @@ def _shape(raw: bytes, name: str) -> str | None:
         return NOT_A_RUN
     if not isinstance(obj, dict) or not _is_step(obj.get("step")):
         return NOT_A_RUN
-    if name == TRAIN_FILE:
-        return RAYTRAIN if isinstance(obj.get("metrics"), dict) else NOT_A_RUN
     if set(obj) == {"step", "data"} and isinstance(obj["data"], dict):
         return VERL
     groups = [v for k, v in obj.items() if k != "step"]
@@ -201,3 +198,8 @@ def job_run_name(job_id: str) -> str:
     """The experiment of a Ray job's RL run: `job <id>`, whether its run was found from
     its trainer or from the job itself, before the trainer started."""
     return f"job {job_id}"[:255]
+
+
+def run_job_id(experiment: str) -> str:
+    """The Ray job whose run an experiment of job_run_name's is; "" for any other."""
+    return experiment[4:] if experiment.startswith("job ") else ""

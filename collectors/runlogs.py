@@ -21,14 +21,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from collectors.records import EASYR1, RAYTRAIN, RESULT_JSON, TB_EVENTS, VERL
+from collectors.records import EASYR1, RESULT_JSON, TB_EVENTS, VERL
 from collectors.rootfiles import Root
 from collectors.runformats import step_seconds
 from collectors.tunelogs import (
     MAX_LINE_BYTES,
     FileCursor,
     TailResult,
-    epoch_time,
     flatten_metrics,
     object_with_count,
     tail_lines,
@@ -88,11 +87,6 @@ def parse_run_line(raw: bytes, trial_id: str, run_format: str) -> dict[str, Any]
         metrics = flatten_metrics(data, skip=())
     elif run_format == EASYR1:
         metrics = flatten_metrics(obj, skip=_STEP_ONLY)
-    elif run_format == RAYTRAIN:
-        data = obj.get("metrics")
-        if not isinstance(data, dict):
-            return "line has no \"metrics\" object (raywatch's Train callback writes one)"
-        metrics, at = flatten_metrics(data, skip=()), epoch_time(obj.get("time"))
     else:
         return f"no reader for runs of {run_format!r}"
     return {"trial_id": trial_id, "iteration": step, "at": at,

@@ -44,7 +44,6 @@ ENVCONF = "dashboard/envconf.py"
 SCANNED = ("dashboard", "collectors", "demo")
 
 SERVER, AGENT, DEMO = "server", "node agent", "make demo"
-TRAINING = "Ray Train run's driver"  # collectors/traincallback.py, in the user's training
 # A name read straight from the environment that is one of raywatch's settings.
 ENV_NAME = re.compile(r"(?:RAYWATCH|RAY)_[A-Z0-9_]+|DATABASE_URL|REDIS_URL")
 ANY_NAME = re.compile(r"[A-Z][A-Z0-9_]*")  # another's, read when one of those is unset
@@ -93,10 +92,6 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "RAY_CLUSTER_TOKEN": (RAY, (
         "Ray's auth token for a cluster `manage.py cluster add NAME URL` adds without "
         "`--token-file`.")),
-    "RAYWATCH_TRAIN_LOG_DIR": ("Trial logs", (
-        "Where raywatch's Ray Train callback (collectors/traincallback.py) writes its "
-        "lines, set in the environment of the run's driver; unset: "
-        "`~/ray_results/raywatch-train`, under the default log root.")),
     "RAYWATCH_DEMO_DIR": ("`make demo`", (
         "`make demo`'s data (its own `RAYWATCH_DATA_DIR`), emptied at each start "
         "(demo/__main__.py).")),
@@ -310,7 +305,7 @@ class Read:
     name: str
     path: str
     line: int
-    reader: str  # SERVER, AGENT, both of them ("both"), DEMO or TRAINING
+    reader: str  # SERVER, AGENT, both of them ("both"), or DEMO
     kind: str = "text"
     code: str = ""  # the default's source text; "" when the code gives none
     shown: str = "unset"  # the default as the docs show it
@@ -369,8 +364,6 @@ def direct_read(node: ast.AST, pattern: re.Pattern[str] = ENV_NAME
 def reader_of(path: str) -> str:
     if path.startswith("demo/"):
         return DEMO
-    if path == "collectors/traincallback.py":
-        return TRAINING
     if path.startswith("collectors/agent/"):
         return AGENT
     if path.startswith("dashboard/"):

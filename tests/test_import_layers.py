@@ -39,8 +39,7 @@ COLLECTORS_LAYERS: tuple[tuple[str, ...], ...] = (
     ("procstat", "nvml", "raylists", "raygpus", "runformats",  # runformats: recognising runs
      "raytrain",  # raytrain: Ray Train V2 runs from its state API
      "consolelogs"),  # consolelogs: steps as RL trainers print them
-    ("logscan", "raystate", "simworkload",
-     "traincallback"),  # traincallback: the Ray Train callback a run's author adds
+    ("logscan", "raystate", "simworkload"),
     ("tunelogs", "defaults", "raydemand", "raykill", "raylogs", "rayworkers", "simnvml"),
     ("runlogs",),  # tailing any trial's files (Tune's, TensorBoard's, a file logger's)
     ("agent",),  # the node agent, a program of its own

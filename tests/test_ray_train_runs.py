@@ -1,15 +1,16 @@
 """A Ray Train V2 run shows as a run, with its status, ranks and the call its hang waits
-in: a real TorchTrainer of two gloo workers on CPU (tests/train_scripts/gloo_run.py),
-state tracking on in its driver's environment, reporting through raywatch's callback
-(collectors/traincallback.py) until rank 1 waits in torch.distributed.barrier() while
-rank 0 waits in ray.train.report's own barrier. raywatch lists the run (framework
-"raytrain", its steps and metrics, read from the callback's log), RUNNING as Train's state
-API says, its process rank 0's, its workers' pids Ray's; and the hang shows as Ray's
-call that runs on: rank 0's SynchronizationActor.broadcast_from_rank_zero, in the run's
-job (the training functions themselves run in threads: no worker call runs).
+in: a real TorchTrainer of two gloo workers on CPU (tests/train_scripts/gloo_run.py), as
+Ray ships it but for state tracking on in its driver's environment, until rank 1 waits
+in torch.distributed.barrier() while rank 0 waits in ray.train.report's own barrier.
+raywatch lists the run once (framework "raytrain", its steps and metrics read from its
+ranks' own Ray Train logs by the node's agent), RUNNING as Train's state API says, its
+process rank 0's, its workers' pids Ray's; and the hang shows as Ray's call that runs on:
+rank 0's SynchronizationActor.broadcast_from_rank_zero, in the run's job (the training
+functions themselves run in threads: no worker call runs). The same with tracking off
+(make demo's Ray Train run): its rank that stalls outside the collective is named.
 
-And, pure: Train's state API reply and its "not tracked" answer, the status strip's hint
-when Train runs untracked, the callback's lines and the reader's attempts."""
+And, pure or against stored rows: Train's state API reply and its "not tracked" answer,
+its runs mirrored, a run's page following its ranks."""
 
 from __future__ import annotations
 
@@ -23,20 +24,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
 
 from collectors.hostinfo import host_name
 from collectors.http import SourceError
-from collectors.logscan import discover
 from collectors.raystate import fetch_json
 from collectors.raytrain import NOT_TRACKED, TrainListing, fetch_train_runs, parse_train_runs
 from collectors.records import RAYTRAIN
-from collectors.runformats import TRAIN_FILE, train_run_dir
-from collectors.runlogs import tail_log
-from collectors.traincallback import RaywatchCallback
+from collectors.runformats import train_run_dir
 from dashboard.agents import tokens
 from dashboard.celery import app as celery_app
 from dashboard.cluster.endpoint import ray_endpoint
@@ -50,7 +47,7 @@ from dashboard.core.scheduler import EmbeddedScheduler
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import RunRank, StepResult, Trial, TrialStack
 from dashboard.trials.runs import runs_by_job
-from dashboard.trials.views_data import experiments_payload
+from dashboard.trials.views_data import experiments_payload, train_run_payload
 from tests.agents import agent_env, running_agent
 from tests.conftest import stop_node, wait_for
 from tests.patience import patient
@@ -62,19 +59,18 @@ SYNC_CALL = "SynchronizationActor.broadcast_from_rank_zero"
 
 
 def bound_to_rank_0(trial: Trial | None) -> Trial | None:
-    """The run once its process is rank 0's. Until Train's state API lists the run (it is
-    asked less often than Ray's other lists), raywatch ties it to its TrainController, as
-    any run to its trainer actor: that pid comes first, then rank 0's."""
+    """The run once its process is rank 0's as Train's state API lists it (asked less
+    often than Ray's other lists)."""
     listed = TrainRun.objects.filter(name=NAME).first()
     rank_0 = next((w["pid"] for w in listed.workers if w.get("rank") == 0), None) \
         if listed is not None else None
     return trial if trial is not None and rank_0 and trial.pid == rank_0 else None
 
 
-def start_train(cluster, log_dir: Path, storage: Path) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def start_train(cluster, storage: Path) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.train_scripts.gloo_run", cluster.gcs_address,
-         str(log_dir), str(storage), NAME, str(HANG_AT)],
+         str(storage), NAME, str(HANG_AT)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
 
@@ -105,21 +101,20 @@ def watched(settings, cluster, tmp_path: Path, url: str) -> Iterator[None]:  # t
 @pytest.mark.timeout(300)
 def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # type: ignore[no-untyped-def]
         settings, ray_settings, tmp_path, client, viewer, live_server_asgi) -> None:
-    logs = tmp_path / "train-logs"
-    settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(logs)]
+    settings.LOG_DIRS = []
     settings.EMBEDDED = True  # stacks are taken in this process's background pool
     settings.AGENT_STALE_S = patient(8.0)  # > the 5 s between last_seen_at writes
     # Ray's real answer, whatever this session's cluster ran before: runs, or "not
     # tracked" (HTTP 500 until a tracked run starts); never taken for a failure.
     assert fetch_train_runs(lambda p: fetch_json(ray_endpoint(None), p)).problem is None
     started = time.monotonic()
-    run = start_train(ray_settings, logs, tmp_path / "storage")
+    run = start_train(ray_settings, tmp_path / "storage")
     watching = watched(settings, ray_settings, tmp_path, live_server_asgi.url)
     watching.__enter__()
     try:
         trial = wait_for(lambda: bound_to_rank_0(Trial.objects.filter(
             framework=RAYTRAIN, iteration__gte=HANG_AT - 1, status=Trial.RUNNING,
-            pid__isnull=False, experiment__name="train-logs").first()), 150, 0.5,
+            pid__isnull=False, trial_id=NAME).first()), 150, 0.5,
             "the run's steps before the hang, RUNNING with rank 0's process",
             explain=lambda: (list(Trial.objects.values("trial_id", "framework", "status",
                                                        "iteration", "pid")),
@@ -133,7 +128,9 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
         assert {w["pid"] for w in ranks.values()} == set(workers.values_list("pid", flat=True))
         assert all(w["gpu_ids"] == [] for w in ranks.values())  # a CPU run: no GPU given
         node = Node.objects.get(node_id=ranks[0]["node_id"])
-        assert (trial.trial_id, trial.experiment.name) == (NAME, "train-logs")
+        assert trial.experiment.name == f"job {listed.job_id}"
+        # One run: the ranks' logs and Train's listing are two sources of it, not two runs.
+        assert Trial.objects.filter(framework=RAYTRAIN).count() == 1
         assert (trial.pid, trial.node_ip, trial.hostname) == (ranks[0]["pid"], node.node_ip,
                                                                node.hostname)
         assert trial.process_alive is True and trial.status_reason == "its actor is alive"
@@ -145,7 +142,8 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
         assert "Ray Train workers" in page and shown["status"] == "RUNNING"
         assert [(w["rank"], w["pid"]) for w in shown["workers"]] == [
             (0, ranks[0]["pid"]), (1, ranks[1]["pid"])]
-        [experiment] = [e for e in experiments_payload() if e["name"] == "train-logs"]
+        [experiment] = [e for e in experiments_payload()
+                        if e["name"] == f"job {listed.job_id}"]
         assert experiment["frameworks"] == [RAYTRAIN]
         steps = list(StepResult.objects.filter(trial=trial).order_by("iteration"))
         assert [s.iteration for s in steps] == [1, 2, 3] and steps[0].attempt == 1
@@ -170,13 +168,8 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
         # Caught by its silence, from its stacks, with the shipped thresholds: rank 0's
         # training thread (not its worker's idle main thread) hung in the user's loop,
         # waiting in ray.train.report's barrier (a ray.get).
-        # The same run read from its ranks' own Ray Train logs (the agent reads them with
-        # nothing configured) is the one judged: one hang, one incident.
-        twin = Trial.objects.get(framework=RAYTRAIN, trial_id=NAME,
-                                 experiment__name=f"job {listed.job_id}")
-        assert twin.pid == trial.pid and twin.iteration == trial.iteration
         stalled = wait_for(lambda: Incident.objects.filter(
-            kind="trial_stalled", trial=twin, state="firing").first(), 120, 0.5,
+            kind="trial_stalled", trial=trial, state="firing").first(), 120, 0.5,
             "the hung run's stall", explain=lambda: (
                 list(TrialStack.objects.values("state", "verdict", "reason")),
                 (tmp_path / "agent.log").read_text()[-1500:]))
@@ -184,7 +177,7 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
         silent = (stalled.opened_at - trial.last_result_at).total_seconds()
         assert silent <= 60 and stalled.details["hung"] is True, (
             silent, stalled.details, list(TrialStack.objects.values("state", "reason")))
-        assert not Incident.objects.filter(trial=trial).exists()
+        assert Incident.objects.filter(trial=trial).count() == 1  # one hang, one incident
         # Both ranks' stacks, Train's ranks: each waits for the other, in a different
         # collective (rank 1 in torch's barrier, rank 0 in Ray Train's report).
         verdict = stalled.details["verdict"]
@@ -343,11 +336,17 @@ def test_a_train_runs_page_follows_its_ranks_as_train_lists_them(  # type: ignor
 
     now = timezone.now()
     cluster = Cluster.objects.get(pk=settings_cluster_pk())
-    experiment = Experiment.objects.create(name="raywatch-train", cluster=cluster,
-                                           paths=["/r/raywatch-train"])
+    experiment = Experiment.objects.create(name="job 03000000", cluster=cluster,
+                                           kind=Experiment.CONSOLE,
+                                           paths=["gpu-a:/tmp/ray/s/logs/train"])
     run = Trial.objects.create(experiment=experiment, trial_id=train_run_dir("gloo-demo"),
                                framework=RAYTRAIN)
     ingest_train_runs(TrainListing(reply=TRAIN_REPLY), now, cluster)
+    # A run of the same name in another job is another run: Train's listing is not its.
+    other = Trial.objects.create(experiment=Experiment.objects.create(
+        name="job 04000000", cluster=cluster, kind=Experiment.CONSOLE, paths=[]),
+        trial_id=train_run_dir("gloo-demo"), framework=RAYTRAIN)
+    assert train_run_payload(other) is None and train_run_payload(run)["run_id"] == "f47a"
 
     def shown(page) -> dict:  # type: ignore[no-untyped-def]
         while True:
@@ -367,44 +366,3 @@ def test_a_train_runs_page_follows_its_ranks_as_train_lists_them(  # type: ignor
         pushed = shown(page)
         assert (pushed["attempts"], [w["pid"] for w in pushed["workers"]]) == (
             3, [40000, 40001])
-
-
-def test_the_callback_writes_a_line_per_report_and_never_raises(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    callback = RaywatchCallback(tmp_path)
-    context = SimpleNamespace(run_id="r1", get_run_config=lambda: SimpleNamespace(name="a/b"))
-    log = tmp_path / train_run_dir("a/b") / TRAIN_FILE
-    callback.after_report(context, [{"loss": 0.5, "tag": object()}, {"loss": 0.7}], None)
-    callback.after_report(context, [{"loss": 0.25}, {"loss": 0.3}], None)
-    callback.after_exception(context, {1: RuntimeError("rank 1 died")})
-    callback.after_report(context, [{"loss": 0.9}, {"loss": 0.9}], None)
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(x["step"], x["attempt"], x["metrics"]["loss"]) for x in lines] == [
-        (1, 1, 0.5), (2, 1, 0.25), (1, 2, 0.9)]
-    assert lines[0]["run"] == "a/b" and lines[0]["world_size"] == 2 and lines[0]["rank"] == 0
-    # A controller started again (Ray Train resumes the run by name) starts the file anew.
-    RaywatchCallback(tmp_path).after_report(context, [{"loss": 1.0}], None)
-    assert len(log.read_text().splitlines()) == 1
-    # Nowhere to write: logged, and the training goes on.
-    (tmp_path / "file").write_text("")
-    RaywatchCallback(tmp_path / "file").after_report(context, [{"loss": 1.0}], None)
-
-
-def test_the_reader_finds_the_run_and_tells_its_attempts(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    callback = RaywatchCallback(tmp_path / "raywatch-train")
-    context = SimpleNamespace(run_id="r1", get_run_config=lambda: SimpleNamespace(name="sft"))
-    for loss in (0.5, 0.4):
-        callback.after_report(context, [{"loss": loss}], None)
-    [found] = discover([tmp_path])
-    assert (found.experiment, found.name, found.framework) == ("raywatch-train", "sft", RAYTRAIN)
-    [(kind, path)] = found.logs()
-    read = tail_log(kind, Path(path), None, "sft", run_format=found.run_format)
-    assert [(r.attempt, r.iteration, r.metrics) for r in read.results] == [
-        (1, 1, {"loss": 0.5}), (1, 2, {"loss": 0.4})]
-    assert all(r.at is not None for r in read.results)
-    callback.after_exception(context, {0: RuntimeError("lost a node")})
-    callback.after_report(context, [{"loss": 0.45}], None)
-    again = tail_log(kind, Path(path), read.cursor, "sft", run_format=found.run_format)
-    assert [(r.attempt, r.iteration) for r in again.results] == [(2, 1)]
-    RaywatchCallback(tmp_path / "raywatch-train").after_report(context, [{"loss": 0.3}], None)
-    restarted = tail_log(kind, Path(path), again.cursor, "sft", run_format=found.run_format)
-    assert [(r.attempt, r.iteration) for r in restarted.results] == [(3, 1)]

@@ -1,7 +1,8 @@
 """Ray Train V2 runs, as Train's state API lists them (collectors/raytrain.py): mirrored
 at each Ray poll, with each run's status and the workers of its latest attempt (rank,
-node, pid, GPU ids). A run read from raywatch's Train callback log is tied to its listed
-run by name (dashboard/trials/runs.py): its status and process (rank 0's) come from here.
+node, pid, GPU ids). A run read from its ranks' own Ray Train logs is tied to its listed
+run by its job and name (dashboard/trials/runs.py): its status and process (rank 0's)
+come from here.
 
 Ray keeps these only for runs whose driver had RAY_TRAIN_ENABLE_STATE_TRACKING=1. A run
 without it is read all the same, from its ranks' own Ray Train logs
@@ -60,17 +61,20 @@ def _ingest(listing: TrainListing, now: datetime, cluster: Cluster) -> list[str]
                       touched=touched)
         TrainRun.objects.filter(cluster=cluster, run_id__in=gone).delete()
         # A run's page shows its workers as they change (a restart's new attempt).
-        names = {incoming[run_id]["name"] for run_id in touched}
-        for name in names:
-            publish(train_group(cluster.pk, train_run_dir(str(name))), "train",
-                    lambda name=name: train_payload(newest_run(cluster.pk, str(name))))
+        runs = {(str(incoming[run_id]["job_id"]), str(incoming[run_id]["name"]))
+                for run_id in touched}
+        for job, name in runs:
+            publish(train_group(cluster.pk, job, train_run_dir(name)), "train",
+                    lambda job=job, name=name: train_payload(newest_run(cluster.pk, job,
+                                                                        name)))
     return []
 
 
-def newest_run(cluster_pk: int, name: str) -> TrainRun | None:
-    """The run of this name a page shows: the newest (a name run again lists twice)."""
-    return TrainRun.objects.filter(cluster_id=cluster_pk, name=name).order_by(
-        "started_at", "pk").last()
+def newest_run(cluster_pk: int, job_id: str, name: str) -> TrainRun | None:
+    """The run of this name in this job a page shows: the newest (a name run again lists
+    twice)."""
+    return TrainRun.objects.filter(cluster_id=cluster_pk, job_id=job_id, name=name
+                                   ).order_by("started_at", "pk").last()
 
 
 def train_payload(row: TrainRun | None) -> dict[str, object] | None:

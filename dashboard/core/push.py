@@ -55,10 +55,11 @@ def jsonable(data: Any) -> Any:
     return json.loads(json.dumps(data, cls=JSONEncoder))
 
 
-def train_group(cluster_pk: int, run_dir: str) -> str:
-    """A Ray Train run as Train's state API lists it: the page of the run whose log is in
-    `run_dir` (its trial id; any text, so hashed into a group name)."""
-    return f"train-{cluster_pk}-{hashlib.sha1(run_dir.encode()).hexdigest()[:16]}"
+def train_group(cluster_pk: int, job_id: str, run_dir: str) -> str:
+    """A Ray Train run as Train's state API lists it: the page of the run of that name in
+    that Ray job (its trial id, any text: hashed into a group name)."""
+    key = f"{job_id}/{run_dir}".encode()
+    return f"train-{cluster_pk}-{hashlib.sha1(key).hexdigest()[:16]}"
 
 
 def user_group(pk: int) -> str:

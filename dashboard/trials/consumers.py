@@ -5,6 +5,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from collectors.records import RAYTRAIN
+from collectors.runformats import run_job_id
 from dashboard.core.consumers import LiveConsumer
 from dashboard.core.push import (
     EXPERIMENTS_GROUP,
@@ -92,7 +93,8 @@ class TrialConsumer(LiveConsumer):
         if trial is None:
             return ()
         job = run_job(trial)
-        train = ((train_group(trial.experiment.cluster_id, trial.trial_id),)
+        train = ((train_group(trial.experiment.cluster_id,
+                              run_job_id(trial.experiment.name), trial.trial_id),)
                  if trial.framework == RAYTRAIN else ())
         return (*((job_group(*job),) if job else ()), *train)
 

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from collectors.records import RAYTRAIN
 from dashboard.cluster.models import Actor, Node
 from dashboard.trials.models import Trial
 from dashboard.trials.runs import is_run, run_classes, trainer_class
@@ -99,13 +98,9 @@ def trial_names_by_actor(actors: Sequence[tuple[Actor, str]]) -> dict[str, str]:
 
 
 def claimed_by_another(trial: Trial, node: Node) -> str | None:
-    """Another unfinished trial that names the same process there. A Ray Train run read
-    both from raywatch's callback and from its ranks' own logs is one run, of one name:
-    not a rival (dashboard/trials/runs.py, shadowed)."""
+    """Another unfinished trial that names the same process there."""
     rivals = (Trial.objects.filter(experiment__cluster_id=trial.experiment.cluster_id,
                                    pid=trial.pid, node_ip=node.node_ip)
               .exclude(pk=trial.pk).exclude(status__in=Trial.FINISHED))
-    if trial.framework == RAYTRAIN:
-        rivals = rivals.exclude(framework=RAYTRAIN, trial_id=trial.trial_id)
     rival = rivals.select_related("experiment").first()
     return str(rival) if rival else None

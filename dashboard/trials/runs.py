@@ -42,6 +42,7 @@ from collectors.runformats import (
     console_trainer_framework,
     entrypoint_framework,
     job_run_name,
+    run_job_id,
     train_run_dir,
 )
 from dashboard.cluster.callstacks import request_stacks
@@ -101,7 +102,8 @@ def runs_to_bind(since: datetime) -> Q | None:
     names = TRAINER_CLASSES | {RANK_WORKER}
     clusters = set(Actor.objects.filter(class_name__in=names, updated_at__gte=since)
                    .values_list("cluster_id", flat=True))
-    listed = set(TrainRun.objects.filter(updated_at__gte=since).values_list("name", flat=True))
+    listed = {train_run_dir(name) for name in TrainRun.objects.filter(
+        updated_at__gte=since).values_list("name", flat=True)}
     found = []
     if clusters:
         found.append(Q(experiment__cluster_id__in=clusters, framework__in=list(TRAINERS)))
@@ -157,7 +159,7 @@ def bind_runs(trials: list[Trial]) -> set[int]:
     for run in runs:
         before = (run.pid, run.node_ip, run.hostname, run.tune_status, run.process_alive,
                   run.error_text)
-        train = listed.get((run.experiment.cluster_id, run.trial_id))
+        train = listed.get(train_key(run))
         if train is not None:
             bind_listed(run, train, nodes)
         else:
@@ -168,13 +170,20 @@ def bind_runs(trials: list[Trial]) -> set[int]:
     return changed
 
 
-def listed_train_runs(runs: list[Trial]) -> dict[tuple[int, str], TrainRun]:
-    """The newest run of each name that Train's state API lists, by (cluster pk, the
-    directory the callback writes its log in: the run's trial id)."""
+def train_key(run: Trial) -> tuple[int, str, str]:
+    """(cluster pk, Ray job, trial id) of a Ray Train run: what ties it to the run Train's
+    state API lists (listed_train_runs). A run of the same name in another job is
+    another run."""
+    return run.experiment.cluster_id, run_job_id(run.experiment.name), run.trial_id
+
+
+def listed_train_runs(runs: list[Trial]) -> dict[tuple[int, str, str], TrainRun]:
+    """The newest run of each name in each job that Train's state API lists, by
+    train_key."""
     clusters = {r.experiment.cluster_id for r in runs if r.framework == RAYTRAIN}
     if not clusters:
         return {}
-    return {(row.cluster_id, train_run_dir(row.name)): row for row in
+    return {(row.cluster_id, row.job_id, train_run_dir(row.name)): row for row in
             TrainRun.objects.filter(cluster_id__in=clusters).order_by("started_at", "pk")}
 
 
@@ -347,19 +356,9 @@ def bound_elsewhere(cluster_id: int, node_ip: str, pid: int | None) -> bool:
 
 def shadowed(runs: list[Trial]) -> set[int]:
     """The runs among `runs` that another run of the same work speaks for, judged instead
-    (one hang, one incident): a console run whose trainer a file-logged run is tied to;
-    and a Ray Train run read from raywatch's callback whose run is also read from its
-    ranks' own Ray Train logs (that run knows the ranks)."""
-    callback_runs = [r for r in runs if r.framework == RAYTRAIN and not is_console_run(r)]
-    twins = set(Trial.objects.filter(
-        framework=RAYTRAIN, experiment__kind=Experiment.CONSOLE, pid__isnull=False,
-        trial_id__in={r.trial_id for r in callback_runs},
-        experiment__cluster_id__in={r.experiment.cluster_id for r in callback_runs},
-    ).values_list("experiment__cluster_id", "trial_id")) if callback_runs else set()
-    return {r.pk for r in runs if (r.experiment.cluster_id, r.trial_id) in twins
-            and r in callback_runs} | {
-        r.pk for r in runs if is_console_run(r) and r.pid and r.framework != RAYTRAIN
-        and bound_elsewhere(r.experiment.cluster_id, r.node_ip, r.pid)}
+    (one hang, one incident): a console run whose trainer a file-logged run is tied to."""
+    return {r.pk for r in runs if is_console_run(r) and r.pid and r.framework != RAYTRAIN
+            and bound_elsewhere(r.experiment.cluster_id, r.node_ip, r.pid)}
 
 
 def writing_others(run: Trial, where: str, alive: list[Actor]) -> set[int]:
@@ -383,7 +382,7 @@ def run_address(run: Trial) -> str:
     paths: list[Any] = run.experiment.paths or []
     named = next((node for p in paths if isinstance(p, str)
                   and (node := place_node(p)) is not None), None)
-    if run.framework == RAYTRAIN and is_console_run(run):
+    if run.framework == RAYTRAIN:
         rank_0 = RunRank.objects.filter(trial=run, rank=0).values_list("node", flat=True)
         if not rank_0:
             return ""  # rank 0's log not read yet: no place to bind it at

@@ -17,7 +17,7 @@ from dashboard.core.push import jsonable
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, RunRank, StepResult, Trial
 from dashboard.trials.ranks import rank_nodes
-from dashboard.trials.runs import is_run, listed_train_runs, trainer_job
+from dashboard.trials.runs import is_run, listed_train_runs, train_key, trainer_job
 from dashboard.trials.serializers import (
     ExperimentSerializer,
     StepResultSerializer,
@@ -82,8 +82,7 @@ def train_run_payload(trial: Trial) -> dict[str, Any] | None:
     if trial.framework != RAYTRAIN:
         return None
     ranks = {r.rank: r for r in RunRank.objects.filter(trial=trial)}
-    listed = train_payload(listed_train_runs([trial]).get(
-        (trial.experiment.cluster_id, trial.trial_id)))
+    listed = train_payload(listed_train_runs([trial]).get(train_key(trial)))
     if listed is not None:  # Train's workers, with each rank's last report where read
         for worker in listed["workers"]:
             row = ranks.get(worker.get("rank"))  # type: ignore[arg-type]

@@ -1,11 +1,11 @@
 """A real Ray Train V2 run on CPU whose ranks end up waiting on each other, for raywatch's
 tests (tests/test_ray_train_runs.py).
 
-    python -m tests.train_scripts.gloo_run GCS_ADDRESS LOG_DIR STORAGE_DIR NAME HANG_AT
+    python -m tests.train_scripts.gloo_run GCS_ADDRESS STORAGE_DIR NAME HANG_AT
 
-A TorchTrainer of two workers (gloo) runs NAME: each step all-reduces a tensor and reports
-it through raywatch's callback (collectors/traincallback.py, writing under LOG_DIR), a
-step about every half second. At step HANG_AT rank 1 enters torch.distributed.barrier()
+A TorchTrainer of two workers (gloo) runs NAME as Ray ships it (no callback, nothing of
+raywatch's): each step all-reduces a tensor and reports it, a step about every half
+second. At step HANG_AT rank 1 enters torch.distributed.barrier()
 while rank 0 goes on to ray.train.report, which waits in Ray Train's own barrier for
 every rank: neither ever comes, and the run hangs with every process alive and idle.
 Train's state tracking is on in this driver's environment, where Ray Train reads it.
@@ -24,8 +24,6 @@ import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
-from collectors.traincallback import RaywatchCallback
-
 STEP_S = 0.5
 
 
@@ -43,16 +41,15 @@ def train_loop(config: dict) -> None:
         time.sleep(STEP_S)
 
 
-def main(gcs_address: str, log_dir: str, storage_dir: str, name: str, hang_at: int) -> None:
+def main(gcs_address: str, storage_dir: str, name: str, hang_at: int) -> None:
     ray.init(address=gcs_address)
     trainer = TorchTrainer(
         train_loop, train_loop_config={"hang_at": hang_at},
         scaling_config=ray.train.ScalingConfig(num_workers=2,
                                                resources_per_worker={"CPU": 0.5}),
-        run_config=ray.train.RunConfig(name=name, storage_path=storage_dir,
-                                       callbacks=[RaywatchCallback(log_dir)]))
+        run_config=ray.train.RunConfig(name=name, storage_path=storage_dir))
     trainer.fit()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
