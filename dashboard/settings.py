@@ -300,7 +300,7 @@ CALL_OVERDUE_FACTOR = env_number("RAYWATCH_CALL_OVERDUE_FACTOR", 5.0, minimum=1)
 # A Tune trial silent this far past its usual step has its stacks sampled by its node's
 # agent: hung, it is stalled then, before STALL_MIN_S.
 CALL_OVERDUE_MIN_S = env_number("RAYWATCH_CALL_OVERDUE_MIN_S", 30.0, minimum=0)
-# How many ended calls of each name raywatch keeps the durations of.
+# How many ended calls of each name, in each Ray job, raywatch keeps the durations of.
 CALL_HISTORY = env_int("RAYWATCH_CALL_HISTORY", 20, minimum=1)
 # How many a name needs before its usual duration counts: a name seen end fewer times
 # (a trainer's one long `Runner.run`) is never overdue.

@@ -84,7 +84,8 @@ def test_calls_running_now_arrive_live_and_an_overdue_one_shows_it(  # type: ign
     cluster = Cluster.objects.get(pk=settings_cluster_pk())
     t0 = timezone.now() - timedelta(minutes=5)
     # Three reward calls of ~3 s were seen to end; the fourth has run five minutes.
-    CallTiming.objects.create(cluster=cluster, name="AutoRewardManager.compute_reward",
+    CallTiming.objects.create(cluster=cluster, job_id="02000000",
+                              name="AutoRewardManager.compute_reward",
                               durations=[3.0, 3.1, 2.9], updated_at=t0)
     ingest_calls([call("t-run", "Runner.run"), call("t-reward",
                   "AutoRewardManager.compute_reward")], t0, cluster)

@@ -103,7 +103,8 @@ def test_a_hung_reward_call_is_named_within_a_minute(  # type: ignore[no-untyped
         assert incident.details["actor"] == "AutoRewardManager"
         assert f"pid {reward.pid} on {node.node_ip}" in incident.summary, incident.summary
         assert (incident.details["call"], incident.details["pid"]) == (REWARD, reward.pid)
-        # Learned from the steps before: three reward calls of ~3 s.
+        # Learned from the steps before: two reward calls of ~3 s (the first one of the
+        # job, a warm-up, is not learned).
         assert 1.5 <= incident.details["usual_s"] <= 6, incident.details
         # Only the hung call: not the trainer's Runner.run (never seen to end), nor the
         # WorkerDict calls that keep finishing.
@@ -155,9 +156,10 @@ def _steps_read() -> int:
 
 
 def _reward_call() -> RayCall | None:
-    """The reward call running once the steps before the hang have been learned."""
+    """The reward call running once the steps before the hang have been learned (the
+    job's first, a warm-up, is not)."""
     timing = CallTiming.objects.filter(name=REWARD).first()
-    if timing is None or len(timing.durations) < HANG_AT - 1:
+    if timing is None or len(timing.durations) < HANG_AT - 2:
         return None
     return RayCall.objects.filter(name=REWARD).first()
 
@@ -247,7 +249,9 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
         settings) -> None:  # type: ignore[no-untyped-def]
     """The call poll and its detector on each backend, against a stand-in of Ray's state
     API (tests/raystandin.py, as Ray 2.60 lists running calls): an EasyR1 run's reward
-    call seen to end twice has a usual duration; the next one, still running past its
+    call seen to end three times has a usual duration (the first, a warm-up, is not
+    learned; another job's calls of the name are not this one's habit); the next one,
+    still running past its
     limit, opens call_overdue, which is the run's and which its page lists. The trainer's
     own Runner.run, never seen to end, raises nothing; once the hung call ends, the
     incident resolves. (test_a_hung_reward_call_is_named_within_a_minute does this on a
@@ -278,12 +282,21 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
     with RayStandIn(ray).running() as url:
         settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS = None, url
         settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH = None, None
-        for step in (1, 2):  # two steps' reward calls, each seen running, then ended
+        for step in (1, 2, 3):  # three steps' reward calls, each seen running, then ended
             running((0, "Runner.run", runner), (step, REWARD, rewarder))
             assert overdue() == []
-        running((0, "Runner.run", runner), (3, REWARD, rewarder))  # step 3's: it hangs
+        # Another job's reward calls, seen running and ended (step 3's ends as they
+        # begin): its own history, not this run's.
+        other = {**rewarder, "job_id": "09000000"}
+        for step in (7, 8, 9):
+            running((0, "Runner.run", runner), (step, REWARD, other))
+            assert overdue() == []
+        histories = {t.job_id: len(t.durations) for t in CallTiming.objects.filter(name=REWARD)}
+        assert histories == {rewarder["job_id"]: 2, "09000000": 1}  # each job's first: none
+        running((0, "Runner.run", runner), (4, REWARD, rewarder))  # step 4's: it hangs
         assert overdue() == []  # its limit is not reached at its first sight
-        usual = CallTiming.usual(CallTiming.objects.get(name=REWARD).durations)
+        usual = CallTiming.usual(CallTiming.objects.get(
+            name=REWARD, job_id=rewarder["job_id"]).durations)
         assert usual is not None
         [incident] = wait_for(overdue, 60, 0.2, "call_overdue for step 3's reward call",
                               explain=lambda: list(RayCall.objects.values_list(

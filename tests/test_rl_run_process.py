@@ -317,13 +317,13 @@ def test_a_run_waiting_on_a_call_in_its_limit_is_the_calls_to_judge(settings) ->
     call("TaskRunner.run", "t1", pid=run.pid)
     # ...the reward call of the step in progress, usually 3 s, 20 s in, is.
     reward = call("AutoRewardManager.compute_reward", "t2")
-    CallTiming.objects.create(cluster=cluster, name=reward.name, durations=[3.0, 3.1, 2.9],
-                              updated_at=now)
+    CallTiming.objects.create(cluster=cluster, job_id=job, name=reward.name,
+                              durations=[3.0, 3.1, 2.9], updated_at=now)
     # Another job's call with a usual duration does not hold this run.
     RayCall.objects.create(cluster=cluster, task_id="t3", name="Other.step", job_id="02000000",
                            first_seen_at=now)
-    CallTiming.objects.create(cluster=cluster, name="Other.step", durations=[1.0, 1.0],
-                              updated_at=now)
+    CallTiming.objects.create(cluster=cluster, job_id="02000000", name="Other.step",
+                              durations=[1.0, 1.0], updated_at=now)
     assert not stalled()
     run.refresh_from_db()
     assert run.check_at is not None  # looked at, and again at each poll while it waits
@@ -361,8 +361,8 @@ def test_a_step_waiting_on_a_call_is_one_incident_not_a_slow_step_beside_it(  # 
                                     name="AutoRewardManager.compute_reward", job_id=job,
                                     actor_id="r", node_id="n1", pid=200,
                                     first_seen_at=now - timedelta(seconds=20))
-    CallTiming.objects.create(cluster=cluster, name=reward.name, durations=[3.0, 3.1, 2.9],
-                              updated_at=now)
+    CallTiming.objects.create(cluster=cluster, job_id=job, name=reward.name,
+                              durations=[3.0, 3.1, 2.9], updated_at=now)
 
     def firing() -> set[str]:
         detect.evaluate_trials(timezone.now())

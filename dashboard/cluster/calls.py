@@ -4,8 +4,10 @@ In an RL framework a step is a chain of Ray actor calls (generate, reward, log-p
 update) driven by a trainer actor, and its metrics arrive once, at the step's end: while
 a call hangs nothing is written, and only Ray knows which call runs and since when. Each
 poll mirrors Ray's running calls (GET /api/v0/tasks?state=RUNNING); a call it no longer
-lists has ended, and the time raywatch saw it run joins its name's last CALL_HISTORY
-durations (CallTiming), whose median is that name's usual duration. The detector
+lists has ended, and the time raywatch saw it run joins the last CALL_HISTORY durations
+of its name in its job (CallTiming), whose median is that name's usual duration there
+(the job's first call of a name is not learned: a validation before training, a
+warm-up). The detector
 (dashboard/incidents/resource_rules.call_overdue) holds each running call against it.
 """
 
@@ -100,22 +102,28 @@ def is_trainer_loop(name: str) -> bool:
 
 
 def learn(cluster: Cluster, ended: list[RayCall], now: datetime, previous: datetime) -> None:
-    """Add each ended call's duration to its name's history: from when it began (as
-    `halfway` put it) to halfway between the poll that last listed it and this one."""
+    """Add each ended call's duration to its name's history in its job: from when it began
+    (as `halfway` put it) to halfway between the poll that last listed it and this one.
+    The first call of a name to end in a job is not learned (verl and EasyR1 validate
+    before training with the calls training makes; a first call warms up)."""
     end = halfway(previous, now)
-    by_name: dict[str, list[float]] = {}
-    for call in ended:
+    by_name: dict[tuple[str, str], list[float]] = {}
+    for call in sorted(ended, key=lambda c: c.first_seen_at):
         if is_trainer_loop(call.name):
             continue  # a whole run, not a phase of a step: no usual duration to hold it to
         ran = max((end - call.first_seen_at).total_seconds(), 0.0)
-        by_name.setdefault(call.name, []).append(ran)
+        by_name.setdefault((call.job_id, call.name), []).append(ran)
     if not by_name:
         return
-    rows = {t.name: t for t in CallTiming.objects.filter(cluster=cluster, name__in=by_name)}
+    rows = {(t.job_id, t.name): t for t in CallTiming.objects.filter(
+        cluster=cluster, job_id__in={j for j, _ in by_name}, name__in={n for _, n in by_name})}
     keep = settings.CALL_HISTORY
-    for name, durations in by_name.items():
-        row = rows.get(name) or CallTiming(cluster=cluster, name=name, durations=[])
-        row.durations = [*row.durations, *durations][-keep:]
+    for (job, name), took in by_name.items():
+        row = rows.get((job, name)) or CallTiming(cluster=cluster, job_id=job, name=name,
+                                                   durations=[])
+        learned = took if row.warmed else took[1:]
+        row.warmed = True
+        row.durations = [*row.durations, *learned][-keep:]
         row.updated_at = now
         row.save()
 

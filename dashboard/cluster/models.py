@@ -293,17 +293,35 @@ class CallStack(models.Model):
 
 
 class CallTiming(models.Model):
-    """How long the calls of one name took, the last few raywatch saw end: what a call
-    running now is held against (its usual duration is their median)."""
+    """How long the calls of one name in one Ray job took, the last few raywatch saw end:
+    what a call of that job running now is held against (its usual duration is their
+    median). Another run's calls of the same name are no habit of this one's (another
+    model, batch or reward), and the first call of a name in a job (a validation before
+    training, a warm-up) is not learned (`warmed`)."""
 
     cluster = cluster_field()
+    job_id = models.CharField(max_length=64, blank=True, default="")
     name = models.CharField(max_length=200)
     durations = models.JSONField(default=list)  # seconds, oldest first
+    warmed = models.BooleanField(default=False)  # the job's first call of the name ended
     updated_at = models.DateTimeField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
-                                               name="one_timing_per_call_name")]
+        constraints = [models.UniqueConstraint(fields=["cluster", "job_id", "name"],
+                                               name="one_timing_per_job_call_name")]
+
+    @staticmethod
+    def usuals(keys: Iterable[tuple[int, str, str]]) -> dict[tuple[int, str, str], float]:
+        """The usual duration of each (cluster pk, job id, name) that has one."""
+        keys = set(keys)
+        if not keys:
+            return {}
+        rows = CallTiming.objects.filter(
+            cluster_id__in={k[0] for k in keys}, job_id__in={k[1] for k in keys},
+            name__in={k[2] for k in keys}).values_list("cluster_id", "job_id", "name",
+                                                       "durations")
+        return {(c, j, n): u for c, j, n, durations in rows
+                if (c, j, n) in keys and (u := CallTiming.usual(durations)) is not None}
 
     @staticmethod
     def usual(durations: list[float]) -> float | None:

@@ -238,8 +238,7 @@ def calls_payload(cluster: str | None = None, *, job: tuple[int, str] | None = N
     if job is not None:
         calls = calls.filter(cluster_id=job[0], job_id=job[1])
     calls = list(calls[:CALLS_SHOWN])
-    timings = {(t.cluster_id, t.name): CallTiming.usual(t.durations)
-               for t in CallTiming.objects.filter(name__in={c.name for c in calls})}
+    timings = CallTiming.usuals((c.cluster_id, c.job_id, c.name) for c in calls)
     nodes, actors = call_places(calls)
     pids = {c.pid for c in calls if c.pid}
     trials = {key: {"id": pk, "trial_id": trial_id}
@@ -247,7 +246,7 @@ def calls_payload(cluster: str | None = None, *, job: tuple[int, str] | None = N
     now = timezone.now()
     rows = []
     for c in calls:
-        usual = timings.get((c.cluster_id, c.name))
+        usual = timings.get((c.cluster_id, c.job_id, c.name))
         ran = (now - c.first_seen_at).total_seconds()
         limit = None if usual is None else CallTiming.overdue_after(
             usual, settings.CALL_OVERDUE_FACTOR, settings.CALL_OVERDUE_MIN_S)

@@ -269,15 +269,15 @@ def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, in
     as Ray last listed them (of 10,000 running calls, the few past their limit are read
     whole). A running Tune trial's own calls are left out: its steps are its trial's
     (trial_stalled and step_time_regression, by phase), and one hang is one incident."""
-    usual = {(t.cluster_id, t.name): u for t in CallTiming.objects.filter(
-        cluster__state=Cluster.ACTIVE) if (u := CallTiming.usual(t.durations)) is not None}
+    young = now - timedelta(seconds=th.call_overdue_min_s)
+    running = list(RayCall.objects.filter(
+        cluster__state=Cluster.ACTIVE, first_seen_at__lte=young).values_list(
+        "pk", "cluster_id", "job_id", "name", "first_seen_at"))
+    usual = CallTiming.usuals((c, j, n) for _, c, j, n, _ in running)
     if not usual:
         return []
-    young = now - timedelta(seconds=th.call_overdue_min_s)
-    candidates = [pk for pk, cluster_id, name, since in RayCall.objects.filter(
-        cluster__state=Cluster.ACTIVE, first_seen_at__lte=young).values_list(
-        "pk", "cluster_id", "name", "first_seen_at")
-        if (u := usual.get((cluster_id, name))) is not None
+    candidates = [pk for pk, cluster_id, job_id, name, since in running
+        if (u := usual.get((cluster_id, job_id, name))) is not None
         and (now - since).total_seconds() >= CallTiming.overdue_after(
             u, th.call_overdue_factor, th.call_overdue_min_s)]
     if not candidates:
@@ -286,7 +286,7 @@ def call_views(th: ResourceThresholds, now: datetime) -> list[tuple[CallView, in
     trials = running_trials_by_process({c.pid for c in calls if c.pid})
     nodes, actors = call_places(calls)
     return [(CallView(task_id=c.task_id, name=c.name, kind=c.kind, running_since=c.first_seen_at,
-                      usual_s=usual[(c.cluster_id, c.name)], actor_id=c.actor_id,
+                      usual_s=usual[(c.cluster_id, c.job_id, c.name)], actor_id=c.actor_id,
                       actor=actors.get(c.actor_id, ""), job_id=c.job_id,
                       node_ip=nodes.get(c.node_id, ""), pid=c.pid), c.cluster_id)
             for c in calls if (c.cluster_id, nodes.get(c.node_id, ""), c.pid) not in trials]

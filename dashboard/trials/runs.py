@@ -487,10 +487,8 @@ def waits_on_a_call(run: Trial) -> bool:
     if Demand.objects.filter(cluster_id=cluster, job_id=job).exists():
         return True  # its job waits for resources: demand_pending/_infeasible says so
     running = RayCall.objects.filter(cluster_id=cluster, job_id=job).exclude(
-        pid=run.pid).values_list("name")  # the trainer's own run call is the run
-    return any(CallTiming.usual(durations) is not None for durations in
-               CallTiming.objects.filter(cluster_id=cluster, name__in=running
-                                         ).values_list("durations", flat=True))
+        pid=run.pid).values_list("name", flat=True)  # the trainer's own run call is the run
+    return bool(CallTiming.usuals((cluster, job, name) for name in running))
 
 
 def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
