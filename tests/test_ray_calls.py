@@ -282,6 +282,10 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
     with RayStandIn(ray).running() as url:
         settings.RAY_ADDRESS, settings.RAY_API_SERVER_ADDRESS = None, url
         settings.RAY_AUTH_TOKEN, settings.RAY_AUTH_TOKEN_PATH = None, None
+        # A run that ended a week ago: its history is forgotten as others' calls end.
+        CallTiming.objects.create(cluster=cluster, job_id="05000000", name=REWARD,
+                                  durations=[9.0, 9.0], warmed=True,
+                                  updated_at=timezone.now() - timedelta(days=8))
         for step in (1, 2, 3):  # three steps' reward calls, each seen running, then ended
             running((0, "Runner.run", runner), (step, REWARD, rewarder))
             assert overdue() == []
@@ -292,7 +296,8 @@ def test_the_call_poll_learns_a_calls_usual_duration_and_names_it_once_overdue(
             running((0, "Runner.run", runner), (step, REWARD, other))
             assert overdue() == []
         histories = {t.job_id: len(t.durations) for t in CallTiming.objects.filter(name=REWARD)}
-        assert histories == {rewarder["job_id"]: 2, "09000000": 1}  # each job's first: none
+        # Each job's first is not learned; the week-old run's history is gone.
+        assert histories == {rewarder["job_id"]: 2, "09000000": 1}
         running((0, "Runner.run", runner), (4, REWARD, rewarder))  # step 4's: it hangs
         assert overdue() == []  # its limit is not reached at its first sight
         usual = CallTiming.usual(CallTiming.objects.get(

@@ -27,6 +27,9 @@ from dashboard.cluster.models import CallTiming, Cluster, RayCall
 from dashboard.cluster.views_data import calls_payload, jobs_payload
 from dashboard.core.push import JOBS_GROUP, job_group, publish
 
+# A job's histories no call of it has added to for this long are forgotten (its run
+# ended): they would only grow the table, a job and name at a time, over months.
+TIMING_KEEP = timedelta(days=7)
 # cluster pk -> (Ray's count of dropped task events, the count before it last grew, when)
 _dropped: dict[int, tuple[int, int, datetime | None]] = {}
 DROPPED_SHOWN_S = 600.0
@@ -126,6 +129,7 @@ def learn(cluster: Cluster, ended: list[RayCall], now: datetime, previous: datet
         row.durations = [*row.durations, *learned][-keep:]
         row.updated_at = now
         row.save()
+    CallTiming.objects.filter(cluster=cluster, updated_at__lt=now - TIMING_KEEP).delete()
 
 
 def dropped_lately(cluster: Cluster, reply: dict, now: datetime) -> list[str]:
