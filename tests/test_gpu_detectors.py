@@ -367,3 +367,32 @@ def test_dead_node_and_spilling_node(settings) -> None:  # type: ignore[no-untyp
     assert dead == {"node:dead-1": "critical", "node:head-2": "critical"}
     [spill] = firing("object_store_spilling")
     assert spill.subject == "node:spill-1" and "3.00 GiB" in spill.summary
+
+
+def test_an_orphan_on_a_runs_gpu_and_a_spill_on_its_node_are_the_runs(fake_gpus, settings) -> None:  # type: ignore[no-untyped-def]
+    """Cluster trouble tied to the run it hurts: memory a leftover process holds on a GPU
+    a verl run's worker uses (the run's next allocation runs out of memory), and objects
+    spilling on the node its actors run on, are that run's incidents (its page, its health,
+    its experiment's alert group). An orphan on a GPU no run shares stays the cluster's."""
+    from tests.test_rl_run_process import stored_verl_run
+
+    settings.ORPHAN_GRACE_S = 0
+    now = timezone.now()
+    cluster, run = stored_verl_run(now)  # TaskRunner pid 100, job 01000000, node n1
+    Actor.objects.create(cluster=cluster, actor_id="w0", class_name="WorkerDict", pid=200,
+                         node_id="n1", job_id="01000000", state="ALIVE", first_seen_at=now,
+                         updated_at=now)
+    fake_gpus.add_gpu(uuid="GPU-0", processes=[(200, 40 * GIB), (6000, 20 * GIB)])
+    fake_gpus.add_gpu(uuid="GPU-1", processes=[(7000, 20 * GIB)])
+    Node.objects.filter(cluster=cluster, node_id="n1").update(
+        object_store_spilled_bytes=3 * GIB, spilled_changed_at=now)
+    mark_ray_current()
+    report_gpus()
+    evaluate_resources(timezone.now())
+    orphans = {i.subject: i for i in firing("gpu_orphan_memory")}
+    assert set(orphans) == {"gpu_process:GPU-0/6000", "gpu_process:GPU-1/7000"}
+    assert orphans["gpu_process:GPU-0/6000"].trial == run
+    assert orphans["gpu_process:GPU-0/6000"].experiment == "verl_demo"
+    assert orphans["gpu_process:GPU-1/7000"].trial is None
+    [spill] = firing("object_store_spilling")
+    assert (spill.subject, spill.trial, spill.experiment) == ("node:n1", run, "verl_demo")

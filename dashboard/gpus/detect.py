@@ -17,7 +17,7 @@ from django.conf import settings
 
 from collectors.pystack import RAY_GET
 from dashboard.cluster.callstacks import awaited_calls, request_stacks
-from dashboard.cluster.models import CallTiming, Cluster, Demand, Job, Node, RayCall
+from dashboard.cluster.models import Actor, CallTiming, Cluster, Demand, Job, Node, RayCall
 from dashboard.cluster.sessions import SESSION_ENDED
 from dashboard.cluster.state import ray_is_current
 from dashboard.cluster.views_data import call_places, call_stack_payload, call_stacks
@@ -167,6 +167,7 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
                   ) -> tuple[list[Finding], dict[str, dict[str, Any]]]:
     findings: list[Finding] = []
     context: dict[str, dict[str, Any]] = {}
+    hurt: list[tuple[str, set[tuple[int, str]]]] = []  # a finding's subject, the jobs it hurts
     for proc in procs:
         owner = owner_of[proc.pk]
         view = ProcessView(views[proc.gpu_id], proc.pid, proc.used_memory_bytes,
@@ -174,6 +175,7 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
         if finding := rules.gpu_orphan_memory(view, th, now):
             findings.append(finding)
             context[finding.subject] = {"node_ip": view.gpu.node_ip}
+            hurt.append((finding.subject, sharing_the_gpu(proc, gpus, procs, owner_of)))
     for host in host_views(gpus, now):
         if finding := rules.gpu_count_mismatch(host, th, now):
             findings.append(replace(finding, cluster_id=host.cluster_id))
@@ -192,6 +194,7 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
         if run := runs.get((demand.cluster_id, demand.job_id)):
             context[finding.subject] = {"trial": run, "experiment": run.experiment.name,
                                         "node_ip": run.node_ip}
+    spilling: dict[str, Node] = {}
     for node in Node.objects.exclude(cluster__state=Cluster.ENDED).exclude(
             state_message=SESSION_ENDED):
         view = node_view(node)
@@ -199,6 +202,10 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
             if finding:
                 findings.append(replace(finding, cluster_id=node.cluster_id))
                 context[finding.subject] = {"node_ip": node.node_ip}
+                if finding.kind == "object_store_spilling":
+                    spilling[finding.subject] = node
+    hurt += jobs_on_nodes(spilling)
+    tie_to_runs(hurt, context)
     overdue: dict[int, list[tuple[CallView, Finding]]] = defaultdict(list)
     for view, cluster_id in call_views(th, now):
         if finding := rules.call_overdue(view, th, now):
@@ -214,6 +221,47 @@ def _ray_findings(gpus: dict[int, Gpu], views: dict[int, GpuView], procs: list[G
     for cluster_id, found in overdue.items():
         findings += with_call_stacks(cluster_id, found, now)
     return findings, context
+
+
+def sharing_the_gpu(orphan: GpuProcess, gpus: dict[int, Gpu], procs: list[GpuProcess],
+                    owner_of: dict[int, Owner]) -> set[tuple[int, str]]:
+    """The Ray jobs whose live processes share the GPU an orphan holds memory on: the
+    runs it may run out of memory (their workers' actors and Ray workers, on the clusters
+    whose nodes have that address)."""
+    jobs = {owner.job_id for p in procs if p.gpu_id == orphan.gpu_id and p.pk != orphan.pk
+            and (owner := owner_of[p.pk]).kind != JOB and not owner.orphan and owner.job_id}
+    if not jobs:
+        return set()
+    clusters = set(Node.objects.filter(node_ip=gpus[orphan.gpu_id].node_ip).exclude(
+        cluster__state=Cluster.ENDED).values_list("cluster_id", flat=True))
+    return {(cluster, job) for cluster in clusters for job in jobs}
+
+
+def jobs_on_nodes(nodes: dict[str, Node]) -> list[tuple[str, set[tuple[int, str]]]]:
+    """For each finding's node (by its subject), the Ray jobs with live actors there: the
+    runs a spilling object store slows."""
+    if not nodes:
+        return []
+    there: dict[tuple[int, str], set[tuple[int, str]]] = defaultdict(set)
+    for cluster_id, node_id, job_id in Actor.objects.filter(
+            cluster_id__in={n.cluster_id for n in nodes.values()},
+            node_id__in={n.node_id for n in nodes.values()}, state="ALIVE").exclude(
+            job_id="").values_list("cluster_id", "node_id", "job_id").distinct():
+        there[(cluster_id, node_id)].add((cluster_id, job_id))
+    return [(subject, there[(n.cluster_id, n.node_id)]) for subject, n in nodes.items()]
+
+
+def tie_to_runs(hurt: list[tuple[str, set[tuple[int, str]]]],
+                context: dict[str, dict[str, Any]]) -> None:
+    """A cluster finding that hurts one RL run (its GPU shared with the run's workers, its
+    node the run's) is that run's incident too: on its page, in its health and its
+    experiment's alert group. One that hurts several stays the cluster's."""
+    runs = runs_by_job(set().union(*(jobs for _, jobs in hurt)) if hurt else set())
+    for subject, jobs in hurt:
+        hurts = {run.pk: run for job in jobs if (run := runs.get(job)) is not None}
+        if len(hurts) == 1:
+            [run] = hurts.values()
+            context[subject] |= {"trial": run, "experiment": run.experiment.name}
 
 
 def with_call_stacks(cluster_id: int, found: list[tuple[CallView, Finding]], now: datetime
