@@ -3,11 +3,13 @@ through the dashboard's log API, `GET /api/v0/logs/file` (what `ray logs actor` 
 `ray.util.state.get_log` call). Ray finds the file on the worker's node through that
 node's agent, by the actor's id (its current or past worker) or by pid on a node.
 
-fetch_log_tail() does the I/O; ray_log_refusal() turns Ray's answer into a reason.
+fetch_log_tail() does the I/O; ray_log_refusal() turns Ray's answer into a reason;
+fatal_signal() reads how a worker's own stderr says a signal ended it.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlencode
 
 from collectors.http import SourceError, get_text
@@ -40,6 +42,49 @@ def fetch_log_tail(endpoint: RayEndpoint, suffix: str, lines: int, *, actor_id: 
                         max_bytes=MAX_BYTES)
     except SourceError as exc:
         raise SourceError(endpoint.scrub(ray_log_refusal(exc)), status=exc.status) from None
+
+
+# How a Ray worker's stderr says a fatal signal ended it (read on Ray 2.60, a WorkerDict
+# that dereferenced NULL): Ray's own handler logs "*** SIGSEGV received at time=… ***",
+# then Python's faulthandler "Fatal Python error: Segmentation fault" and the Python
+# stack, most recent call first. A SIGKILL (the kernel's OOM killer, `ray stop --force`)
+# cannot be handled: it leaves none of this (docs/ray-facts.md, "Why a run ended").
+CRASH_LINES = 200  # the lines of a worker's .err asked for, from its end
+_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z]{2,6}) received at time=")
+_FATAL = re.compile(r"Fatal Python error: ([^\n]{1,120})")
+_FRAME = re.compile(r'File "([^"\n]{1,500})", line (\d{1,9}) in ([^\s]{1,200})')
+NO_SIGNAL = ("its log shows no fatal signal: SIGKILL (the kernel's OOM killer, or "
+             "ray stop --force) or an abrupt exit")
+
+
+def fatal_signal(err_tail: str) -> str | None:
+    """What a worker's stderr tail says ended it: "SIGSEGV (Segmentation fault) in
+    generate (rollout.py:95)", the frame the faulthandler names first; None when it
+    shows no fatal signal."""
+    signals = _SIGNAL.findall(err_tail)
+    fatal = next(reversed(list(_FATAL.finditer(err_tail))), None)  # the last
+    if not signals and fatal is None:
+        return None
+    name = signals[-1] if signals else "a fatal signal"
+    words = f"{name} ({fatal.group(1).strip()})" if fatal is not None else name
+    frames = [m.groups() for m in _FRAME.finditer(err_tail, fatal.end())][:64] \
+        if fatal is not None else []
+    if frames:
+        words += f" in {_frame(frames[0])}"
+        # Python's own library as the innermost frame (ctypes, a lock): the caller says more.
+        if _STDLIB.search(frames[0][0]):
+            caller = next((f for f in frames[1:] if not _STDLIB.search(f[0])), None)
+            if caller is not None:
+                words += f" from {_frame(caller)}"
+    return words
+
+
+_STDLIB = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
+
+
+def _frame(frame: tuple[str, str, str]) -> str:
+    path, line, function = frame
+    return f"{function} ({path.rsplit('/', 1)[-1]}:{line})"
 
 
 def ray_log_refusal(exc: SourceError) -> str:

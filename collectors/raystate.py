@@ -291,11 +291,14 @@ _DEATH_CONTEXTS = {"oom_context": "OUT_OF_MEMORY", "actor_unschedulable_context"
                    "runtime_env_failed_context": "RUNTIME_ENV_FAILED"}
 
 
-def death_words(reason: str, message: str) -> str:
+def death_words(reason: str, message: str, crash: str = "") -> str:
     """Why an actor's process is gone, in words, from Ray's reason and its message's
-    first `Worker exit type:` (Ray's own, before any text it quotes)."""
+    first `Worker exit type:` (Ray's own, before any text it quotes), and `crash`: how
+    its own log says it died (collectors.raylogs.fatal_signal), when it was read."""
     found = _EXIT_TYPE.search(message)
     exit_type = found.group(1) if found else ""
+    if crash and reason == "WORKER_DIED" and exit_type == "SYSTEM_ERROR":
+        return f"its process died: {crash} (Ray: WORKER_DIED, SYSTEM_ERROR)"
     if reason == "NODE_DIED":
         return "its node died (Ray: NODE_DIED)"
     if reason == "OWNER_DIED":

@@ -93,3 +93,63 @@ def test_how_a_process_died_in_words() -> None:
                        "SYSTEM_ERROR") == "its process exited with an error (Ray: WORKER_DIED, " \
         "USER_ERROR)"
     assert death_words("UNSCHEDULABLE", "") == "Ray: UNSCHEDULABLE"
+
+
+# A worker's stderr as Ray 2.60 wrote it when a WorkerDict dereferenced NULL (ctypes), the
+# node's own paths kept: Ray's signal handler, then Python's faulthandler.
+SEGV_ERR = """\
+:job_id:01000000
+[2026-12-07 21:40:11,957 E 7386 7386] logging.cc:474: *** SIGSEGV received at time=1796679611 \
+on cpu 1 ***
+[2026-12-07 21:40:11,957 E 7386 7386] logging.cc:474: PC: @     0x7f2adc974219  (unknown)
+Fatal Python error: Segmentation fault
+
+Stack (most recent call first):
+  File "/root/.pyenv/versions/3.11.7/lib/python3.11/ctypes/__init__.py", line 519 in string_at
+  File "/srv/verl/workers/rollout.py", line 95 in generate_sequences
+  File "/srv/venv/lib/python3.11/site-packages/ray/_private/function_manager.py", line 740 \
+in actor_method_executor
+
+Extension modules: msgpack._cmsgpack, ray._raylet (total: 2)
+"""
+
+
+def test_a_crashed_workers_own_log_says_how_it_died() -> None:
+    """Ray's SYSTEM_ERROR reads alike for the OOM killer and a SIGSEGV; the worker's own
+    stderr does not: a fatal signal leaves Ray's handler line and the faulthandler's
+    stack (the innermost frame, and past Python's own library the caller), a SIGKILL
+    nothing. The words then say it, with Ray's reason kept."""
+    from collectors.raylogs import NO_SIGNAL, fatal_signal
+    from dashboard.cluster.failures import crashed_actors
+    from dashboard.cluster.models import CallFailure
+
+    said = fatal_signal(SEGV_ERR)
+    assert said == ("SIGSEGV (Segmentation fault) in string_at (__init__.py:519) from "
+                    "generate_sequences (rollout.py:95)")
+    aborted = "Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n" \
+              '  File "/srv/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 9' \
+              " in synchronize\n"
+    assert fatal_signal(aborted) == "a fatal signal (Aborted) in synchronize (__init__.py:9)"
+    assert fatal_signal("*** SIGBUS received at time=1 ***\n") == "SIGBUS"
+    assert fatal_signal("INFO worker.py: Task finished\nKilled\n") is None  # SIGKILL: no trace
+    # What a process printed is data: its own words, cut to a line's worth.
+    assert len(fatal_signal("Fatal Python error: " + "x" * 5000) or "") < 200
+    assert death_words("WORKER_DIED", CRASH, said) == (
+        f"its process died: {said} (Ray: WORKER_DIED, SYSTEM_ERROR)")
+    assert death_words("WORKER_DIED", CRASH, NO_SIGNAL).startswith(
+        "its process died: its log shows no fatal signal: SIGKILL (the kernel's OOM killer")
+    # Which actors crashed, as a job's failures say: a dead actor's own call, and the one a
+    # trainer's ray.get names; a raised exception is no crash.
+    worker = "89d04f8aec33be8e411bd92301000000"
+    failures = [
+        CallFailure(cluster_id=1, actor_id=ACTOR, error_type="ACTOR_DIED", message=CRASH),
+        CallFailure(cluster_id=1, actor_id="ff" * 16, error_type="TASK_EXECUTION_EXCEPTION",
+                    message=f"ActorDiedError: ...\n\tclass_name: WorkerDict\n\tactor_id: "
+                            f"{worker}\n\tpid: 7386\n{CRASH}"),
+        CallFailure(cluster_id=1, actor_id="ee" * 16, error_type="TASK_EXECUTION_EXCEPTION",
+                    message="RuntimeError: CUDA out of memory")]
+    assert crashed_actors(failures) == [ACTOR, worker]
+    failure = CallFailure(cluster_id=1, name="TaskRunner.run",
+                          error_type="TASK_EXECUTION_EXCEPTION",
+                          message=f"ray::WorkerDict.generate() (pid=7386, ip=10.0.0.5)\n{CRASH}")
+    assert failure.describe((), said).splitlines()[-1] == f"Its process died: {said}"

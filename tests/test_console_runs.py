@@ -279,6 +279,49 @@ def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded
         stop_node(run)
 
 
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_a_worker_killed_by_a_signal_is_said_as_its_own_log_says_it(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path) -> None:
+    """A verl-shaped run whose rollout worker's process dies of SIGSEGV in native code at
+    step 3 (its driver started by hand): Ray says only that the worker "died unexpectedly"
+    (SYSTEM_ERROR: the OOM killer, ray stop --force or a signal, it cannot tell), and the
+    job SUCCEEDED. The run is ERROR, and its error and its page's alert end with what the
+    worker's own stderr says (read through Ray's log API by the actor's id): the signal
+    and the frame it hit, the Python caller named past ctypes."""
+    scheduler = polls(settings, "poll-ray-state", "poll-trial-logs")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run = verl_runs(ray_settings, marks, "segfault")
+    try:
+        pid = int(wait_for(lambda: _read(marks / "segfault.pid"), 120, 0.5, "the TaskRunner"))
+        listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
+                          60, 0.5, "the run listed from Ray")
+        assert run.wait(patient(120)) == 1, "the driver did not raise the trainer's error"
+        crashed = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
+                           == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
+                           explain=lambda: Trial.objects.values(
+                               "status", "status_reason", "error_text").get(pk=listed.pk))
+        worker = Actor.objects.get(class_name="WorkerDict", job_id=Actor.objects.get(
+            pid=pid, class_name="TaskRunner").job_id)
+        assert worker.crash.startswith("SIGSEGV (Segmentation fault) in string_at ("), \
+            worker.crash
+        assert "from actor_rollout_generate_sequences (verl_console_runs.py:" in worker.crash
+        said = crashed.error_text.rstrip().splitlines()
+        assert said[0].startswith("WorkerDict.actor_rollout_generate_sequences failed ("), said
+        assert said[-1] == f"Its process died: {worker.crash}", said[-3:]
+        assert "SYSTEM_ERROR" in crashed.error_text  # Ray's own words are kept above it
+        incident = wait_for(lambda: Incident.objects.filter(
+            kind="trial_errored", state=Incident.FIRING, trial=listed).first(), 60, 0.5,
+            "trial_errored for the crashed run")
+        assert incident.summary.endswith(f"failed: Its process died: {worker.crash}"), \
+            incident.summary
+    finally:
+        scheduler.stop()
+        stop_node(run)
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text() or None

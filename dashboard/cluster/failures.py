@@ -9,16 +9,23 @@ When a trainer actor Ray listed is gone, its job's failed calls are asked for (o
 request, the detail columns of a few rows), at each poll for FAILURE_WAIT_S: Ray's task
 events come a second or so after the fact, each worker's on its own, so the trainer's
 own failure may be listed before the worker's that caused it. The first to fail is the
-run's error (dashboard/trials/runs.py), looked at again as more come."""
+run's error (dashboard/trials/runs.py), looked at again as more come.
+
+Ray says a worker that died of a signal or a kill only "died unexpectedly (SYSTEM_ERROR)":
+the OOM killer, `ray stop --force` and a SIGSEGV read alike. Its own stderr tells them
+apart (a fatal signal leaves a trace, a SIGKILL none): read once through Ray's log API,
+by the actor's id Ray lists (note_crash)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta
 
 from django.db.models import F
 
 from collectors.http import SourceError
+from collectors.raylogs import CRASH_LINES, NO_SIGNAL, fatal_signal, fetch_log_tail
 from collectors.raystate import (
     RayEndpoint,
     fetch_actor_death,
@@ -35,6 +42,9 @@ log = logging.getLogger("raywatch.cluster.failures")
 FAILURE_WAIT_S = 30.0  # how long after its trainer ended a job's failures are looked for
 DEATHS_PER_POLL = 20  # actors asked why they died, at most, per poll of a cluster
 DEATHS_LOOKED_AT = 2000  # the newest actors that just ended, looked at for a bound trial
+CRASHES_PER_JOB = 3  # crashed actors of one job whose logs are read, at most
+SYSTEM_ERROR = "Worker exit type: SYSTEM_ERROR"  # Ray's words for a worker that crashed
+_DEAD_ACTOR = re.compile(r"actor_id: ([0-9a-f]{32})\b")  # an ActorDiedError's own lines
 
 
 def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
@@ -66,6 +76,8 @@ def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
                     .values_list("task_id", "attempt"))
         new = [row for row in rows if (row.task_id, row.attempt) not in known]
         stored += len(CallFailure.objects.bulk_create(new, ignore_conflicts=True))
+        for actor_id in crashed_actors(new)[:CRASHES_PER_JOB]:
+            note_crash(endpoint, cluster_pk, actor_id)
     CallFailure.objects.filter(cluster_id=cluster_pk,
                                seen_at__lt=now - DEAD_ACTOR_KEEP).delete()
     return stored
@@ -77,6 +89,42 @@ def first_failure(cluster_pk: int, job_id: str) -> CallFailure | None:
         return None
     return (CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job_id)
             .order_by(F("failed_at").asc(nulls_last=True), "seen_at", "pk").first())
+
+
+def crashed_actors(failures: list[CallFailure]) -> list[str]:
+    """The actors whose worker died of a SYSTEM_ERROR, as these failures say: the failed
+    call's own actor, or the one a ray.get on it names ("actor_id: …")."""
+    found: list[str] = []
+    for failure in failures:
+        if SYSTEM_ERROR not in failure.message:
+            continue
+        own = [failure.actor_id] if failure.actor_id and failure.error_type in (
+            "ACTOR_DIED", "WORKER_DIED") else []
+        for actor_id in [*own, *_DEAD_ACTOR.findall(failure.message)]:
+            if actor_id not in found:
+                found.append(actor_id)
+    return found
+
+
+def note_crash(endpoint: RayEndpoint, cluster_pk: int, actor_id: str) -> None:
+    """Read how a crashed actor's own stderr says it died (once: an actor whose crash is
+    known is not asked again): the fatal signal and frame, or that it shows none (a
+    SIGKILL). A log Ray cannot give says why instead."""
+    actor = Actor.objects.filter(cluster_id=cluster_pk, actor_id=actor_id).first()
+    if actor is None or actor.crash:
+        return
+    try:
+        tail = fetch_log_tail(endpoint, "err", CRASH_LINES, actor_id=actor_id)
+        crash = fatal_signal(tail) or NO_SIGNAL
+    except SourceError as exc:
+        crash = f"its log was not read ({exc.message})"
+    Actor.objects.filter(pk=actor.pk).update(crash=crash.replace("\x00", "")[:500])
+
+
+def job_crash(cluster_pk: int, job_id: str) -> str:
+    """How the job's first crashed actor died, as its own log says; "" when none did."""
+    return (Actor.objects.filter(cluster_id=cluster_pk, job_id=job_id).exclude(crash="")
+            .order_by("ended_at", "pk").values_list("crash", flat=True).first() or "")
 
 
 def job_call_names(cluster_pk: int, job_id: str) -> set[str]:
@@ -126,6 +174,8 @@ def note_deaths(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
         except SourceError as exc:
             log.warning("why actor %s died not read: %s", actor.actor_id, exc.message)
             continue
+        if death is not None and death.exit_type == "SYSTEM_ERROR":
+            note_crash(endpoint, cluster_pk, actor.actor_id)
         Actor.objects.filter(pk=actor.pk, state="DEAD").update(
             death_reason=death.reason if death else "UNKNOWN",
             death_message=(death.message if death else "").replace("\x00", ""),

@@ -149,6 +149,10 @@ class Actor(models.Model):
     death_reason = models.CharField(max_length=32, blank=True, default="")
     death_message = models.TextField(blank=True, default="")
     ended_on_purpose = models.BooleanField(null=True)
+    # How its own stderr says it ended, read once through Ray's log API when Ray said its
+    # worker died of a SYSTEM_ERROR (dashboard/cluster/failures.note_crash): the fatal
+    # signal and frame (collectors.raylogs.fatal_signal), or that none shows (a SIGKILL).
+    crash = models.CharField(max_length=500, blank=True, default="")
     first_seen_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -252,13 +256,16 @@ class CallFailure(models.Model):
                   if head and "." not in name and name.endswith(head)}
         return whole.pop() if len(whole) == 1 else left
 
-    def describe(self, known: Iterable[str] = ()) -> str:
+    def describe(self, known: Iterable[str] = (), crash: str = "") -> str:
         """What the run's page and its incident say: the call where the failure began,
-        how it failed, and the message (a traceback ends with the exception)."""
+        how it failed, and the message (a traceback ends with the exception); then
+        `crash`, how a crashed process's own log says it died (Ray's message says only
+        that it died)."""
         first = self.first_call(known)
         through = f", raised again by {self.name}" if first != self.name else ""
         kind = self.error_type or "no error type"
-        return f"{first} failed ({kind}{through}):\n{self.message}"
+        died = f"\nIts process died: {crash}" if crash else ""  # the last line: the gist
+        return f"{first} failed ({kind}{through}):\n{self.message.rstrip()}{died}"
 
 
 class CallStack(models.Model):

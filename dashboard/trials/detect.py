@@ -720,17 +720,17 @@ def deaths(gone: list[Trial]) -> dict[int, tuple[bool, str]]:
     if not keyed:
         return {}
     found: dict[int, tuple[bool, str]] = {}
-    for cluster, pid, node_ip, reason, message, on_purpose in Actor.objects.filter(
+    for cluster, pid, node_ip, reason, message, on_purpose, crash in Actor.objects.filter(
             state="DEAD", pid__in={k[2] for k in keyed},
             cluster_id__in={k[0] for k in keyed}).exclude(death_reason="").annotate(
             node_ip=Subquery(Node.objects.filter(cluster_id=OuterRef("cluster_id"),
                                                  node_id=OuterRef("node_id"))
                              .values("node_ip")[:1])).values_list(
             "cluster_id", "pid", "node_ip", "death_reason", "death_message",
-            "ended_on_purpose"):
+            "ended_on_purpose", "crash"):
         pk = keyed.get((cluster, node_ip or "", pid))
         if pk is not None and reason != "UNKNOWN":
-            found[pk] = (bool(on_purpose), death_words(reason, message))
+            found[pk] = (bool(on_purpose), death_words(reason, message, crash))
     return found
 
 

@@ -46,7 +46,12 @@ from collectors.runformats import (
     train_run_dir,
 )
 from dashboard.cluster.callstacks import request_stacks
-from dashboard.cluster.failures import failed_jobs_since, first_failure, job_call_names
+from dashboard.cluster.failures import (
+    failed_jobs_since,
+    first_failure,
+    job_call_names,
+    job_crash,
+)
 from dashboard.cluster.models import (
     Actor,
     CallFailure,
@@ -249,7 +254,8 @@ def failed(run: Trial, failure: CallFailure, trainer: Actor | None) -> None:
     raised exception's traceback, an OOM kill), whatever the job's end says (a driver
     started by hand ends SUCCEEDED however its trainer ended)."""
     run.tune_status = Trial.ERROR
-    run.error_text = failure.describe(job_call_names(failure.cluster_id, failure.job_id))
+    run.error_text = failure.describe(job_call_names(failure.cluster_id, failure.job_id),
+                                      job_crash(failure.cluster_id, failure.job_id))
     run.error_at = failure.failed_at or (trainer.ended_at if trainer else None) \
         or failure.seen_at
     run.error_read_at = failure.seen_at

@@ -24,7 +24,9 @@ is configured for raywatch: no log dir, no file logger.
   all_reduce for it and the trainer waits in ray.get on both;
 - "crash": at step CRASH_AT its rollout worker (a `WorkerDict`, as verl's fused worker
   class shows in Ray) runs out of GPU memory and raises; the trainer's `ray.get` raises
-  in turn (the cascade), and the driver, started by hand, exits.
+  in turn (the cascade), and the driver, started by hand, exits;
+- "segfault": the same, but its rollout worker's process dies of SIGSEGV (a native
+  kernel reading address 0): Ray says only that the worker died of a SYSTEM_ERROR.
 
 Each actor writes its pid to MARKS/<name>.pid first; the hung one MARKS/hung.at (a
 time.time()) as it starts waiting.
@@ -84,7 +86,12 @@ class WorkerDict:
 
             dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
 
-    def actor_rollout_generate_sequences(self, step: int, seconds: float = 0.0) -> float:
+    def actor_rollout_generate_sequences(self, step: int, seconds: float = 0.0,
+                                         segfault: bool = False) -> float:
+        if segfault and step >= CRASH_AT:
+            import ctypes
+
+            ctypes.string_at(0)  # SIGSEGV, in native code
         if self.rank is not None:
             import torch.distributed as dist
 
@@ -130,8 +137,9 @@ class TaskRunner:
         for step in range(1, steps + 1):
             if name == "hung":
                 compute_reward(where)
-            if name == "crash":
-                ray.get(worker.actor_rollout_generate_sequences.remote(step))
+            if name in ("crash", "segfault"):
+                ray.get(worker.actor_rollout_generate_sequences.remote(
+                    step, segfault=name == "segfault"))
             if name == "rollout":
                 ray.get(worker.actor_rollout_generate_sequences.remote(
                     step, FIRST_S if step == 1 else STEP_S))
@@ -142,7 +150,7 @@ class TaskRunner:
                 ray.get(reward.compute_reward.remote(marks))
             if name in ("healthy", "hung"):
                 busy(FIRST_S if step == 1 else STEP_S)
-            if name == "crash":  # steps long enough for Ray's list to show its trainer
+            if name in ("crash", "segfault"):  # steps long enough for Ray to list its trainer
                 time.sleep(3 * STEP_S)
             print(verl_console_line(verl_step(step), step), flush=True)
         return steps
