@@ -443,8 +443,8 @@ from ray.util.placement_group import placement_group
 
 class PPOTrainer:
     def fit(self):
-        print("INFO 12-07 16:20:00 ppo_trainer.py:547] ✨ Global step 1: {'policy_loss': 0.1}",
-              flush=True)
+        print("INFO 12-07 16:20:00 ppo_trainer.py:547] ✨ Global step 1: {'policy_loss': 0.1, "
+              "'train/timing/generation': 2.5, 'train/timing/step_total': 4.0}", flush=True)
         time.sleep(600)
 
 ray.init(address=sys.argv[1], logging_level="ERROR")
@@ -461,12 +461,14 @@ ray.get(trainer.fit.remote())
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(300)
 def test_an_openrlhf_run_is_found_from_its_job_before_its_trainer_and_owns_its_demand(  # type: ignore[no-untyped-def]
-        settings, ray_settings, tmp_path) -> None:
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
     """Two OpenRLHF-shaped drivers started as OpenRLHF is (`python .../openrlhf/cli/
     train_ppo_ray.py`): each is a run from the moment Ray lists its job, PENDING before
     its trainer exists. One's placement group asks for 8 GPUs no node has: that demand is
     the run's (its health "cannot be placed"). The other's is placed and its PPOTrainer
-    starts: the same run is now that trainer's, RUNNING."""
+    starts: the same run is now that trainer's, RUNNING, and its console's first step
+    (OpenRLHF's `✨ Global step` line, read by the node's agent) is its step 1, with its
+    phases."""
     scheduler = polls(settings, "poll-ray-state", "detect-resources", "poll-trial-logs")
     script = tmp_path / "openrlhf" / "cli" / "train_ppo_ray.py"
     script.parent.mkdir(parents=True)
@@ -476,6 +478,8 @@ def test_an_openrlhf_run_is_found_from_its_job_before_its_trainer_and_owns_its_d
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_AUTH_MODE": "token"}, start_new_session=True)
         for mode in ("unplaceable", "placed")}
+    agent = host_agent(live_server_asgi.url, tmp_path, ray_settings)
+    agent.__enter__()
     try:
         jobs = wait_for(lambda: _driver_jobs(drivers), 60, 0.5, "both drivers' Ray jobs")
         waiting = wait_for(lambda: Trial.objects.filter(
@@ -502,7 +506,14 @@ def test_an_openrlhf_run_is_found_from_its_job_before_its_trainer_and_owns_its_d
                                                       "status", "pid")))
         assert run.trial_id == f"PPOTrainer {trainer.pid}" and run.framework == "openrlhf"
         assert Trial.objects.filter(experiment=run.experiment).count() == 1
+        step = wait_for(lambda: StepResult.objects.filter(trial=run).first(), 60, 0.5,
+                        "the trainer's first step, from its console",
+                        explain=lambda: (tmp_path / "agent.log").read_text()[-1500:])
+        assert (step.iteration, step.metrics["policy_loss"]) == (1, 0.1)
+        assert step.time_this_iter_s == 4.0  # train/timing/step_total: the step's time
+        assert Trial.objects.filter(experiment=run.experiment).count() == 1
     finally:
+        agent.__exit__(None, None, None)
         scheduler.stop()
         for driver in drivers.values():
             stop_node(driver)
