@@ -15,8 +15,10 @@ the reward computed inside the trainer. No log dir, no file logger, default thre
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -303,6 +305,12 @@ def test_a_worker_killed_by_a_signal_is_said_as_its_own_log_says_it(  # type: ig
                            == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
                            explain=lambda: Trial.objects.values(
                                "status", "status_reason", "error_text").get(pk=listed.pk))
+        # Ray lists each call's failure as its worker reports it: the trainer's may come
+        # first, its message not yet saying how the worker died.
+        crashed = wait_for(lambda: "\nIts process died: " in (t := Trial.objects.get(
+            pk=listed.pk)).error_text and t, 60, 0.5, "the crash in the run's error",
+            explain=lambda: (list(CallFailure.objects.values("name", "error_type")),
+                             list(Actor.objects.values("class_name", "crash"))))
         worker = Actor.objects.get(class_name="WorkerDict", job_id=Actor.objects.get(
             pid=pid, class_name="TaskRunner").job_id)
         assert worker.crash.startswith("SIGSEGV (Segmentation fault) in string_at ("), \
@@ -318,6 +326,43 @@ def test_a_worker_killed_by_a_signal_is_said_as_its_own_log_says_it(  # type: ig
         assert incident.summary.endswith(f"failed: Its process died: {worker.crash}"), \
             incident.summary
     finally:
+        scheduler.stop()
+        stop_node(run)
+
+
+@pytest.mark.ray
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(300)
+def test_a_run_whose_driver_its_user_interrupted_ended_and_pages_nobody(  # type: ignore[no-untyped-def]
+        settings, ray_settings, tmp_path, live_server_asgi) -> None:
+    """A verl-shaped run started by hand, its steps read from its console, whose user
+    presses Ctrl-C in the driver's terminal (SIGINT to the driver alone): Ray ends the
+    job and its actors with their owner. That is the user's own stop, not a crash: the
+    run ends, its process gone, and nothing is alerted of it."""
+    scheduler = polls(settings, "poll-ray-state", "poll-trial-logs")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run = verl_runs(ray_settings, marks, "rollout")
+    agent = host_agent(live_server_asgi.url, tmp_path, ray_settings)
+    agent.__enter__()
+    try:
+        pid = int(wait_for(lambda: _read(marks / "rollout.pid"), 120, 0.5, "the TaskRunner"))
+        listed = wait_for(lambda: Trial.objects.filter(
+            pid=pid, framework="verl", iteration__gte=0).first(), 90, 0.5,
+            "the run and its validation line, read from its console")
+        run.send_signal(signal.SIGINT)  # Ctrl-C: the driver alone, not its group
+        run.wait(patient(60))
+        ended = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
+                         in Trial.FINISHED and t, 90, 0.5, "the run to end",
+                         explain=lambda: Trial.objects.values(
+                             "status", "status_reason", "error_text").get(pk=listed.pk))
+        assert ended.process_alive is False
+        time.sleep(patient(5))  # a poll and an evaluation after it ended
+        firing = list(Incident.objects.filter(trial=listed).values_list("kind", "summary"))
+        assert ended.status == Trial.TERMINATED and firing == [], (
+            ended.status, ended.status_reason, ended.error_text[:500], firing)
+    finally:
+        agent.__exit__(None, None, None)
         scheduler.stop()
         stop_node(run)
 

@@ -95,3 +95,23 @@ def test_what_ray_left_of_the_header_still_names_the_call() -> None:
                               "RuntimeError: CUDA out of memory")
     assert own.first_call() == "TaskRunner.run"
     assert own.describe().startswith("TaskRunner.run failed (TASK_EXECUTION_EXCEPTION):\n")
+
+
+def test_a_call_ended_by_its_drivers_end_is_no_failure_of_the_run() -> None:
+    """Ray's words (2.60) for calls a driver's Ctrl-C ended: their owner, the driver (the
+    job's id, then f's), died; or their worker was made to exit as the job finished. A
+    call whose owner was another actor did fail."""
+    from dashboard.cluster.failures import driver_ended
+    from dashboard.cluster.models import CallFailure
+
+    def failure(message: str) -> CallFailure:
+        return CallFailure(cluster_id=1, job_id="03000000", name="TaskRunner.run",
+                           error_type="WORKER_DIED", message=message)
+
+    owner = "Worker running the task (66304ada) died because its owner has died. Owner Id: "
+    assert driver_ended(failure(owner + "03000000" + "f" * 48 + " Owner Ip address: 1.2"))
+    assert driver_ended(failure("Worker (9b1049) died with exit_type: 3 with error_message: "
+                                "Worker force exited because its job has finished"))
+    assert not driver_ended(failure(owner + "04000000" + "f" * 48))  # another job's driver
+    assert not driver_ended(failure(owner + "9b1049babfeeb83e328b75a3" + "0" * 32))
+    assert not driver_ended(failure("RuntimeError: CUDA out of memory"))

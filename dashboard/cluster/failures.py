@@ -45,6 +45,10 @@ DEATHS_LOOKED_AT = 2000  # the newest actors that just ended, looked at for a bo
 CRASHES_PER_JOB = 3  # crashed actors of one job whose logs are read, at most
 SYSTEM_ERROR = "Worker exit type: SYSTEM_ERROR"  # Ray's words for a worker that crashed
 _DEAD_ACTOR = re.compile(r"actor_id: ([0-9a-f]{32})\b")  # an ActorDiedError's own lines
+# Ray's words for a call whose owner died (Ray 2.60: "... because its owner has died.
+# Owner Id: 03000000ffff… Owner Ip address: …"): a driver's id is its job's, then f's.
+JOB_FINISHED = "Worker force exited because its job has finished"  # Ray 2.60's words
+_OWNER_DIED = re.compile(r"because its owner has died\. Owner Id: ([0-9a-f]{8})f{40,56}\b")
 
 
 def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
@@ -84,11 +88,25 @@ def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
 
 
 def first_failure(cluster_pk: int, job_id: str) -> CallFailure | None:
-    """The job's first failed call: what started the cascade."""
+    """The job's first failed call: what started the cascade. A call that failed only
+    because the job's driver ended (its user's Ctrl-C, the driver's exit: Ray ends the
+    job's actors with their owner) is no failure of the run: with nothing else failed,
+    the job's end says how the run ended."""
     if not job_id:
         return None
-    return (CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job_id)
-            .order_by(F("failed_at").asc(nulls_last=True), "seen_at", "pk").first())
+    failures = CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job_id).order_by(
+        F("failed_at").asc(nulls_last=True), "seen_at", "pk")
+    return next((f for f in failures if not driver_ended(f)), None)
+
+
+def driver_ended(failure: CallFailure) -> bool:
+    """Whether Ray says the call failed because the job's driver ended: its owner died
+    and that owner is the driver (whose worker id is the job's id, then f's), or its
+    worker was made to exit because the job finished."""
+    if JOB_FINISHED in failure.message:
+        return True
+    found = _OWNER_DIED.search(failure.message)
+    return found is not None and found.group(1) == failure.job_id
 
 
 def crashed_actors(failures: list[CallFailure]) -> list[str]:
