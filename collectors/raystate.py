@@ -234,10 +234,12 @@ def parse_calls(reply: ClusterReply) -> list[CallRecord]:
     """The tasks and actor calls running now (none when Ray sent no such list)."""
     rows = _dig(reply.calls, "data", "result", "result") or []
     records = [
-        CallRecord(task_id=str(row["task_id"]), attempt=_whole(row.get("attempt_number")),
+        CallRecord(task_id=str(row["task_id"])[:64], attempt=_whole(row.get("attempt_number")),
                    name=str(row.get("name") or row.get("func_or_class_name") or "?")[:200],
-                   kind=str(row.get("type") or "")[:32], job_id=row.get("job_id") or None,
-                   actor_id=row.get("actor_id") or None, node_id=row.get("node_id") or None,
+                   kind=str(row.get("type") or "")[:32],
+                   job_id=str(row.get("job_id") or "")[:64] or None,
+                   actor_id=str(row.get("actor_id") or "")[:64] or None,
+                   node_id=str(row.get("node_id") or "")[:64] or None,
                    pid=_whole(row.get("worker_pid")) or None,
                    parent_task_id=str(row.get("parent_task_id") or "")[:64] or None)
         for row in rows

@@ -25,6 +25,7 @@ from collectors.records import CallRecord
 from collectors.runformats import TRAINER_CLASSES
 from dashboard.cluster.models import CallTiming, Cluster, RayCall
 from dashboard.cluster.views_data import calls_payload, jobs_payload
+from dashboard.core.bulk import fit_values
 from dashboard.core.push import JOBS_GROUP, job_group, publish
 
 # A job's histories no call of it has added to for this long are forgotten (its run
@@ -45,7 +46,8 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
     would seem to run on, and be called overdue), and counted again when Ray lists it.
     `previous_poll`: when the cluster answered before (a call that ended did so between
     then and now). Nothing is written of the calls that still run."""
-    incoming = {(r.task_id, r.attempt): r for r in records}
+    incoming = {(fit_values(RayCall, {"task_id": r.task_id})["task_id"], r.attempt): r
+                for r in records}  # keyed as their rows are
     with transaction.atomic():
         rows = RayCall.objects.filter(cluster=cluster)
         # Keys only: 10,000 running calls as model rows cost a poll most of a second.
@@ -60,10 +62,11 @@ def ingest_calls(records: Iterable[CallRecord], now: datetime, cluster: Cluster,
                 learn(cluster, ended, now, previous_poll or now)
             RayCall.objects.filter(pk__in=gone).delete()
         began = halfway(previous_poll, now) if not new_session else now
-        new = [RayCall(cluster=cluster, task_id=r.task_id, attempt=r.attempt, name=r.name,
-                       kind=r.kind, job_id=r.job_id or "", actor_id=r.actor_id or "",
-                       node_id=r.node_id or "", pid=r.pid,
-                       parent_task_id=r.parent_task_id or "", first_seen_at=began)
+        new = [RayCall(cluster=cluster, first_seen_at=began, **fit_values(RayCall, {
+                   "task_id": r.task_id, "attempt": r.attempt, "name": r.name,
+                   "kind": r.kind, "job_id": r.job_id or "", "actor_id": r.actor_id or "",
+                   "node_id": r.node_id or "", "pid": r.pid,
+                   "parent_task_id": r.parent_task_id or ""}))
                for key, r in incoming.items() if key not in existing]
         RayCall.objects.bulk_create(new, batch_size=1000)
         placed(cluster, incoming)

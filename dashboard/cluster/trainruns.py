@@ -61,8 +61,8 @@ def _ingest(listing: TrainListing, now: datetime, cluster: Cluster) -> list[str]
                       touched=touched)
         TrainRun.objects.filter(cluster=cluster, run_id__in=gone).delete()
         # A run's page shows its workers as they change (a restart's new attempt).
-        runs = {(str(incoming[run_id]["job_id"]), str(incoming[run_id]["name"]))
-                for run_id in touched}
+        runs = set(TrainRun.objects.filter(cluster=cluster, run_id__in=touched)
+                   .values_list("job_id", "name"))
         for job, name in runs:
             publish(train_group(cluster.pk, job, train_run_dir(name)), "train",
                     lambda job=job, name=name: train_payload(newest_run(cluster.pk, job,

@@ -29,6 +29,7 @@ from dashboard.cluster.models import (
     settings_cluster_pk,
 )
 from dashboard.cluster.views_data import demands_payload, jobs_payload
+from dashboard.core.bulk import fit_values
 from dashboard.core.push import DEMANDS_GROUP, JOBS_GROUP, publish
 
 DEAD_ACTOR_KEEP = timedelta(hours=24)
@@ -42,6 +43,13 @@ def mirror(model: type[models.Model], key: str, incoming: dict[str, dict[str, An
     `incoming` (key -> field values): create, update what changed (their keys added to
     `touched`). Returns the keys of its stored rows that Ray no longer lists."""
     cluster_pk = _pk(cluster)
+    # What Ray sent, as the columns keep it (a job id of 200 characters, an actor repr
+    # with a NUL): one such row would fail the whole poll's transaction, every poll.
+    fitted: dict[str, dict[str, Any]] = {}
+    for name, values in incoming.items():
+        fitted.setdefault(fit_values(model, {key: name})[key],  # two cut alike: the first
+                          fit_values(model, values))
+    incoming = fitted
     existing = {getattr(row, key): row for row in model.objects.filter(cluster_id=cluster_pk)}
     changed = []
     for name, values in incoming.items():

@@ -16,6 +16,32 @@ from typing import Any
 
 from django.db import connection, models, transaction
 
+NUL = "\x00"
+
+
+def fit_values(model: type[models.Model], values: dict[str, Any]) -> dict[str, Any]:
+    """`values` as `model`'s columns keep them, whatever a source sent: a string cut to
+    its CharField's max_length, and NUL taken out of every string, JSON's nested ones
+    too (Postgres refuses NUL in text and jsonb, and one refused row would fail the
+    whole statement; SQLite keeps any length, so the cut is made here on both)."""
+    fitted = {}
+    for name, value in values.items():
+        limit = getattr(model._meta.get_field(name), "max_length", None)
+        clean = without_nul(value)
+        fitted[name] = clean[:limit] if isinstance(clean, str) and limit else clean
+    return fitted
+
+
+def without_nul(value: Any) -> Any:
+    """`value` with NUL taken out of its strings (a JSON value's, at any depth)."""
+    if isinstance(value, str):
+        return value.replace(NUL, "") if NUL in value else value
+    if isinstance(value, dict):
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nul(v) for v in value]
+    return value
+
 
 def upsert(model: type[models.Model], objs: Sequence[models.Model], unique: Sequence[str],
            update: Sequence[str]) -> None:
