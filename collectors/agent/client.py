@@ -1,6 +1,10 @@
 """The one function every request of the agent goes through: the token header, a
 timeout, http/https only, and an answer whatever the status (a status is the
-protocol's word, not an error). Only an unreachable raywatch raises."""
+protocol's word, not an error). Only an unreachable raywatch raises.
+
+A redirect is never followed: urllib would send the token on to wherever it points (any
+host, https to http). raywatch's API does not redirect; a 3xx is an answer like any
+other status, and the agent says it (issue 43, L1)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,14 @@ from urllib.parse import urlparse
 from collectors.agent import AGENT_VERSION
 
 GZIP_LEVEL = 6  # a report of 8 GPUs, 50 workers and 50 trial lines: about 10x smaller
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError: the answer, as it is
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class Unreachable(Exception):
@@ -50,7 +62,7 @@ def call(method: str, url: str, token: str, payload: Any = None, timeout: float 
         headers.update(content)
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with _OPENER.open(request, timeout=timeout) as answer:
             return Reply(answer.status, _json(answer.read()), None)
     except urllib.error.HTTPError as exc:
         with exc:
