@@ -43,8 +43,10 @@ def test_a_redirect_is_an_answer_and_the_token_goes_nowhere() -> None:
         for status in (302, 307):
 
             class Redirector(BaseHTTPRequestHandler):
+                code = status
+
                 def do_POST(self) -> None:
-                    self.send_response(status)
+                    self.send_response(self.code)
                     self.send_header("Location", f"{elsewhere}/harvest")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
