@@ -1,8 +1,9 @@
 """Values no NVML or /proc gives, in an agent's report: NaN and Infinity (Python's JSON
 reads them), strings longer than raywatch keeps (SQLite ignores a column's max_length),
-numbers past a column's range. Each refuses its batch by seq with the field named; the
-group writer stores every other report sent with it, and the agent's other batches go
-in when it sends them again. Runs on Postgres and on SQLite (test_on_embedded_default)."""
+numbers past a column's range. A GPU's or a process's refuses its batch by seq with the
+field named; the group writer stores every other report sent with it, and the agent's
+other batches go in when it sends them again. A trial's record costs only itself: its
+trial shows the problem, and the batch's other records are stored. Runs on Postgres and on SQLite (test_on_embedded_default)."""
 
 from __future__ import annotations
 
@@ -75,34 +76,45 @@ def test_a_process_fact_raywatch_cannot_keep_refuses_its_batch(
     assert not NodeProcess.objects.exists() and not Gpu.objects.exists()
 
 
-@pytest.mark.parametrize(("writer", "said"), [
-    (2**40, "trial_log.writer_pid: expected an integer from 1 to"),
-    (-3, "trial_log.writer_pid: expected an integer from 1 to"),
-    ("1234", "trial_log.writer_pid: expected an integer from 1 to"),
+@pytest.mark.parametrize(("changes", "said"), [
+    ({"writer_pid": 2**40}, "trial_log.writer_pid: expected an integer from 1 to"),
+    ({"writer_pid": -3}, "trial_log.writer_pid: expected an integer from 1 to"),
+    ({"writer_pid": "1234"}, "trial_log.writer_pid: expected an integer from 1 to"),
+    # An agent newer than its server: a framework it does not know yet.
+    ({"framework": "areal"}, "trial_log.framework: one of tune"),
+    ({"results": [{"iteration": 10**400}]}, "trial_log.results[0]"),
 ])
-def test_a_run_writer_pid_raywatch_cannot_keep_refuses_its_batch(writer: Any, said: str
-                                                                 ) -> None:
+def test_a_trial_record_raywatch_cannot_keep_costs_only_itself(changes: dict[str, Any],
+                                                               said: str) -> None:
+    """One trial's record the server cannot read is that trial's visible problem; the
+    other trials' records of the same batch are stored (issue 43, M5: one hostile line
+    no longer drops its neighbours' results, which then looked stalled)."""
     from collectors.agent.trialwire import encode_trial_log
-    from collectors.records import TrialUpdate
-    from dashboard.trials.models import Trial
+    from collectors.records import ResultLine, TrialUpdate
+    from dashboard.trials.models import StepResult, Trial
 
     now = timezone.now()
     token = tokens.issue("gpu-a", None, now)[1]
-    run = TrialUpdate(experiment="verl_pair", experiment_dir="/r/verl_pair", trial_id="exp0",
-                      trainable="", directory="/r/verl_pair", tensorboard=False,
-                      framework="verl", writer_pid=4242)
-    good = encode_trial_log(run, now)
-    bad = {**encode_trial_log(run, now), "writer_pid": writer}
 
-    def body(seq: int, record: dict[str, Any]) -> dict[str, Any]:
-        at = good["at"]
-        return {"version": wire.VERSION, "agent": {"version": "test"},
-                "batches": [{"stream": "s1", "seq": seq, "at": at, "records": [record]}]}
+    def run(trial_id: str) -> dict[str, Any]:
+        line = ResultLine(trial_id=trial_id, attempt=1, iteration=1, at=now,
+                          time_this_iter_s=1.0, pid=None, node_ip=None, hostname=None,
+                          metrics={"loss": 0.5}, byte_offset=0)
+        return encode_trial_log(TrialUpdate(
+            experiment="verl_pair", experiment_dir="/r/verl_pair", trial_id=trial_id,
+            trainable="", directory="/r/verl_pair", tensorboard=False, framework="verl",
+            writer_pid=4242, results=(line,)), now)
 
-    [refused] = ingest_sent([sent(token, body(1, bad))], now)
-    assert isinstance(refused, BatchRefused) and refused.seq == 1, refused
-    assert said in refused.message, refused.message
-    assert not Trial.objects.exists()
-    [answer] = ingest_sent([sent(token, body(2, good))], timezone.now())
-    assert isinstance(answer, dict) and answer["stored"] == [2], answer
-    assert Trial.objects.get(trial_id="exp0").writer_pid == 4242
+    nameless = {**run("x"), "trial_id": 7}  # says no trial: counted, and nothing else
+    records = [{**run("exp0"), **changes}, run("exp1"), nameless]
+    body = {"version": wire.VERSION, "agent": {"version": "test"}, "batches": [
+        {"stream": "s1", "seq": 1, "at": run("exp1")["at"], "records": records}]}
+    [answer] = ingest_sent([sent(token, body)], now)
+    assert isinstance(answer, dict) and answer["stored"] == [1], answer
+    assert answer["skipped"] == {"trial_log refused": 2}, answer
+    good = Trial.objects.get(trial_id="exp1")
+    assert good.writer_pid == 4242 and StepResult.objects.filter(trial=good).count() == 1
+    bad = Trial.objects.get(trial_id="exp0")
+    assert bad.parse_errors == 1 and said in bad.last_parse_error, bad.last_parse_error
+    assert bad.writer_pid is None and not StepResult.objects.filter(trial=bad).exists()
+    assert not Trial.objects.filter(trial_id="x").exists()

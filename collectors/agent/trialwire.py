@@ -114,6 +114,23 @@ def decode_trial_log(record: dict[str, Any], node: str | None) -> TrialUpdate:
     )
 
 
+def refused_trial_log(record: Any, node: str | None, reason: str) -> TrialUpdate | None:
+    """A trial_log record the server cannot read (a value out of range, a framework it
+    does not know yet) as that trial's visible problem, so that it costs only itself:
+    None when it does not even say which trial it is."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        experiment = _text(record.get("experiment"), "", MAX_NAME, empty=True)
+        trial_id = _text(record.get("trial_id"), "", MAX_NAME)
+        place = _place(node, record.get("experiment_dir"), "")
+    except WireError:
+        return None
+    return TrialUpdate(experiment=experiment, experiment_dir=place, trial_id=trial_id,
+                       trainable="", directory=place, tensorboard=False, problem_count=1,
+                       last_problem=f"a record of it was refused: {reason}"[:2000])
+
+
 def _rank(data: dict[str, Any] | None, where: str) -> dict[str, Any]:
     """A Ray Train rank's facts (TrialUpdate.rank ...), or none."""
     if data is None:

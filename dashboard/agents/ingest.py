@@ -21,7 +21,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from collectors.agent import wire
-from collectors.agent.trialwire import decode_trial_log
+from collectors.agent.trialwire import decode_trial_log, refused_trial_log
 from collectors.records import GpuPoll, ProcessFact, TrialUpdate
 from dashboard.agents.models import AgentStream, NodeProcess, NodeToken
 from dashboard.agents.tokens import authenticate_many
@@ -335,7 +335,18 @@ def _decode_record(node: str, item: Any, batch: Batch, clock: AgentClock) -> Non
     elif kind == wire.PROCESSES:
         batch.snapshots.append(wire.decode_processes(item, clock))
     elif kind == wire.TRIAL_LOG:
-        batch.trial_logs.append(decode_trial_log(item, node))
+        # One trial's record the server cannot read costs that record only: the trial
+        # shows it as its problem, and the rest of the batch is stored.
+        try:
+            batch.trial_logs.append(decode_trial_log(item, node))
+        except (wire.WireError, ValueError, OverflowError, TypeError, RecursionError) as exc:
+            reason = f"{type(exc).__name__}: {str(exc)[:300]}" if not isinstance(
+                exc, wire.WireError) else str(exc)[:300]
+            refused = refused_trial_log(item, node, reason)
+            if refused is not None:
+                batch.trial_logs.append(refused)
+            batch.skipped["trial_log refused"] += 1
+            log.warning("node %s: a trial_log record refused (%s)", node, reason)
     elif isinstance(kind, str) and kind:
         batch.skipped[kind[:40]] += 1  # a newer agent's kind: acknowledged, counted
     else:
