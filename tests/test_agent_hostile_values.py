@@ -3,7 +3,8 @@ reads them), strings longer than raywatch keeps (SQLite ignores a column's max_l
 numbers past a column's range. A GPU's or a process's refuses its batch by seq with the
 field named; the group writer stores every other report sent with it, and the agent's
 other batches go in when it sends them again. A trial's record costs only itself: its
-trial shows the problem, and the batch's other records are stored. Runs on Postgres and on SQLite (test_on_embedded_default)."""
+trial shows the problem, and the batch's other records are stored. Runs on Postgres and
+on SQLite (test_on_embedded_default)."""
 
 from __future__ import annotations
 
