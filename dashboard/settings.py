@@ -372,8 +372,9 @@ LOG_RESCAN_PER_POLL = env_int("RAYWATCH_LOG_RESCAN_PER_POLL", defaults.LOG_RESCA
 # The largest log file read, in MiB: larger is refused, as its trial's problem. A
 # result.json or event file is read in pieces (so are the heads of error.txt and tuner.pkl).
 LOG_FILE_MAX_MB = env_int("RAYWATCH_LOG_FILE_MAX_MB", rootfiles.LOG_FILE_MAX_MB, minimum=1)
-# The largest params.json or experiment_state-*.json read, in MiB: these are parsed whole,
-# in memory; a larger one is refused, as its trial's problem.
+# The largest experiment_state-*.json read, in MiB: parsed whole, in memory; a larger
+# one is refused, as its experiment's problem. (A params.json over 1 MiB is refused
+# whatever this says: a config parsed whole takes some 45 times its size.)
 LOG_JSON_FILE_MAX_MB = env_int("RAYWATCH_LOG_JSON_FILE_MAX_MB", rootfiles.JSON_FILE_MAX_MB,
                                minimum=1)
 # The Ray temp dir whose sessions' live driver_artifacts are read.

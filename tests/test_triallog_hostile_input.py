@@ -171,6 +171,22 @@ def test_unreadable_params_and_state_are_reported_not_raised(tmp_path: Path) -> 
     assert read_experiment_state(tmp_path / "exp") == {}
 
 
+def test_a_params_json_too_large_to_parse_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """Parsed whole, a config takes some 45 times its size (a 20 MiB params.json cost a
+    node's agent ~943 MiB, past KubeRay's 256 Mi limit: issue 43, M7). One over 1 MiB is
+    its trial's problem, not read; one just under is read."""
+    directory = trial_dir(tmp_path)
+    big = {f"k{i}": [i, {"a": i * 0.5}] for i in range(60_000)}  # ~1.5 MiB
+    (directory / "params.json").write_text(json.dumps(big))
+    params, problem = read_params(directory / "params.json")
+    assert params is None and problem is not None
+    assert "over the cap of 1 MiB: not read" in problem.message, problem.message
+    fits = {f"k{i}": i for i in range(50_000)}  # under 1 MiB
+    (directory / "params.json").write_text(json.dumps(fits))
+    params, problem = read_params(directory / "params.json")
+    assert problem is None and params is not None and len(params) == 50_000
+
+
 def test_tensorboard_scalars_by_step_and_incremental(tmp_path: Path) -> None:
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
