@@ -8,6 +8,7 @@ a job. Django-free, like every collector.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from collectors.http import SourceError, post_json
 from collectors.raygrpc import call
@@ -74,8 +75,15 @@ class GcsActor:
         kill_actor(self.gcs_address, self.token, self.actor_id, force)
 
 
+def job_url(endpoint: RayEndpoint, submission_id: str, action: str = "") -> str:
+    """A job's URL in Ray's Jobs API, its id quoted whole (an id is any text its submitter
+    chose: a `/` or `?` in it must not turn the URL into another)."""
+    return (f"{endpoint.dashboard_url}/api/jobs/{quote(submission_id, safe='')}"
+            + (f"/{action}" if action else ""))
+
+
 def stop_job(endpoint: RayEndpoint, submission_id: str) -> bool:
     """POST /api/jobs/{id}/stop: True when Ray stopped it, False when it had ended."""
-    reply = post_json(f"{endpoint.dashboard_url}/api/jobs/{submission_id}/stop", {},
+    reply = post_json(job_url(endpoint, submission_id, "stop"), {},
                       headers=endpoint.headers(), timeout=endpoint.timeout_s)
     return bool(reply.get("stopped")) if isinstance(reply, dict) else False

@@ -187,7 +187,7 @@ def stop_job(entry: AuditEntry) -> None:
     def ended() -> bool:
         from collectors.http import get_json
 
-        reply = get_json(f"{endpoint.dashboard_url}/api/jobs/{t['submission_id']}",
+        reply = get_json(raykill.job_url(endpoint, t["submission_id"]),
                          headers=endpoint.headers(), timeout=endpoint.timeout_s)
         status["now"] = str(reply.get("status", "")) if isinstance(reply, dict) else ""
         return status["now"] in ("STOPPED", "SUCCEEDED", "FAILED")

@@ -9,6 +9,7 @@ from typing import Any
 from django.db.models import Q
 
 from collectors.http import SourceError, get_json
+from collectors.raykill import job_url
 from dashboard.actions import targets
 from dashboard.actions.models import AuditEntry
 from dashboard.actions.service import Plan
@@ -75,7 +76,7 @@ def job_plan(job_id: str, now: datetime, cluster: str = "") -> Plan:
 def job_unreachable(submission_id: str, cluster: str = "") -> str | None:
     try:
         endpoint = endpoint_of(cluster)
-        get_json(f"{endpoint.dashboard_url}/api/jobs/{submission_id}",
+        get_json(job_url(endpoint, submission_id),
                  headers=endpoint.headers(), timeout=endpoint.timeout_s)
     except SourceError as exc:
         return exc.message
