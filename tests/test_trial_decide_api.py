@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from collectors.localray import free_port
-from dashboard.cluster.models import Node
+from dashboard.cluster.models import Actor, Node
 from dashboard.incidents.models import Incident
 from dashboard.trials.models import Experiment, StepResult, Trial
 from tests.conftest import api_token
@@ -118,12 +118,25 @@ def test_output_says_why_it_is_not_there(search, viewer, settings) -> None:  # t
 
     settings.RAY_API_SERVER_ADDRESS = f"http://127.0.0.1:{free_port()}"  # nothing there
     body = api(viewer).get(f"/api/trials/{output_of(search)}/output").json()
-    assert "Ray lists no actor with pid 4321 and no node at 10.0.0.9" in body["reason"]
+    trial = Trial.objects.get(pk=output_of(search))
+    assert (f"Ray lists no {trial.trainable or 'trial'} actor with pid 4321 on 10.0.0.9"
+            in body["reason"]), body["reason"]
     Node.objects.create(node_id="ab" * 28, node_ip="10.0.0.9", state="ALIVE", last_seen_at=NOW)
+    # The pid a result line names is another job's actor there: its output is not shown
+    # (issue 43, M6), and nothing is asked of Ray.
+    Actor.objects.create(actor_id="other", pid=4321, node_id="ab" * 28, state="ALIVE",
+                         repr_name="SomeoneElsesWorker", class_name="SomeoneElsesWorker",
+                         job_id="09000000", first_seen_at=NOW, updated_at=NOW)
+    body = api(viewer).get(f"/api/trials/{output_of(search)}/output").json()
+    assert body["stdout"] is None and "that runs this trial alone" in body["reason"]
+    assert body["source"] == "" and body["actor_id"] is None
+    Actor.objects.filter(actor_id="other").update(repr_name=trial.trainable or "T",
+                                                  class_name=trial.trainable or "T")
+    Trial.objects.filter(pk=trial.pk).update(trainable=trial.trainable or "T")
     body = api(viewer).get(f"/api/trials/{output_of(search)}/output").json()
     assert body["stdout"] is None and body["stderr"] is None
     assert body["reason"].startswith("stdout: Ray's dashboard: cannot reach http://127.0.0.1:")
-    assert body["source"] == f"Ray's log API, pid 4321 on node {'ab' * 28}"
+    assert body["source"] == "Ray's log API, actor other"
 
     assert api(viewer).get(f"/api/trials/{output_of(search)}/output?lines=0").status_code == 400
     assert api(viewer).get(f"/api/trials/{output_of(search)}/output?lines=x").status_code == 400
