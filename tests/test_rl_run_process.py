@@ -8,9 +8,11 @@ the pure rule: two live trainers of one framework on one node are not told apart
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -43,13 +45,21 @@ pytestmark = pytest.mark.both_backends
 @pytest.mark.timeout(300)
 def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path  # type: ignore[no-untyped-def]
                                                 ) -> None:
-    checkpoints = tmp_path / "checkpoints"
+    """An EasyR1-shaped run whose file logger writes where EasyR1's does by default, under
+    its trainer's working directory (`checkpoints/...`, relative: EasyR1 opens the file
+    for each line, so no process holds it open): that is what ties the run to its Runner
+    actor (issue 43, M2: not being the node's only trainer)."""
+    # A worker's working directory on this cluster (its raylet's, for a driver that
+    # joins it): the run's checkpoints go under it, as a relative path would put them.
+    checkpoints = Path(worker_cwd(ray_settings)) / ".raywatch-test-runs" / tmp_path.name
     settings.CENTRAL_LOGS, settings.LOG_DIRS = True, [str(checkpoints)]
     scheduler = EmbeddedScheduler(celery_app, {
         name: settings.CELERY_BEAT_SCHEDULE[name]
         for name in ("poll-ray-state", "poll-trial-logs")})
     scheduler.start()
-    run = start_run(ray_settings, 6, 0, checkpoints / "grpo")  # healthy, six steps
+    # Healthy, six steps, its file log where EasyR1 writes it by default: under the
+    # trainer's working directory (its driver's), the evidence that ties the run to it.
+    run = start_run(ray_settings, 6, 0, checkpoints / "grpo")
     try:
         trial = wait_for(lambda: Trial.objects.exclude(experiment__kind=Experiment.CONSOLE)
                          .filter(framework="easyr1", status=Trial.RUNNING).first(), 120, 0.5,
@@ -70,6 +80,18 @@ def test_an_easyr1_run_follows_its_runner_actor(settings, ray_settings, tmp_path
     finally:
         scheduler.stop()
         stop_node(run)
+        shutil.rmtree(checkpoints.parent, ignore_errors=True)
+
+
+def worker_cwd(cluster) -> str:  # type: ignore[no-untyped-def]
+    """The working directory of a Ray worker of `cluster`, as a driver that joins it sees."""
+    script = ("import os, sys, ray\nray.init(address=sys.argv[1], logging_level='ERROR')\n"
+              "@ray.remote(num_cpus=0)\ndef cwd():\n    return os.getcwd()\n"
+              "print(ray.get(cwd.remote()))\n")
+    done = subprocess.run([sys.executable, "-c", script, cluster.gcs_address], check=True,
+                          capture_output=True, text=True, timeout=patient(60),
+                          env={**os.environ, "RAY_AUTH_MODE": "token"})
+    return done.stdout.strip().splitlines()[-1]
 
 
 @pytest.mark.django_db
@@ -93,7 +115,12 @@ def test_two_live_trainers_on_one_node_are_told_apart_only_by_the_logs_writer() 
     run.pid, run.writer_pid = None, 999  # a pid no trainer there has: still not told apart
     bind(run, {(cluster.pk, "10.0.0.5"): actors}, {(cluster.pk, "n1"): node})
     assert run.pid is None
+    # The node's only trainer is not the run's for being the only one (issue 43, M2): a
+    # job can write a verl-shaped file anywhere under a log root.
     run.writer_pid = None
+    bind(run, {(cluster.pk, "10.0.0.5"): actors[:1]}, {(cluster.pk, "n1"): node})
+    assert run.pid is None
+    run.writer_pid = 100
     bind(run, {(cluster.pk, "10.0.0.5"): actors[:1]}, {(cluster.pk, "n1"): node})
     assert (run.pid, run.hostname) == (100, "gpu-5")
     # An EasyR1 Runner is no verl run's trainer.

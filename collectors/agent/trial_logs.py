@@ -20,6 +20,7 @@ collectors.runlogs), sent as `trial_log` records through the spool.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -37,9 +38,10 @@ from collectors.agent.cursors import CursorStore, FileState, TrialSent
 from collectors.agent.spool import Spool
 from collectors.agent.trialwire import MAX_TEXT, encode_trial_log
 from collectors.logscan import RESCAN_PER_POLL, STALE_QUIET, LogScanner, stale
-from collectors.procstat import open_files_of, ray_worker_pids
+from collectors.procstat import command_lines, open_files_of, ray_worker_pids
 from collectors.records import TB_EVENTS, TENSORBOARD, VERL, TrialDir, TrialUpdate
 from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
+from collectors.runformats import TRAINER_CLASSES
 from collectors.runlogs import tail_log
 from collectors.tunelogs import (
     MAX_LINE_BYTES,
@@ -109,11 +111,13 @@ class TrialLogCollector:
         # when a run's writer is not its known one: the cost stays one walk of the workers'
         # open files a poll, however many runs no worker writes.
         self.poll_writers: dict[str, list[int]] | None = None
+        self.poll_dirs: dict[int, str] | None = None  # trainer pid -> its working dir
         self.tensorboard = importlib.util.find_spec("tensorboard") is not None
 
     # --- one poll --------------------------------------------------------------------------
     def poll(self) -> PollStats:
         self.poll_states, self.poll_searches, self.poll_writers = {}, {}, None
+        self.poll_dirs: dict[int, str] | None = None
         self.scanner.roots = self.roots()
         settled = self._settle()
         scan = self.scanner.scan()
@@ -228,20 +232,30 @@ class TrialLogCollector:
 
     def _writer(self, trial_dir: TrialDir, known: int) -> int:
         """An RL run's writer: the one Ray worker of this node holding its log open
-        (verl's file logger and TensorBoard's writer keep theirs open), 0 when none or
-        several do. Looked for when its files changed, the known one first."""
-        if trial_dir.trial_id is not None or trial_dir.framework not in HOLD_THEIR_LOG:
+        (verl's file logger and TensorBoard's writer keep theirs open), else the one
+        trainer actor whose working directory holds it (where verl's and EasyR1's file
+        loggers write by default; EasyR1's opens its file per line); 0 when none or
+        several do. Looked for when its files changed, the known one first. The only
+        evidence that binds a file-logged run to a trainer (issue 43, M2)."""
+        if trial_dir.trial_id is not None:
             return 0
         files = [os.path.realpath(path) for _, path in trial_dir.logs()]
-        if known:  # from this poll's map of the workers' files when another run made it
-            held = (open_files_of([known]) if self.poll_writers is None
-                    else self.poll_writers)
-            if any(known in held.get(path, ()) for path in files):
-                return known
-        if self.poll_writers is None:
-            self.poll_writers = open_files_of(ray_worker_pids())
-        found = {pid for path in files for pid in self.poll_writers.get(path, ())}
-        return found.pop() if len(found) == 1 else 0
+        if trial_dir.framework in HOLD_THEIR_LOG:
+            if known:  # from this poll's map of the workers' files when another run made it
+                held = (open_files_of([known]) if self.poll_writers is None
+                        else self.poll_writers)
+                if any(known in held.get(path, ()) for path in files):
+                    return known
+            if self.poll_writers is None:
+                self.poll_writers = open_files_of(ray_worker_pids())
+            found = {pid for path in files for pid in self.poll_writers.get(path, ())}
+            if found:
+                return found.pop() if len(found) == 1 else 0
+        if self.poll_dirs is None:
+            self.poll_dirs = trainer_dirs()
+        working = {pid for pid, cwd in self.poll_dirs.items() if cwd != "/"  # not all
+                   and any(path.startswith(cwd + "/") for path in files)}
+        return working.pop() if len(working) == 1 else 0
 
     def _say_once(self, trial_dir: TrialDir, base: TrialUpdate, out: _Pending, what: str,
                   message: str) -> None:
@@ -448,3 +462,19 @@ def _error_file(path: Path, root: Root | None
     text, problem = read_error(path, root=root)
     return ((stat.st_size, stat.st_mtime_ns), text,
             datetime.fromtimestamp(stat.st_mtime, UTC), problem)
+
+
+def trainer_dirs() -> dict[int, str]:
+    """The working directory (real path) of each RL trainer actor's process on this host
+    (`ray::TaskRunner.run`, `ray::Runner.run`, ...: TRAINER_CLASSES), where a framework's
+    file logger writes by default (verl's `./{project}/{experiment}.jsonl`, EasyR1's
+    `checkpoints/...`): a worker's is its driver's, or the job's working_dir."""
+    found = {}
+    for pid, cmdline in command_lines():
+        if not cmdline.startswith(b"ray::"):
+            continue
+        title = cmdline.split(b"\0", 1)[0][5:].decode("utf-8", "replace")
+        if title.split(".", 1)[0].strip() in TRAINER_CLASSES:
+            with contextlib.suppress(OSError):
+                found[pid] = os.path.realpath(os.readlink(f"/proc/{pid}/cwd"))
+    return found

@@ -220,10 +220,11 @@ def bind(run: Trial, trainers: dict[tuple[int, str], list[Actor]],
         mine = [a for a in mine if a.pid == run.writer_pid]
         alive = [a for a in alive if a.pid == run.writer_pid]
     else:
-        taken = writing_others(run, where, alive)
-        alive = [a for a in alive if a.pid not in taken]
-    if len(alive) > 1 and run.writer_pid:  # the one holding the run's log open
-        alive = [a for a in alive if a.pid == run.writer_pid] or alive
+        # A file a job can write anywhere under a log root is no trainer's by being
+        # there: the run is the trainer's that holds it open or works where it lies, as
+        # that node's agent saw (its writer_pid), never the node's only trainer by
+        # default (issue 43, M2). That trainer's console run is judged meanwhile.
+        alive = [a for a in alive if run.writer_pid and a.pid == run.writer_pid]
     if len(alive) == 1:
         actor = alive[0]
         node = nodes[(actor.cluster_id, actor.node_id)]
