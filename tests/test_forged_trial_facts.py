@@ -119,3 +119,57 @@ def test_a_stack_of_a_process_ray_does_not_tie_to_the_trial_is_not_taken(  # typ
                      30, 0.2, "the stack's outcome")
     assert stack.state == TrialStack.FAILED and not stack.text
     assert "Ray lists no live train actor" in stack.reason
+
+
+def test_crossed_forged_lines_swap_no_pids(settings) -> None:  # type: ignore[no-untyped-def]
+    """Issue 43, M1: a job writes lines under two victims' experiment and trial ids (from
+    another directory, as another copy of their logs), each naming the other's pid, at
+    attempt 50 and the largest iteration. Neither trial moves while its own process lives
+    (terminating one would have stopped the other); a real restart moves its trial once
+    Ray lists the old process gone, and never onto a process another running trial names."""
+    from datetime import timedelta
+
+    from collectors.records import ResultLine, TrialUpdate
+    from dashboard.cluster.models import Node, settings_cluster_pk
+    from dashboard.trials.models import Trial
+    from dashboard.trials.store import store_updates
+
+    now = timezone.now()
+    cluster = Cluster.objects.get(pk=settings_cluster_pk())
+    Node.objects.create(cluster=cluster, node_id="n5", node_ip="10.0.0.5", hostname="gpu-5",
+                        state="ALIVE", last_seen_at=now)
+
+    def line(trial_id: str, pid: int, attempt: int = 1, iteration: int = 1) -> TrialUpdate:
+        result = ResultLine(trial_id=trial_id, attempt=attempt, iteration=iteration, at=now,
+                            time_this_iter_s=1.0, pid=pid, node_ip="10.0.0.5",
+                            hostname="gpu-5", metrics={"loss": 1.0}, byte_offset=0)
+        return TrialUpdate(experiment=f"exp-{trial_id}", experiment_dir=f"/r/exp-{trial_id}",
+                           trial_id=trial_id, trainable="train_fn",
+                           directory=f"/r/exp-{trial_id}/{trial_id}", tensorboard=False,
+                           results=(result,))
+
+    for pid in (100, 200):
+        Actor.objects.create(cluster=cluster, actor_id=f"a{pid}", pid=pid, node_id="n5",
+                             state="ALIVE", repr_name="train_fn", first_seen_at=now,
+                             updated_at=now)
+    store_updates([line("a", 100), line("b", 200)], now)
+    Trial.objects.update(status=Trial.RUNNING)
+    forged = [replace_dir(line("a", 200, 50, 2**31 - 1)), replace_dir(line("b", 100, 50,
+                                                                           2**31 - 1))]
+    store_updates(forged, now + timedelta(seconds=1))
+    assert dict(Trial.objects.values_list("trial_id", "pid")) == {"a": 100, "b": 200}
+    # Trial a restarts: Ray lists its old process gone, its new line names pid 300.
+    Actor.objects.filter(pid=100).update(state="DEAD")
+    store_updates([line("a", 300, 51, 1)], now + timedelta(seconds=2))
+    assert Trial.objects.get(trial_id="a").pid == 300
+    # Onto another running trial's process: never.
+    Actor.objects.filter(pid=300).delete()
+    store_updates([line("a", 200, 52, 1)], now + timedelta(seconds=3))
+    assert Trial.objects.get(trial_id="a").pid == 300
+
+
+def replace_dir(update):  # type: ignore[no-untyped-def]
+    """The same trial ids, read from another directory (the forger's copy)."""
+    from dataclasses import replace
+
+    return replace(update, experiment_dir="/r/elsewhere", directory="/r/elsewhere/x")

@@ -216,6 +216,8 @@ class TrialStore:
                                       line.metrics))
         widen_ranges(trial.metric_range, update.results)
         latest = max(update.results, key=lambda r: (r.attempt, r.iteration))
+        if not _may_move(trial, latest):  # the process a line names is shown, not obeyed
+            latest = replace(latest, pid=None, node_ip=None, hostname=None)
         _apply_latest(trial, latest, self.now)
         self.stats.new_points.setdefault(trial.pk, []).extend(update.results)
         return True
@@ -340,6 +342,26 @@ def merge_steps(trial: Trial, lines: Sequence[ResultLine], now: datetime) -> int
     StepResult.objects.bulk_update(updates, ["metrics", "time_this_iter_s"])
     StepResult.objects.bulk_create(list(rows.values()), ignore_conflicts=True)
     return len(rows)
+
+
+def _may_move(trial: Trial, latest: ResultLine) -> bool:
+    """Whether a result line may move the trial to the process it names (issue 43, M1):
+    not while the trial's own process is a live actor Ray lists, and never onto a process
+    another running trial of the cluster names. A line read from another directory or
+    node (crossed forged lines under two trials' ids) swaps no pids; a restart's line
+    moves the trial once Ray lists its old process gone. Asked only when the process a
+    line names is another than the trial's."""
+    pid, node_ip = latest.pid, latest.node_ip or trial.node_ip
+    if pid is None or trial.pid is None or (pid, node_ip) == (trial.pid, trial.node_ip):
+        return True
+    cluster = trial.experiment.cluster_id
+    nodes = Node.objects.filter(cluster_id=cluster)
+    if Actor.objects.filter(cluster_id=cluster, pid=trial.pid, state="ALIVE",
+                            node_id__in=nodes.filter(node_ip=trial.node_ip)
+                            .values("node_id")).exists():
+        return False
+    return not Trial.objects.filter(experiment__cluster_id=cluster, pid=pid, node_ip=node_ip,
+                                    status=Trial.RUNNING).exclude(pk=trial.pk).exists()
 
 
 def _apply_latest(trial: Trial, latest: ResultLine, now: datetime) -> None:
