@@ -86,20 +86,21 @@ def running_agent(env: dict[str, str], log: Path, clock_ahead_s: float = 0
 @contextmanager
 def node_agent(url: str, tmp_path: Path, *, node: str | None = None,
                node_ip: str = "127.0.0.1", pid: int | None = None, on_gpu: bool = False,
-               memory: int = 1024**3) -> Iterator[Path]:
+               memory: int = 1024**3, cluster: str = "") -> Iterator[Path]:
     """A real agent (`python -m collectors.agent`, its token issued as an admin would) of
     node `node`, by default raywatch's own host as `serve` starts one beside itself (its
     token's node is this host's name: Ray's name of the node, as hung_trial writes it), at
     `node_ip`. Entered once raywatch has heard from it and, with `pid`, stored its report
     of that process (a Ray worker it watches: the only way raywatch signals or looks at
-    a process); `on_gpu`: its NVML lists `pid` on its GPU `GPU-<node>-0`, using `memory`.
-    Yields the agent's log."""
+    a process); `on_gpu`: its NVML lists `pid` on its GPU `GPU-<node>-0`, using `memory`;
+    `cluster`: its token's (default: the one RAY_ADDRESS points at). Yields its log."""
     from dashboard.agents.models import NodeProcess
     from dashboard.gpus.models import GpuProcess
     from tests.conftest import wait_for
 
     node = node or host_name()
-    _, token = tokens.issue(node, None, timezone.now(), node_ip)
+    _, token = tokens.issue(node, None, timezone.now(), node_ip,
+                            **({"cluster": cluster} if cluster else {}))
     held = [(pid, memory)] if on_gpu and pid is not None else None
     env = agent_env(url, token, tmp_path, node, node_ip, gpus=1, processes=held)
     log = tmp_path / f"{node}-agent.log"

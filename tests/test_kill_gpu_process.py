@@ -22,8 +22,17 @@ IGNORES_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SI
                    "print('ready', flush=True); time.sleep(600)")
 
 
+@pytest.mark.parametrize("cluster", ["", "beta"])
 def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyped-def]
-        live_server_asgi: LiveServer, tmp_path: Path, settings, admin, operator) -> None:
+        live_server_asgi: LiveServer, tmp_path: Path, settings, admin, operator,
+        cluster: str) -> None:
+    """The node's agent may be of another cluster than the default (issue 43, L3): the
+    kill's commands go to that node of its cluster, and it fetches them."""
+    from dashboard.cluster.models import Cluster, settings_cluster_pk
+
+    if cluster:
+        Cluster.objects.create(name=cluster, first_seen_at=timezone.now(),
+                               state_since=timezone.now())
     settings.EMBEDDED = True
     settings.TERMINATE_GRACE_S = 1.0
     stranger = subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE,
@@ -32,7 +41,7 @@ def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyp
         assert stranger.stdout and stranger.stdout.readline() == "ready\n"
         # The node's agent, whose NVML lists the process on its GPU: only it signals there.
         with node_agent(live_server_asgi.url, tmp_path, node=NODE, node_ip=NODE_IP,
-                        pid=stranger.pid, on_gpu=True, memory=20 * GiB):
+                        pid=stranger.pid, on_gpu=True, memory=20 * GiB, cluster=cluster):
             mark_ray_current()
             url = f"/api/gpus/GPU-{NODE}-0/processes/{stranger.pid}/kill"
             body = {"reason": "left over by a crashed vLLM start"}
@@ -54,6 +63,8 @@ def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyp
         assert stranger.returncode == -9  # SIGTERM was ignored: SIGKILL ended it
         assert action["target"]["used_memory"] == 20 * GiB
         assert action["target"]["owner"] == "orphan"
+        assert action["target"]["cluster"] == (cluster or Cluster.objects.get(
+            pk=settings_cluster_pk()).name)
     finally:
         stranger.kill()
         stranger.wait()

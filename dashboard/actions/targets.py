@@ -10,7 +10,7 @@ from typing import Any
 from dashboard.agents.remote import node_with_agent, reported_start
 from dashboard.cluster.models import Job
 from dashboard.core.errors import ApiError
-from dashboard.gpus.models import GpuProcess
+from dashboard.gpus.models import GpuNode, GpuProcess
 from dashboard.trials.models import Trial
 from dashboard.trials.process import trial_process
 
@@ -115,10 +115,14 @@ def check_process(pid: int, owner: Any) -> None:
 
 def process_target(proc: GpuProcess, owner: Any) -> dict[str, Any]:
     # The agent that reported the GPU signals its processes (raywatch's own host runs
-    # one too): the start time it reported pins the signal to this process.
-    remote = node_with_agent(proc.gpu.node_ip, proc.gpu.node)
-    return {"gpu": proc.gpu.uuid, "gpu_index": proc.gpu.index, "node": proc.gpu.node,
-            "node_ip": proc.gpu.node_ip, "pid": proc.pid, "used_memory": proc.used_memory_bytes,
+    # one too): the start time it reported pins the signal to this process. Its command
+    # goes to that node of the cluster the agent's token is of (issue 43, L3): a node of
+    # the same name in another cluster never gets it.
+    cluster = GpuNode.objects.filter(node=proc.gpu.node).values_list(
+        "cluster__name", flat=True).first() or ""
+    remote = node_with_agent(proc.gpu.node_ip, proc.gpu.node, cluster)
+    return {"gpu": proc.gpu.uuid, "cluster": cluster, "gpu_index": proc.gpu.index,
+            "node": proc.gpu.node, "node_ip": proc.gpu.node_ip, "pid": proc.pid, "used_memory": proc.used_memory_bytes,
             "owner": owner.kind, "owner_label": owner.label, "owner_reason": owner.reason,
             "first_seen_at": proc.first_seen_at.isoformat(),
-            "agent_node": remote, "create_time": process_started(proc.pid, remote)}
+            "agent_node": remote, "create_time": process_started(proc.pid, remote, cluster)}
