@@ -122,7 +122,8 @@ def process_target(proc: GpuProcess, owner: Any) -> dict[str, Any]:
         "cluster__name", flat=True).first() or ""
     remote = node_with_agent(proc.gpu.node_ip, proc.gpu.node, cluster)
     return {"gpu": proc.gpu.uuid, "cluster": cluster, "gpu_index": proc.gpu.index,
-            "node": proc.gpu.node, "node_ip": proc.gpu.node_ip, "pid": proc.pid, "used_memory": proc.used_memory_bytes,
+            "node": proc.gpu.node, "node_ip": proc.gpu.node_ip, "pid": proc.pid,
+            "used_memory": proc.used_memory_bytes,
             "owner": owner.kind, "owner_label": owner.label, "owner_reason": owner.reason,
             "first_seen_at": proc.first_seen_at.isoformat(),
             "agent_node": remote, "create_time": process_started(proc.pid, remote, cluster)}
