@@ -56,3 +56,28 @@ def test_same_named_nodes_of_two_clusters_keep_their_own_processes() -> None:
     assert kept == sorted([(default, 4242, 100.0), ("beta", 4242, 999.0), ("beta", 7, 1.0)])
     assert reported_start("gpu-1", 4242, default) == 100.0
     assert reported_start("gpu-1", 4242, "beta") == 999.0
+
+
+def test_a_token_cannot_take_another_nodes_address() -> None:
+    """Issue 43, L2: a node's address is pinned by its token's first report, and a token
+    of another node of the cluster cannot pin that same address (it would then get that
+    node's commands and processes by address). Once that token is revoked, it can."""
+    from dashboard.agents.models import NodeToken
+    from tests.agents import gpu_record, report_body
+
+    now = timezone.now()
+    first = tokens.issue("gpu-a", None, now)[1]
+    [answer] = ingest_sent([sent(first, report_body(1, [gpu_record("GPU-a-0")], agent={
+        "version": "t", "node_ip": "10.0.0.1"}))], now)
+    assert isinstance(answer, dict) and NodeToken.objects.get(node="gpu-a").node_ip == \
+        "10.0.0.1"
+    _, second_secret = tokens.issue("gpu-b", None, now)
+    [refused] = ingest_sent([sent(second_secret, report_body(1, [gpu_record("GPU-b-0")], agent={
+        "version": "t", "node_ip": "10.0.0.1"}))], now)
+    assert not isinstance(refused, dict) and "is node 'gpu-a''s" in str(refused), refused
+    assert NodeToken.objects.get(node="gpu-b").node_ip == ""
+    NodeToken.objects.filter(node="gpu-a").update(revoked_at=now)
+    [answer] = ingest_sent([sent(second_secret, report_body(1, [gpu_record("GPU-b-0")], agent={
+        "version": "t", "node_ip": "10.0.0.1"}))], now)
+    assert isinstance(answer, dict), answer
+    assert NodeToken.objects.get(node="gpu-b").node_ip == "10.0.0.1"

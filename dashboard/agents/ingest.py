@@ -24,7 +24,7 @@ from collectors.agent import wire
 from collectors.agent.trialwire import decode_trial_log, refused_trial_log
 from collectors.records import GpuPoll, ProcessFact, TrialUpdate
 from dashboard.agents.models import AgentStream, NodeProcess, NodeToken
-from dashboard.agents.tokens import authenticate_many
+from dashboard.agents.tokens import authenticate_many, usable
 from dashboard.cluster.models import Cluster
 from dashboard.cluster.registry import announce
 from dashboard.core.bulk import upsert
@@ -290,6 +290,17 @@ def _check_envelope(token: NodeToken, body: Any) -> dict[str, Any]:
     if claimed and token.node_ip and claimed != token.node_ip:
         raise ApiError(f"this token's node {token.node!r} is at {token.node_ip}, not "
                        f"{claimed}", 403)
+    if claimed and not token.node_ip and isinstance(claimed, str):
+        # The first report pins the node's address: never one another node's token (not
+        # revoked, not expired) holds in the cluster, whose commands and processes it
+        # would then get (issue 43, L2).
+        holder = usable(timezone.now()).filter(
+            cluster_id=token.cluster_id, node_ip=claimed[:64]).exclude(
+            node=token.node).values_list("node", flat=True).first()
+        if holder is not None:
+            raise ApiError(f"address {claimed} is node {holder!r}'s (its token holds it): "
+                           f"this token's node {token.node!r} cannot take it; revoke that "
+                           "token first if the address moved", 403)
     return agent
 
 
