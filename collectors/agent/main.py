@@ -5,6 +5,7 @@ first, backing off as raywatch says) and commands (a long-poll)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import math
 import os
@@ -427,6 +428,28 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+TOKEN_VARIABLES = ("RAYWATCH_AGENT_TOKEN",)
+
+
+def keep_secrets() -> str | None:
+    """Make the agent's token its own (issue 43, M4): the process is made non-dumpable, so
+    its /proc/<pid>/environ, mem and fds are root's and a Ray worker of the same uid on
+    the node cannot read the token there or ptrace the agent; and the token leaves the
+    environment its children (py-spy) inherit. What could not be done, or None."""
+    for name in TOKEN_VARIABLES:
+        os.environ.pop(name, None)
+    if not sys.platform.startswith("linux"):
+        return "not Linux: the process stays dumpable"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            return f"prctl(PR_SET_DUMPABLE, 0) failed: errno {ctypes.get_errno()}"
+    except (OSError, AttributeError) as exc:
+        return f"prctl unavailable: {exc}"
+    return None
+
+
 def main() -> None:
     logging.basicConfig(level=os.environ.get("RAYWATCH_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -435,6 +458,8 @@ def main() -> None:
         spool = Spool(config.spool_dir, config.spool_max_bytes)
     except (ConfigError, SpoolBusy) as exc:
         sys.exit(f"raywatch agent: {exc}")
+    if (kept := keep_secrets()) is not None:
+        log.warning("the agent's token may be readable by processes of its uid: %s", kept)
     agent = Agent(config, spool)
 
     def stop(signum: int, frame: FrameType | None) -> None:
