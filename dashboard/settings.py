@@ -541,6 +541,15 @@ SESSION_COOKIE_HTTPONLY = True
 # RAYWATCH_SSL_REDIRECT and RAYWATCH_HSTS_SECONDS.
 SESSION_COOKIE_SECURE = env_bool("RAYWATCH_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# A local account's password (set in the admin pages, `createsuperuser`, `changepassword`):
+# at least 12 characters, not like the username, not a common one, not all digits.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 AUTHENTICATION_BACKENDS = [
     # First: refuses every login path (the login page, the admin's) while a username or
     # an address is over its failed-login budget; dashboard/core/login.py counts.

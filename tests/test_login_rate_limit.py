@@ -18,6 +18,7 @@ from tests.conftest import PASSWORD, log_in, logged_in
 
 ATTACKER = "198.51.100.7"
 OFFICE = "203.0.113.20"
+V6_HOST = "2001:db8:1:2::"  # one host's /64: it may take any address in it
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +28,8 @@ def forget_failures(admin, operator, viewer) -> Iterator[None]:  # type: ignore[
     def forget() -> None:
         names = [admin.username, operator.username, viewer.username, "nobody",
                  *(f"guess-{i}" for i in range(30))]
-        keys = [b.key for name in names for address in (ATTACKER, OFFICE, None)
+        keys = [b.key for name in names
+                for address in (ATTACKER, OFFICE, None, "2001:db8:1:2::/64", "2001:db8:1:3::/64")
                 for b in budgets(name, address)]
         cache.delete_many([*keys, *(f"{k}:since" for k in keys)])
 
@@ -110,3 +112,26 @@ def test_login_says_so_when_redis_is_down(settings, viewer) -> None:  # type: ig
     reply = log_in(Client(REMOTE_ADDR=ATTACKER), viewer.username, PASSWORD)
     assert reply.status_code == 503
     assert b"cannot reach Redis" in reply.content
+
+
+def test_an_ipv6_host_rotating_through_its_64_meets_one_budget(viewer) -> None:  # type: ignore[no-untyped-def]
+    """Issue 43, L8: each guess from a new address of the same /64 counts against one
+    budget (a host is given a whole /64); a neighbour /64 is another place."""
+    for i in range(5):
+        fail_times(Client(REMOTE_ADDR=f"{V6_HOST}{i + 1:x}"), viewer.username, 1)
+    reply = log_in(Client(REMOTE_ADDR=f"{V6_HOST}beef"), viewer.username, PASSWORD)
+    assert reply.status_code == 429
+    assert logged_in(log_in(Client(REMOTE_ADDR="2001:db8:1:3::1"), viewer.username, PASSWORD))
+
+
+
+def test_a_weak_password_is_refused_where_a_local_account_gets_one(admin) -> None:  # type: ignore[no-untyped-def]
+    """Issue 43, L8: Django's validators, as the admin pages and `changepassword` call
+    them: short, common, all digits or like the username is refused."""
+    from django.contrib.auth.password_validation import validate_password
+    from django.core.exceptions import ValidationError
+
+    for weak in ("short", "password1234", "123456789012", f"{admin.username}2026!"):
+        with pytest.raises(ValidationError):
+            validate_password(weak, admin)
+    validate_password("a quiet violet ledger", admin)

@@ -19,6 +19,7 @@ holds one account cannot launder guesses at other accounts through it.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import math
 import time
@@ -131,11 +132,22 @@ def remember_browser(response: HttpResponse, username: str) -> None:
 
 
 def client_address(request: HttpRequest | None) -> str | None:
-    """The client's address; behind a proxy listed in RAYWATCH_TRUSTED_PROXIES uvicorn
-    has already put the X-Forwarded-For client here."""
+    """Where the client's failures are counted from: its IPv4 address, or the /64 its
+    IPv6 address is in (one host is given a whole /64 and may rotate through it: a budget
+    per single address would be 2^64 budgets, issue 43, L8). Behind a proxy listed in
+    RAYWATCH_TRUSTED_PROXIES uvicorn has already put the X-Forwarded-For client here."""
     if request is None:
         return None
-    return request.META.get("REMOTE_ADDR") or None
+    address = request.META.get("REMOTE_ADDR") or None
+    try:
+        parsed = ipaddress.ip_address(address or "")
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:  # ::ffff:a.b.c.d: an IPv4 client
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)
 
 
 def _cache(call: Callable[..., Any], *args: Any) -> Any:
