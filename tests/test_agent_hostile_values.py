@@ -59,6 +59,23 @@ def test_a_value_raywatch_cannot_keep_refuses_its_batch_and_nothing_else(
                 if any(v is not None and not math.isfinite(v) for v in s)]
 
 
+def test_lists_longer_than_any_node_has_refuse_their_batch() -> None:
+    """Issue 43, L6: more GPUs than any node has, or more processes on one GPU, are no
+    reading: the batch is refused by seq with the list named, as a bad value is."""
+    now = timezone.now()
+    token = tokens.issue("gpu-l", None, now)[1]
+    many = batches([gpu_record(f"GPU-l-{i}", index=i) for i in range(wire.MAX_GPUS + 1)])
+    [refused] = ingest_sent([sent(token, many)], now)
+    assert isinstance(refused, BatchRefused), refused
+    assert f"gpu_poll.gpus: at most {wire.MAX_GPUS} items" in refused.message
+    crowded = {**gpu_record("GPU-l-0"), "processes": [
+        {"pid": i + 1, "used_memory_bytes": 1} for i in range(wire.MAX_GPU_PROCESSES + 1)]}
+    [refused] = ingest_sent([sent(token, batches([crowded]))], now)
+    assert isinstance(refused, BatchRefused), refused
+    assert f"at most {wire.MAX_GPU_PROCESSES}, got" in refused.message
+    assert not Gpu.objects.exists()
+
+
 @pytest.mark.parametrize(("changes", "said"), [
     ({"cpu_percent": math.inf}, "cpu_percent: expected a finite number, got inf"),
     ({"create_time": math.nan}, "create_time: expected a finite number, got nan"),

@@ -40,6 +40,11 @@ _MAX_CHARS = {"uuid": 96, "name": 200, "type": 16, "title": 200, "state": 2,
               "driver_version": 64, "error": 2000}
 MAX_TEXT_CHARS = 1024
 MAX_LIST_ITEMS = 64  # gpu_poll.problems, a GPU's throttle_reasons
+# A record's lists (issue 43, L6): more GPUs than any node has, more processes on a GPU
+# or watched on a node than any node runs, are no reading.
+MAX_GPUS = 64
+MAX_GPU_PROCESSES = 1024
+MAX_PROCESSES = 16384
 MAX_ITEM_CHARS = 500
 # Integers: within the column's range (by field name; others a signed 64-bit integer).
 _INT32 = (-(2**31), 2**31 - 1)
@@ -136,7 +141,7 @@ def decode_gpu_poll(record: dict[str, Any], node: str, clock: Clock | None = Non
     at = clock(at) if clock is not None else at
     error = _text(record, "error", "gpu_poll")
     simulated = bool(_typed(record, "simulated", bool, "gpu_poll"))
-    gpus = _typed(record, "gpus", list, "gpu_poll") or []
+    gpus = _bounded_list(record, "gpus", "gpu_poll", MAX_GPUS)
     problems = _strings(record, "problems", "gpu_poll") or ()
     poll = GpuPoll(
         node=node, at=at, simulated=simulated, problems=problems,
@@ -154,6 +159,8 @@ def _decode_gpu(data: Any, node: str, at: datetime, simulated: bool, where: str
                       skip=(*_POLL_FIELDS, "throttle_reasons", "processes"))
     reasons = _strings(data, "throttle_reasons", where)
     processes = _typed(data, "processes", list, where)
+    if processes is not None and len(processes) > MAX_GPU_PROCESSES:
+        raise WireError(f"{where}.processes: at most {MAX_GPU_PROCESSES}, got {len(processes)}")
     return GpuSampleRecord(
         node=node, at=at, simulated=simulated, **fields, throttle_reasons=reasons,
         processes=(tuple(_decode_process(p, f"{where}.processes[{i}]")
@@ -175,7 +182,7 @@ def decode_processes(record: dict[str, Any], clock: Clock | None = None
                      ) -> tuple[datetime, tuple[ProcessFact, ...]]:
     at = decode_time(record.get("at"), "processes.at")
     at = clock(at) if clock is not None else at
-    listed = _typed(record, "processes", list, "processes") or []
+    listed = _bounded_list(record, "processes", "processes", MAX_PROCESSES)
     facts = []
     for i, data in enumerate(listed):
         if not isinstance(data, dict):
@@ -240,6 +247,13 @@ def _field_checks(cls: type) -> tuple[tuple[str, str, bool, bool, Any], ...]:
         optional = rest == "None" or field.default is not dataclasses.MISSING
         checks.append((field.name, kind, optional, rest == "None", field.default))
     return tuple(checks)
+
+
+def _bounded_list(data: dict[str, Any], key: str, where: str, limit: int) -> list[Any]:
+    items = _typed(data, key, list, where) or []
+    if len(items) > limit:
+        raise WireError(f"{where}.{key}: at most {limit} items, got {len(items)}")
+    return items
 
 
 def _typed(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
