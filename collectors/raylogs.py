@@ -67,8 +67,16 @@ def fatal_signal(err_tail: str) -> str | None:
         return None
     name = signals[-1] if signals else "a fatal signal"
     words = f"{name} ({fatal.group(1).strip()})" if fatal is not None else name
-    frames = [m.groups() for m in _FRAME.finditer(err_tail, fatal.end())][:64] \
-        if fatal is not None else []
+    frames = []
+    if fatal is not None:
+        # With several threads, faulthandler dumps the others first ("Thread 0x…") and
+        # the one that crashed last, as "Current thread 0x…"; with one, "Stack".
+        header = _CURRENT.search(err_tail, fatal.end()) or _HEADER.search(err_tail,
+                                                                           fatal.end())
+        start = header.end() if header is not None else fatal.end()
+        end = _NEXT_THREAD.search(err_tail, start)
+        frames = [m.groups() for m in _FRAME.finditer(
+            err_tail, start, end.start() if end is not None else len(err_tail))][:64]
     if frames:
         words += f" in {_frame(frames[0])}"
         # Python's own library as the innermost frame (ctypes, a lock): the caller says more.
@@ -79,6 +87,10 @@ def fatal_signal(err_tail: str) -> str | None:
     return words
 
 
+_CURRENT = re.compile(r"Current thread 0x[0-9a-f]+ \(most recent call first\):")
+_HEADER = re.compile(r"(?:Stack|Thread 0x[0-9a-f]+) \(most recent call first\):")
+_NEXT_THREAD = re.compile(r"\n(?:Thread|Current thread) 0x[0-9a-f]+ \(most recent call first\)"
+                          r"|\n\n(?!  File )")
 _STDLIB = re.compile(r"/lib/python3\.\d+/(?!site-packages/|dist-packages/)")
 
 

@@ -131,6 +131,14 @@ def test_a_crashed_workers_own_log_says_how_it_died() -> None:
               " in synchronize\n"
     assert fatal_signal(aborted) == "a fatal signal (Aborted) in synchronize (__init__.py:9)"
     assert fatal_signal("*** SIGBUS received at time=1 ***\n") == "SIGBUS"
+    # A worker of several threads (Ray's own): faulthandler dumps the others first and the
+    # one that crashed last, as "Current thread" (a full run's worker, Ray 2.60).
+    threads = SEGV_ERR.replace("Stack (most recent call first):", (
+        "Thread 0x00007f7fbd7fe640 (most recent call first):\n"
+        '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 327 in wait\n'
+        '  File "/srv/ray/_private/gc_collect_manager.py", line 29 in run\n\n'
+        "Current thread 0x00007f80c2bb1740 (most recent call first):"))
+    assert fatal_signal(threads) == said
     assert fatal_signal("INFO worker.py: Task finished\nKilled\n") is None  # SIGKILL: no trace
     # What a process printed is data: its own words, cut to a line's worth.
     assert len(fatal_signal("Fatal Python error: " + "x" * 5000) or "") < 200

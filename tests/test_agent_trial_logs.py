@@ -299,7 +299,7 @@ def test_an_agent_drops_a_refused_batch_and_sends_the_rest(
     spool.mkdir()
     (spool / "state.json").write_text(json.dumps({"stream": "s" * 32, "next_seq": 2}))
     batch = {"stream": "s" * 32, "seq": 1, "at": wire.timestamp(timezone.now()),
-             "records": [trial_log(results=[{"attempt": -1, "iteration": 1, "metrics": {}}])]}
+             "records": [trial_log(), {"what": "a record of no kind"}]}  # never storable
     (spool / f"{1:012d}.batch.json").write_text(json.dumps(batch))
     with running_agent(env, tmp_path / "agent.log"):
         wait_for(lambda: all_arrived(api, result_files(logs)), 60, 0.2, "the trials' results")
