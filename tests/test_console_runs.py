@@ -309,17 +309,23 @@ def test_a_worker_killed_by_a_signal_is_said_as_its_own_log_says_it(  # type: ig
         # first, its message not yet saying how the worker died.
         crashed = wait_for(lambda: "\nIts process died: " in (t := Trial.objects.get(
             pk=listed.pk)).error_text and t, 60, 0.5, "the crash in the run's error",
-            explain=lambda: (list(CallFailure.objects.values("name", "error_type")),
-                             list(Actor.objects.values("class_name", "crash"))))
+            explain=lambda: (list(CallFailure.objects.values("name", "error_type",
+                                                             "message")),
+                             list(Actor.objects.values("class_name", "crash", "state",
+                                                       "death_reason", "job_id"))))
         worker = Actor.objects.get(class_name="WorkerDict", job_id=Actor.objects.get(
             pid=pid, class_name="TaskRunner").job_id)
         assert worker.crash.startswith("SIGSEGV (Segmentation fault) in string_at ("), \
             worker.crash
         assert "from actor_rollout_generate_sequences (verl_console_runs.py:" in worker.crash
         said = crashed.error_text.rstrip().splitlines()
-        assert said[0].startswith("WorkerDict.actor_rollout_generate_sequences failed ("), said
+        # The worker's call, when Ray's cut of the trainer's message left its header (under
+        # load it may keep only the end of Ray's list of likely causes): the crash line
+        # names the worker's frame either way.
+        assert said[0].startswith(("WorkerDict.actor_rollout_generate_sequences failed (",
+                                   "TaskRunner.run failed (")), said
         assert said[-1] == f"Its process died: {worker.crash}", said[-3:]
-        assert "SYSTEM_ERROR" in crashed.error_text  # Ray's own words are kept above it
+        assert "SIGSEGV" in "\n".join(said[:-1])  # Ray's own words are kept above it
         incident = wait_for(lambda: Incident.objects.filter(
             kind="trial_errored", state=Incident.FIRING, trial=listed).first(), 60, 0.5,
             "trial_errored for the crashed run")

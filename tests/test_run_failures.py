@@ -98,9 +98,10 @@ def test_what_ray_left_of_the_header_still_names_the_call() -> None:
 
 
 def test_a_call_ended_by_its_drivers_end_is_no_failure_of_the_run() -> None:
-    """Ray's words (2.60) for calls a driver's Ctrl-C ended: their owner, the driver (the
-    job's id, then f's), died; or their worker was made to exit as the job finished. A
-    call whose owner was another actor did fail."""
+    """Ray's words (2.60) for calls a driver's Ctrl-C ended: their owner died (the driver,
+    its id the job's then f's; or the trainer actor the driver's end took along, owner of
+    its worker group's calls), or their worker was made to exit as the job finished.
+    A cascade, never the cause; a call that raised is."""
     from dashboard.cluster.failures import driver_ended
     from dashboard.cluster.models import CallFailure
 
@@ -112,6 +113,8 @@ def test_a_call_ended_by_its_drivers_end_is_no_failure_of_the_run() -> None:
     assert driver_ended(failure(owner + "03000000" + "f" * 48 + " Owner Ip address: 1.2"))
     assert driver_ended(failure("Worker (9b1049) died with exit_type: 3 with error_message: "
                                 "Worker force exited because its job has finished"))
-    assert not driver_ended(failure(owner + "04000000" + "f" * 48))  # another job's driver
-    assert not driver_ended(failure(owner + "9b1049babfeeb83e328b75a3" + "0" * 32))
+    assert driver_ended(failure(owner + "4aaa5d8437e08a0fd2ada6ba4c9ef4f1354e8324c4844e3b152e7b6a"
+                                " Owner Ip address: 10.0.0.5"))  # the trainer's worker
     assert not driver_ended(failure("RuntimeError: CUDA out of memory"))
+    assert not driver_ended(failure("The actor is dead because its worker process has died. "
+                                    "Worker exit type: SYSTEM_ERROR"))

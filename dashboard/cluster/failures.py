@@ -44,11 +44,16 @@ DEATHS_PER_POLL = 20  # actors asked why they died, at most, per poll of a clust
 DEATHS_LOOKED_AT = 2000  # the newest actors that just ended, looked at for a bound trial
 CRASHES_PER_JOB = 3  # crashed actors of one job whose logs are read, at most
 SYSTEM_ERROR = "Worker exit type: SYSTEM_ERROR"  # Ray's words for a worker that crashed
+# What of Ray's words for an actor that died under a call may be left after Ray cut the
+# message to its tail (Ray 2.60: the exit type, the error's name, or only the end of its
+# list of likely causes, "... killed by the OOM killer ... crashed unexpectedly ...").
+DIED_WORDS = (SYSTEM_ERROR, "ActorDiedError", "died unexpectedly", "killed by the OOM killer",
+              "crashed unexpectedly due to SIGSEGV")
 _DEAD_ACTOR = re.compile(r"actor_id: ([0-9a-f]{32})\b")  # an ActorDiedError's own lines
 # Ray's words for a call whose owner died (Ray 2.60: "... because its owner has died.
 # Owner Id: 03000000ffff… Owner Ip address: …"): a driver's id is its job's, then f's.
 JOB_FINISHED = "Worker force exited because its job has finished"  # Ray 2.60's words
-_OWNER_DIED = re.compile(r"because its owner has died\. Owner Id: ([0-9a-f]{8})f{40,56}\b")
+OWNER_DIED = "because its owner has died"  # Ray 2.60: "... Owner Id: 03000000fff… Owner Ip …"
 
 
 def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
@@ -80,8 +85,9 @@ def note_failures(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
                     .values_list("task_id", "attempt"))
         new = [row for row in rows if (row.task_id, row.attempt) not in known]
         stored += len(CallFailure.objects.bulk_create(new, ignore_conflicts=True))
-        for actor_id in crashed_actors(new)[:CRASHES_PER_JOB]:
-            note_crash(endpoint, cluster_pk, actor_id)
+        if note_job_crash(endpoint, cluster_pk, job):
+            # Its runs' errors are described again, though no new failure came.
+            CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job).update(seen_at=now)
     CallFailure.objects.filter(cluster_id=cluster_pk,
                                seen_at__lt=now - DEAD_ACTOR_KEEP).delete()
     return stored
@@ -100,13 +106,12 @@ def first_failure(cluster_pk: int, job_id: str) -> CallFailure | None:
 
 
 def driver_ended(failure: CallFailure) -> bool:
-    """Whether Ray says the call failed because the job's driver ended: its owner died
-    and that owner is the driver (whose worker id is the job's id, then f's), or its
-    worker was made to exit because the job finished."""
-    if JOB_FINISHED in failure.message:
-        return True
-    found = _OWNER_DIED.search(failure.message)
-    return found is not None and found.group(1) == failure.job_id
+    """Whether Ray says the call failed only because what owned it ended: its owner died
+    (the job's driver, whose worker id is the job's id then f's, or an actor its death
+    took along: a trainer's worker group dies with the trainer), or its worker was made
+    to exit because the job finished. Such a failure is a cascade, never the cause: an
+    owner that crashed fails its own call with why."""
+    return JOB_FINISHED in failure.message or OWNER_DIED in failure.message
 
 
 def crashed_actors(failures: list[CallFailure]) -> list[str]:
@@ -121,6 +126,43 @@ def crashed_actors(failures: list[CallFailure]) -> list[str]:
         for actor_id in [*own, *_DEAD_ACTOR.findall(failure.message)]:
             if actor_id not in found:
                 found.append(actor_id)
+    return found
+
+
+def note_job_crash(endpoint: RayEndpoint, cluster_pk: int, job: str) -> bool:
+    """While the job's failures say a worker died of a SYSTEM_ERROR and no crash of its is
+    known yet, look for the crashed actor and read how it died; whether one was noted.
+    The actor is the one a failure names; else (Ray's cut of the message took that
+    line) one of the job's dead workers Ray says died of a SYSTEM_ERROR (DEATHS_PER_POLL
+    asked at most). Asked at each poll while the job's trainer ended lately."""
+    if Actor.objects.filter(cluster_id=cluster_pk, job_id=job).exclude(crash="").exists():
+        return False
+    failures = [f for f in CallFailure.objects.filter(cluster_id=cluster_pk, job_id=job)
+                if not driver_ended(f)]
+    # An actor died under a call (Ray's message may say only "died unexpectedly", if it
+    # was raised before the GCS knew why): its workers' deaths are asked.
+    if not any(f.error_type in ("ACTOR_DIED", "WORKER_DIED")
+               or any(words in f.message for words in DIED_WORDS) for f in failures):
+        return False
+    crashed = crashed_actors(failures) or system_error_deaths(endpoint, cluster_pk, job)
+    for actor_id in crashed[:CRASHES_PER_JOB]:
+        note_crash(endpoint, cluster_pk, actor_id)
+    return Actor.objects.filter(cluster_id=cluster_pk, job_id=job).exclude(crash="").exists()
+
+
+def system_error_deaths(endpoint: RayEndpoint, cluster_pk: int, job: str) -> list[str]:
+    """The job's dead workers (not its trainer) that Ray says died of a SYSTEM_ERROR."""
+    found = []
+    for actor in Actor.objects.filter(cluster_id=cluster_pk, job_id=job, state="DEAD").exclude(
+            class_name__in=TRAINER_CLASSES).order_by("-ended_at")[:DEATHS_PER_POLL]:
+        try:
+            death = parse_actor_death(fetch_actor_death(endpoint, actor.actor_id),
+                                      actor.actor_id)
+        except SourceError as exc:
+            log.warning("why actor %s died not read: %s", actor.actor_id, exc.message)
+            continue
+        if death is not None and death.exit_type == "SYSTEM_ERROR":
+            found.append(actor.actor_id)
     return found
 
 
