@@ -234,8 +234,6 @@ def note_deaths(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
         except SourceError as exc:
             log.warning("why actor %s died not read: %s", actor.actor_id, exc.message)
             continue
-        if death is not None and death.exit_type == "SYSTEM_ERROR":
-            note_crash(endpoint, cluster_pk, actor.actor_id)
         Actor.objects.filter(pk=actor.pk, state="DEAD").update(
             death_reason=death.reason if death else "UNKNOWN",
             death_message=(death.message if death else "").replace("\x00", ""),

@@ -149,8 +149,8 @@ class Actor(models.Model):
     death_reason = models.CharField(max_length=32, blank=True, default="")
     death_message = models.TextField(blank=True, default="")
     ended_on_purpose = models.BooleanField(null=True)
-    # How its own stderr says it ended, read once through Ray's log API when Ray said its
-    # worker died of a SYSTEM_ERROR (dashboard/cluster/failures.note_crash): the fatal
+    # How its own stderr says it ended, read once through Ray's log API when an RL run's
+    # job failures say its worker died (dashboard/cluster/failures.note_crash): the fatal
     # signal and frame (collectors.raylogs.fatal_signal), or that none shows (a SIGKILL).
     crash = models.CharField(max_length=500, blank=True, default="")
     first_seen_at = models.DateTimeField()
