@@ -33,6 +33,7 @@ from collectors.raystate import (
     parse_actor_death,
     parse_failed_calls,
 )
+from collectors.records import ActorDeathRecord
 from collectors.runformats import TRAINER_CLASSES, entrypoint_framework
 from dashboard.cluster.models import Actor, CallFailure, Job, Node, RayCall
 from dashboard.cluster.views_data import running_trials_of
@@ -155,15 +156,20 @@ def system_error_deaths(endpoint: RayEndpoint, cluster_pk: int, job: str) -> lis
     found = []
     for actor in Actor.objects.filter(cluster_id=cluster_pk, job_id=job, state="DEAD").exclude(
             class_name__in=TRAINER_CLASSES).order_by("-ended_at")[:DEATHS_PER_POLL]:
-        try:
-            death = parse_actor_death(fetch_actor_death(endpoint, actor.actor_id),
-                                      actor.actor_id)
-        except SourceError as exc:
-            log.warning("why actor %s died not read: %s", actor.actor_id, exc.message)
-            continue
-        if death is not None and death.exit_type == "SYSTEM_ERROR":
+        answered, death = why_died(endpoint, actor.actor_id)
+        if answered and death is not None and death.exit_type == "SYSTEM_ERROR":
             found.append(actor.actor_id)
     return found
+
+
+def why_died(endpoint: RayEndpoint, actor_id: str) -> tuple[bool, ActorDeathRecord | None]:
+    """(whether Ray answered, why it says the actor died: None when it says nothing). An
+    actor Ray does not answer for costs only itself (logged)."""
+    try:
+        return True, parse_actor_death(fetch_actor_death(endpoint, actor_id), actor_id)
+    except SourceError as exc:
+        log.warning("why actor %s died not read: %s", actor_id, exc.message)
+        return False, None
 
 
 def note_crash(endpoint: RayEndpoint, cluster_pk: int, actor_id: str) -> None:
@@ -228,11 +234,8 @@ def note_deaths(endpoint: RayEndpoint, cluster_pk: int, now: datetime) -> int:
              if (cluster_pk, nodes.get(a.node_id, ""), a.pid) in bound][:DEATHS_PER_POLL]
     answered = 0
     for actor in ended:
-        try:
-            death = parse_actor_death(fetch_actor_death(endpoint, actor.actor_id),
-                                      actor.actor_id)
-        except SourceError as exc:
-            log.warning("why actor %s died not read: %s", actor.actor_id, exc.message)
+        answered, death = why_died(endpoint, actor.actor_id)
+        if not answered:
             continue
         Actor.objects.filter(pk=actor.pk, state="DEAD").update(
             death_reason=death.reason if death else "UNKNOWN",
