@@ -253,14 +253,7 @@ def test_a_crashed_run_is_error_with_its_first_failure_though_ray_says_succeeded
     marks.mkdir()
     run = verl_runs(ray_settings, marks, "crash")
     try:
-        pid = int(wait_for(lambda: _read(marks / "crash.pid"), 120, 0.5, "the TaskRunner"))
-        listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
-                          60, 0.5, "the run listed from Ray")
-        assert run.wait(patient(120)) == 1, "the driver did not raise the trainer's error"
-        crashed = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
-                           == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
-                           explain=lambda: Trial.objects.values(
-                               "status", "status_reason", "tune_status").get(pk=listed.pk))
+        pid, listed, crashed = run_to_error(run, marks, "crash")
         assert crashed.error_text.startswith(
             "WorkerDict.actor_rollout_generate_sequences failed (TASK_EXECUTION_EXCEPTION"
         ), (crashed.error_text[:300], list(CallFailure.objects.values("name", "failed_at")))
@@ -297,14 +290,7 @@ def test_a_worker_killed_by_a_signal_is_said_as_its_own_log_says_it(  # type: ig
     marks.mkdir()
     run = verl_runs(ray_settings, marks, "segfault")
     try:
-        pid = int(wait_for(lambda: _read(marks / "segfault.pid"), 120, 0.5, "the TaskRunner"))
-        listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
-                          60, 0.5, "the run listed from Ray")
-        assert run.wait(patient(120)) == 1, "the driver did not raise the trainer's error"
-        crashed = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
-                           == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
-                           explain=lambda: Trial.objects.values(
-                               "status", "status_reason", "error_text").get(pk=listed.pk))
+        pid, listed, crashed = run_to_error(run, marks, "segfault")
         # Ray lists each call's failure as its worker reports it: the trainer's may come
         # first, its message not yet saying how the worker died.
         crashed = wait_for(lambda: "\nIts process died: " in (t := Trial.objects.get(
@@ -371,6 +357,21 @@ def test_a_run_whose_driver_its_user_interrupted_ended_and_pages_nobody(  # type
         agent.__exit__(None, None, None)
         scheduler.stop()
         stop_node(run)
+
+
+def run_to_error(run: subprocess.Popen, marks: Path, name: str) -> tuple[int, Trial, Trial]:
+    """A crashing verl-shaped run `name` (verl_console_runs): its trainer's pid, its run
+    as first listed from Ray, and that run once ERROR, after its driver raised the
+    trainer's error."""
+    pid = int(wait_for(lambda: _read(marks / f"{name}.pid"), 120, 0.5, "the TaskRunner"))
+    listed = wait_for(lambda: Trial.objects.filter(pid=pid, framework="verl").first(),
+                      60, 0.5, "the run listed from Ray")
+    assert run.wait(patient(120)) == 1, "the driver did not raise the trainer's error"
+    crashed = wait_for(lambda: (t := Trial.objects.get(pk=listed.pk)).status
+                       == Trial.ERROR and t, 60, 0.5, "the run to be ERROR",
+                       explain=lambda: Trial.objects.values(
+                           "status", "status_reason", "error_text").get(pk=listed.pk))
+    return pid, listed, crashed
 
 
 def _read(path: Path) -> str | None:
