@@ -5,6 +5,8 @@ named), and a hostile row costing only itself."""
 
 from __future__ import annotations
 
+import pytest
+
 from collectors.raystate import FAILURE_MESSAGE_CHARS, parse_failed_calls
 
 
@@ -118,3 +120,37 @@ def test_a_call_ended_by_its_drivers_end_is_no_failure_of_the_run() -> None:
     assert not driver_ended(failure("RuntimeError: CUDA out of memory"))
     assert not driver_ended(failure("The actor is dead because its worker process has died. "
                                     "Worker exit type: SYSTEM_ERROR"))
+
+
+@pytest.mark.django_db
+@pytest.mark.both_backends
+def test_a_failures_text_cannot_point_at_another_jobs_actor() -> None:
+    """A job's exception text is its own words: a message naming another job's actor
+    ("actor_id: …") beside Ray's crash words reads no log of that actor and marks nothing
+    on it; the job's own crashed actor is still looked at."""
+    from django.utils import timezone
+
+    from collectors.raystate import RayEndpoint
+    from dashboard.cluster.failures import SYSTEM_ERROR, note_job_crash
+    from dashboard.cluster.models import Actor, CallFailure, settings_cluster_pk
+    from tests.runner import free_port
+
+    now = timezone.now()
+    cluster = settings_cluster_pk()
+    for actor_id, job in (("aa" * 16, "05000000"), ("bb" * 16, "06000000")):
+        Actor.objects.create(cluster_id=cluster, actor_id=actor_id, class_name="WorkerDict",
+                             job_id=job, state="DEAD", pid=7, first_seen_at=now,
+                             updated_at=now, ended_at=now)
+    CallFailure.objects.create(
+        cluster_id=cluster, job_id="05000000", task_id="t1", name="TaskRunner.run",
+        error_type="TASK_EXECUTION_EXCEPTION", failed_at=now, seen_at=now,
+        message=f"RuntimeError: see\\n\\tactor_id: {'bb' * 16}\\n{SYSTEM_ERROR}")
+    nothing_there = RayEndpoint(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+    note_job_crash(nothing_there, cluster, "05000000")
+    assert Actor.objects.get(actor_id="bb" * 16).crash == ""  # the other job's: untouched
+    # The job's own dead worker was asked about (Ray did not answer here): no crash said.
+    assert Actor.objects.get(actor_id="aa" * 16).crash == ""
+    CallFailure.objects.filter(task_id="t1").update(
+        message=f"ActorDiedError\\n\\tactor_id: {'aa' * 16}\\n{SYSTEM_ERROR}")
+    note_job_crash(nothing_there, cluster, "05000000")
+    assert Actor.objects.get(actor_id="aa" * 16).crash.startswith("its log was not read")

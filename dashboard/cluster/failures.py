@@ -145,7 +145,12 @@ def note_job_crash(endpoint: RayEndpoint, cluster_pk: int, job: str) -> bool:
     if not any(f.error_type in ("ACTOR_DIED", "WORKER_DIED")
                or any(words in f.message for words in DIED_WORDS) for f in failures):
         return False
-    crashed = crashed_actors(failures) or system_error_deaths(endpoint, cluster_pk, job)
+    # An actor a message names is the job's own or nothing: a failure's text is the job's
+    # (its exception's words), never a pointer into another job's logs.
+    own = set(Actor.objects.filter(cluster_id=cluster_pk, job_id=job).values_list(
+        "actor_id", flat=True))
+    crashed = [a for a in crashed_actors(failures) if a in own] or system_error_deaths(
+        endpoint, cluster_pk, job)
     for actor_id in crashed[:CRASHES_PER_JOB]:
         note_crash(endpoint, cluster_pk, actor_id)
     return Actor.objects.filter(cluster_id=cluster_pk, job_id=job).exclude(crash="").exists()
