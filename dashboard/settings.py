@@ -468,8 +468,21 @@ CELERY_BEAT_SCHEDULE["settle-actions"] = {
 STACK_TIMEOUT_S = env_number("RAYWATCH_STACK_TIMEOUT_S", 10.0, minimum=1)
 # A stack asked for and not answered within this long is shown as failed, and may be asked again.
 STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
-CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": NOTIFY_QUEUE}
-CELERY_TASK_ROUTES["dashboard.agents.tasks.take_call_stack"] = {"queue": NOTIFY_QUEUE}
+# Stacks are taken on a queue and worker of their own (`celery worker -Q stacks`, `serve`'s
+# stack taker; on the embedded default, threads of their own): each waits seconds on an
+# agent, and a burst of them (many calls overdue at once) must not hold up an operator's
+# terminate or an alert on the notifier. Named once here (docker-compose.yml's stacks
+# service names it on its command line).
+STACKS_QUEUE = "stacks"
+CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": STACKS_QUEUE}
+CELERY_TASK_ROUTES["dashboard.agents.tasks.take_call_stack"] = {"queue": STACKS_QUEUE}
+# Threads that take stacks at once (the stacks worker's, or the embedded pool's).
+STACK_THREADS = env_int("RAYWATCH_STACK_THREADS", 4, minimum=1)
+# Overdue calls whose stacks are asked for, at most, per node and minute (each is
+# sampled 3 times): 10,000 calls overdue at once cost their nodes' agents a bounded
+# amount; the others are asked in the minutes after, one job's first call before
+# another's second.
+CALL_STACKS_PER_NODE_MIN = env_int("RAYWATCH_CALL_STACKS_PER_NODE_MIN", 12, minimum=1)
 
 # --- node agents over HTTP (docs/agents.md, docs/agent-protocol.md) ------------------------
 # An agent not heard from this long is not sent commands (an action uses another way) and

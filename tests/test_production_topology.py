@@ -120,7 +120,7 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         assert roles == {"worker", "beat"}
         queues = {" ".join(c.cmdline()).split("--queues ")[-1].split()[0]
                   for c in children if "--queues" in " ".join(c.cmdline())}
-        assert queues == {settings.NOTIFY_QUEUE}
+        assert queues == {settings.NOTIFY_QUEUE, settings.STACKS_QUEUE}
         assert sum("-m collectors.agent" in line for line in commands) == 1
         # An incident opened by a detector process reaches the chat webhook through the
         # worker (routing) and the notifier (sending).

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Model
+from django.db.models import Case, Model, When
 from django.utils import timezone
 
 from collectors.agent import wire
@@ -93,9 +93,12 @@ def hand_out(token: NodeToken, now: datetime) -> list[dict[str, Any]]:
     key = command_key(token)
     if key is None:
         return []
-    waiting = AgentCommand.objects.filter(node=token.node, cluster_id=token.cluster_id,
-                                          fetched_at=None, done_at=None,
-                                          expires_at__gt=now)  # done: refused unsent
+    # An operator's signal before any stack, however many stacks wait: a burst of them
+    # (many calls overdue at once) never makes a terminate expire unsent.
+    waiting = AgentCommand.objects.filter(
+        node=token.node, cluster_id=token.cluster_id, fetched_at=None, done_at=None,
+        expires_at__gt=now,  # done: refused unsent
+    ).order_by(Case(When(kind=AgentCommand.SIGNAL, then=0), default=1), "created_at", "id")
     claimed = []
     for command in waiting[:HAND_OUT_AT_MOST]:
         # A conditional update: two agents of one node (or two polls) never get one twice.

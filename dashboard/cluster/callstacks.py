@@ -9,10 +9,13 @@ pool): the detector's poll never waits on py-spy or an agent."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 
 from dashboard.cluster.models import CallStack, RayCall
 from dashboard.core.background import send_soon
@@ -27,34 +30,61 @@ def register_taker(take: Callable[[int], None]) -> None:
     _takers[:] = [take]
 
 
-def request_stacks(cluster_id: int, calls: list[tuple[str, str, int | None, str]],
+def request_stacks(cluster_id: int, calls: list[tuple[str, str, int | None, str, str]],
                    now: datetime) -> int:
     """Ask for the stacks of these overdue calls of one cluster, each (task id, name, pid,
-    its node's address), that have none yet and whose node is known (a stack is taken
-    once a call); how many were asked. Without a taker (no
-    agents app) nothing is asked."""
+    its node's address, its job), that have none yet and whose node is known (a stack is
+    taken once a call); how many were asked. A node's agent is asked for at most
+    CALL_STACKS_PER_NODE_MIN calls' stacks a minute: the others wait for a later pass,
+    each job's first call before any job's second. Without a taker (no agents app)
+    nothing is asked."""
     if not _takers or not calls:
         return 0
     have = set(CallStack.objects.filter(cluster_id=cluster_id, task_id__in=[
         task_id for task_id, *_ in calls]).values_list("task_id", flat=True))
+    wanted = [c for c in calls if c[0] not in have and c[2] and c[3]]
+    if not wanted:  # a call Ray lists before its node: asked once it says where
+        return 0
+    left = budget_left({node_ip for *_, node_ip, _ in wanted}, now)
     take, asked = _takers[0], 0
-    for task_id, name, pid, node_ip in calls:
-        if task_id in have or not pid or not node_ip:
-            continue  # a call Ray lists before its node: asked once it says where
+    for task_id, name, pid, node_ip, _ in by_job_in_turn(wanted):
+        if left[node_ip] <= 0:
+            continue
         try:
             with transaction.atomic():
                 row = CallStack.objects.create(cluster_id=cluster_id, task_id=task_id,
                                                name=name, pid=pid, node_ip=node_ip,
                                                requested_at=now)
-                transaction.on_commit(lambda pk=row.pk: send_soon(TAKE_TASK, take, pk,
-                                                                  expires=60))
+                transaction.on_commit(lambda pk=row.pk: send_soon(
+                    TAKE_TASK, take, pk, expires=60, queue=settings.STACKS_QUEUE))
         except IntegrityError:  # another detector pass asked first
             continue
-        log.warning("stacks of overdue call %s (pid %s on %s) asked", name, pid,
-                    node_ip or "an unknown node")
+        log.warning("stacks of overdue call %s (pid %s on %s) asked", name, pid, node_ip)
+        left[node_ip] -= 1
         asked += 1
     return asked
 
+
+def budget_left(node_ips: set[str], now: datetime) -> Counter[str]:
+    """How many more calls' stacks each node's agent may be asked for this minute (any
+    cluster's: one agent takes them)."""
+    spent = Counter(dict(CallStack.objects.filter(
+        node_ip__in=node_ips, requested_at__gt=now - timedelta(seconds=60))
+        .values("node_ip").annotate(n=Count("id")).values_list("node_ip", "n")))
+    return Counter({ip: settings.CALL_STACKS_PER_NODE_MIN - spent[ip] for ip in node_ips})
+
+
+def by_job_in_turn(calls: list[tuple[str, str, int | None, str, str]]
+                   ) -> list[tuple[str, str, int | None, str, str]]:
+    """The calls with each job's first before any job's second, then the seconds, ...
+    (in their order within a job): a budget spent on one run's many calls leaves none
+    without evidence."""
+    nth: Counter[str] = Counter()
+    turns = []
+    for call in calls:
+        turns.append(nth[call[4]])
+        nth[call[4]] += 1
+    return [call for _, _, call in sorted(zip(turns, range(len(calls)), calls, strict=True))]
 
 
 def awaited_calls(cluster_id: int, task_ids: list[str]) -> dict[str, RayCall]:

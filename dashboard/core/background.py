@@ -1,5 +1,7 @@
 """Run a Celery task soon: on a worker when there is a broker (REDIS_URL), in a small
-in-process thread pool on the embedded default."""
+in-process thread pool on the embedded default. A task for the stacks queue (py-spy
+dumps that wait seconds on an agent) runs on threads of its own there too, as on its own
+worker in production: a burst of them never holds up an operator's action or an alert."""
 
 from __future__ import annotations
 
@@ -19,17 +21,25 @@ log = logging.getLogger(__name__)
 
 
 @cache
-def _pool() -> ThreadPoolExecutor:
+def _pool(queue: str | None = None) -> ThreadPoolExecutor:
+    if queue == settings.STACKS_QUEUE:
+        return ThreadPoolExecutor(max_workers=settings.STACK_THREADS,
+                                  thread_name_prefix="raywatch-stacks")
     return ThreadPoolExecutor(max_workers=settings.NOTIFY_THREADS,
                               thread_name_prefix="raywatch-background")
 
 
+def _pool_of(queue: str | None) -> ThreadPoolExecutor:
+    return _pool(settings.STACKS_QUEUE if queue == settings.STACKS_QUEUE else None)
+
+
 def finish() -> None:
-    """Let the tasks running in the in-process pool (an action recording its last steps)
+    """Let the tasks running in the in-process pools (an action recording its last steps)
     finish, and drop those not started: at exit, before Python stops its threads."""
     stopping.winding_down.set()
     if _pool.cache_info().currsize:
-        _pool().shutdown(wait=True, cancel_futures=True)
+        for queue in (None, settings.STACKS_QUEUE):
+            _pool(queue).shutdown(wait=True, cancel_futures=True)
         _pool.cache_clear()
 
 
@@ -45,7 +55,7 @@ def _in_thread(fn: Callable[..., Any], name: str, *args: Any) -> None:
 
 def run_soon(task: Any, *args: Any, queue: str | None = None, expires: float = 60) -> None:
     if settings.EMBEDDED:
-        _pool().submit(_in_thread, task.run, task.name, *args)
+        _pool_of(queue).submit(_in_thread, task.run, task.name, *args)
     else:
         task.apply_async(args=list(args), **_options(queue, expires))
 
@@ -56,7 +66,7 @@ def send_soon(name: str, fn: Callable[..., Any], *args: Any, queue: str | None =
     the caller): a worker is sent the task by name; the embedded pool runs `fn`, what
     the task runs."""
     if settings.EMBEDDED:
-        _pool().submit(_in_thread, fn, name, *args)
+        _pool_of(queue).submit(_in_thread, fn, name, *args)
     else:
         celery_app.send_task(name, args=list(args), **_options(queue, expires))
 

@@ -269,7 +269,8 @@ def with_call_stacks(cluster_id: int, found: list[tuple[CallView, Finding]], now
     """Each overdue call's finding with where its process is (its node's agent takes a
     few stacks once, in the background: dashboard/cluster/callstacks.py) and, once they
     are in, the verdict in its summary: hung in a frame, or slow and busy there."""
-    request_stacks(cluster_id, [(v.task_id, v.name, v.pid, v.node_ip) for v, _ in found], now)
+    request_stacks(cluster_id, [(v.task_id, v.name, v.pid, v.node_ip, v.job_id)
+                                 for v, _ in found], now)
     stacks = call_stacks(cluster_id, [v.task_id for v, _ in found])
     roots = awaited_calls(cluster_id, [t for t, row in stacks.items()
                                        if row.hung and row.waits_on == RAY_GET])
@@ -295,7 +296,8 @@ def root_call(cluster_id: int, root: RayCall, now: datetime) -> tuple[str, dict[
     stacks are in (asked here), where it is."""
     nodes, actors = call_places([root])
     node_ip = nodes.get(root.node_id, "")
-    request_stacks(cluster_id, [(root.task_id, root.name, root.pid, node_ip)], now)
+    request_stacks(cluster_id, [(root.task_id, root.name, root.pid, node_ip,
+                                 root.job_id)], now)
     stack = call_stacks(cluster_id, [root.task_id]).get(root.task_id)
     ran = (now - root.first_seen_at).total_seconds()
     where = f"pid {root.pid} on {node_ip or 'an unknown node'}" if root.pid else \

@@ -518,8 +518,8 @@ def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
         if not calls:
             return None if not words else (None, "")
         nodes, _ = call_places(calls)
-        request_stacks(cluster, [(c.task_id, c.name, c.pid, nodes.get(c.node_id, ""))
-                                 for c in calls], now)
+        request_stacks(cluster, [(c.task_id, c.name, c.pid, nodes.get(c.node_id, ""),
+                                  c.job_id) for c in calls], now)
         stacks = call_stacks(cluster, [c.task_id for c in calls])
         straggler = call_straggler(calls, stacks, nodes)
         if straggler is not None:

@@ -41,7 +41,8 @@ def request_stack(trial: Trial, now: datetime, user: Any = None,
         stack = TrialStack.objects.create(
             trial=trial, pid=trial.pid, node_ip=trial.node_ip, hostname=trial.hostname,
             requested_at=now, requested_by=who, address=address[:64])
-        transaction.on_commit(lambda: send_soon(TAKE_TASK, take, stack.pk, expires=60))
+        transaction.on_commit(lambda: send_soon(TAKE_TASK, take, stack.pk, expires=60,
+                                                  queue=settings.STACKS_QUEUE))
     log.warning("stack of trial %s (pid %s on %s) asked by %s%s", trial, trial.pid,
                 trial.node_ip or trial.hostname, who or DETECTOR,
                 f" from {address}" if address else "")

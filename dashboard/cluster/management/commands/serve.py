@@ -58,7 +58,7 @@ class Command(BaseCommand):
                 cleanup.callback(scheduler.stop)
                 self.stdout.write("collectors: in-process scheduler (no REDIS_URL)")
             elif not no_celery:
-                roles = ["worker", "notifier", "beat"]
+                roles = ["worker", "notifier", "stacks", "beat"]
                 cleanup.callback(stop_children, [start_celery(role) for role in roles])
                 self.stdout.write(f"collectors: Celery {', '.join(roles)} on REDIS_URL")
             if not no_agent:
@@ -164,6 +164,9 @@ def start_celery(role: str) -> subprocess.Popen[bytes]:
     if role == "notifier":  # alert webhooks: I/O-bound, on their own queue and threads
         cmd += ["worker", "--queues", settings.NOTIFY_QUEUE, "--pool", "threads",
                 "--concurrency", str(settings.NOTIFY_THREADS), "--hostname", "notify@%h"]
+    elif role == "stacks":  # py-spy dumps waiting on agents: never ahead of an action
+        cmd += ["worker", "--queues", settings.STACKS_QUEUE, "--pool", "threads",
+                "--concurrency", str(settings.STACK_THREADS), "--hostname", "stacks@%h"]
     else:  # the collectors: two threads of one process, which holds the log reader once
         cmd += ["worker", "--pool", "threads", "--concurrency", "2"]
     cmd += ["--loglevel", "WARNING"]
