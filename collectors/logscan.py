@@ -45,6 +45,7 @@ Nothing here imports Django; time comes from `clock` (monotonic seconds).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -58,8 +59,10 @@ from stat import S_ISLNK
 
 from collectors.procstat import command_lines
 from collectors.records import TrialDir
-from collectors.rootfiles import DEFAULT_CAPS, Caps, Root
+from collectors.rootfiles import DEFAULT_CAPS, Caps, Root, linked_root_refusal
 from collectors.runformats import DIR_RUN_FILES, SUFFIX, dir_run_format, recognise_file
+
+log = logging.getLogger(__name__)
 
 RESULT_FILE, PARAMS_FILE, ERROR_FILE = "result.json", "params.json", "error.txt"
 EVENTS_PREFIX = "events.out.tfevents."
@@ -242,12 +245,24 @@ class LogScanner:
         # slow file system stores nothing for minutes, yet it goes on (raywatch's own
         # reader tells its other processes so: dashboard/trials/lag.py). Cheap to call.
         self.on_progress: Callable[[], None] | None = None
+        # Roots not read, and why (rootfiles.linked_root_refusal): said in the reader's
+        # log (the agent's) once a change.
+        self.refused: dict[Path, str] = {}
 
     # --- one poll: work in proportion to containers, hot trial dirs and the rescan share -----
     def scan(self) -> Scan:
         now = self.clock()
         walk = _Walk(now)
         for root in self.roots:
+            refused = linked_root_refusal(root)
+            if refused != self.refused.get(root):  # said once a change
+                if refused:
+                    log.error("%s", refused)
+                else:
+                    self.refused.pop(root, None)
+            if refused:
+                self.refused[root] = refused
+                continue
             self._visit(root, 0, walk, Root.of(root, self.caps))
         self._forget(walk)
         out = list(walk.new)

@@ -11,7 +11,14 @@ OSError) with a reason that is shown as that trial's problem:
   at once instead of hanging the reader, as are devices and sockets;
 - a file over its cap is refused whole, not read in part;
 - the opened file's real path lies inside the root's: a directory on the way that became
-  a link after the walk (collectors.logscan enters no linked directory) leads nowhere.
+  a link after the walk (collectors.logscan enters no linked directory) leads nowhere;
+- a file with more than one hard link is refused: a job can link a file it may read into
+  a root (another user's file, or one raywatch alone should see), and no logger writes
+  one;
+- a root reached through a symbolic link (`~/ray_results` moved to a bigger disk) is read
+  only where the link's owner also owns what it leads to, or the link is root's: a job
+  that can replace `~/ray_results` or a session's `artifacts` with a link cannot point
+  the reader at another user's or the system's files (linked_root_refusal).
 
 No Django here: raywatch's settings and the agent's config hand in the caps.
 """
@@ -110,6 +117,9 @@ def _check(fd: int, path: str, root: Root | None, cap: int) -> None:
     if not stat.S_ISREG(found.st_mode):
         kind = next((name for test, name in _KINDS if test(found.st_mode)), "not a file")
         raise Refused(errno.EINVAL, f"is {kind}, not a regular file: not read")
+    if found.st_nlink > 1:
+        raise Refused(errno.EMLINK, f"has {found.st_nlink} hard links: not read (a link can "
+                                    "bring in a file from outside its log root)")
     if found.st_size > cap:
         raise Refused(errno.EFBIG, f"is {found.st_size:,} bytes, over the cap of "
                                    f"{_size(cap)}: not read")
@@ -128,3 +138,24 @@ def _real_path(fd: int, path: str) -> str:
 
 def _size(cap: int) -> str:
     return f"{cap >> 20:,} MiB" if cap >= 1 << 20 and not cap % (1 << 20) else f"{cap:,} bytes"
+
+
+def linked_root_refusal(path: str | Path) -> str | None:
+    """Why the root `path` is not read, or None: a symbolic link on its way (itself or a
+    directory above it) whose owner, not root, does not own what the link leads to."""
+    absolute = os.path.abspath(path)
+    parts = absolute.split(os.sep)
+    for end in range(2, len(parts) + 1):
+        here = os.sep.join(parts[:end]) or os.sep
+        try:
+            link = os.lstat(here)
+            if not stat.S_ISLNK(link.st_mode):
+                continue
+            target = os.path.realpath(here)
+            owner = os.stat(target).st_uid
+        except OSError:
+            return None  # not there (yet): nothing to read, nothing to refuse
+        if link.st_uid not in (0, owner):
+            return (f"{here} is a symbolic link of uid {link.st_uid} to {target}, which uid "
+                    f"{owner} owns: the log root is not read")
+    return None

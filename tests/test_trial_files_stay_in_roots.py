@@ -66,7 +66,7 @@ class Central:
 
     def __init__(self, settings, root: Path) -> None:  # type: ignore[no-untyped-def]
         settings.CENTRAL_LOGS = True
-        settings.LOG_DIRS = [str(root)]
+        settings.LOG_DIRS = str(root).split(os.pathsep)
         self.root = root
 
     def until(self, done: Callable[[], object], what: str) -> None:
@@ -298,3 +298,49 @@ def test_poison_files_cost_their_own_trial_only(reader, admin: User, tmp_path: P
 
     append(healthy, 0, 3, 2)  # the reader goes on after them, poll after poll
     running.until(lambda: iterations(0) == [1, 2, 3, 4], "the healthy trial's new lines")
+
+
+def test_a_hard_link_into_the_root_is_refused_visibly(  # type: ignore[no-untyped-def]
+        reader, admin: User, tmp_path: Path, outside: Path) -> None:
+    """A job can hard-link a file it may read (another user's, or one only raywatch's
+    reader should see) into a root: no logger writes one, so it is not read."""
+    root = tmp_path / "ray_results"
+    trial(root, 0)
+    os.link(outside / "secret.txt", trial(root, 1) / "error.txt")
+    linked = trial(root, 2) / "params.json"
+    linked.unlink()
+    os.link(outside / "params.json", linked)
+    api = token_client(admin)
+    running = reader(root)
+
+    running.until(lambda: iterations(0) == [1, 2] and problem(api, 1) and problem(api, 2),
+                  "the trials and their problems")
+    assert "error.txt" in problem(api, 1) and "hard links" in problem(api, 1), problem(api, 1)
+    assert "params.json" in problem(api, 2) and "hard links" in problem(api, 2)
+    assert trials(api)[tid(1)]["error_text"] == "" and iterations(1) == [1, 2]
+    assert SECRET not in everything_shown(api)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of another uid need root to make")
+def test_a_root_linked_by_a_user_to_what_they_do_not_own_is_not_read(  # type: ignore[no-untyped-def]
+        reader, admin: User, tmp_path: Path) -> None:
+    """`~/ray_results` moved to a bigger disk and linked is read; a link that a user who
+    can replace it points at a directory they do not own (the system's, another user's)
+    is not, and says why."""
+    moved = tmp_path / "big-disk" / "ray_results"  # root's own: the link below is root's
+    trial(moved, 0)
+    foreign = tmp_path / "system"  # root owns it; the link to it is uid 4321's
+    trial(foreign, 1, params=json.dumps({"stolen": SECRET}))
+    ours, theirs = tmp_path / "home" / "ray_results", tmp_path / "home2" / "ray_results"
+    for link, target in ((ours, moved), (theirs, foreign)):
+        link.parent.mkdir()
+        link.symlink_to(target)
+    os.lchown(theirs, 4321, 4321)
+    api = token_client(admin)
+    running = reader(Path(f"{ours}{os.pathsep}{theirs}"))
+
+    running.until(lambda: iterations(0) == [1, 2], "the moved root's trial")
+    assert tid(1) not in trials(api) and SECRET not in everything_shown(api)
+    if isinstance(running, Agent):
+        said = running.log.read_text()
+        assert f"{theirs} is a symbolic link of uid 4321" in said, said[-2000:]
