@@ -26,6 +26,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
+# How long a stopping cluster waits for its workers to end before removing its scratch
+# dir (inside LocalRay.stop's own wait).
+WORKERS_END_S = 15.0
+
 
 @dataclass(frozen=True)
 class LocalCluster:
@@ -140,7 +146,25 @@ def _serve(info_file: Path, num_cpus: int | None, num_gpus: int, parent_pid: int
         _run_cluster(info_file, num_cpus, num_gpus, parent_pid, temp_dir, dashboard_port)
     finally:
         if scratch is not None:
+            _wait_for_users(scratch)
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _wait_for_users(scratch: Path) -> None:
+    """Wait (WORKERS_END_S at most) for the cluster's processes that still use `scratch`
+    as their TMPDIR: its workers end once they see their raylet gone, a while after
+    ray.shutdown() returns on a loaded machine, and by then no longer this process's
+    descendants (Ray's SIGTERM handling may already have taken the raylet). A trial still
+    in its step would otherwise fail on the removed dir, a FileNotFoundError in its
+    error.txt, instead of ending with its cluster."""
+    users = []
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("TMPDIR") == str(scratch):
+                users.append(process)
+    psutil.wait_procs(users, timeout=WORKERS_END_S)
 
 
 def _scratch_of_its_own() -> Path | None:

@@ -114,8 +114,8 @@ def test_a_hung_train_run_is_listed_with_its_ranks_and_the_call_it_waits_in(  # 
     try:
         trial = wait_for(lambda: bound_to_rank_0(Trial.objects.filter(
             framework=RAYTRAIN, iteration__gte=HANG_AT - 1, status=Trial.RUNNING,
-            pid__isnull=False, trial_id=NAME).first()), 150, 0.5,
-            "the run's steps before the hang, RUNNING with rank 0's process",
+            pid__isnull=False, process_alive=True, trial_id=NAME).first()), 150, 0.5,
+            "the run's steps before the hang, RUNNING with rank 0's process, seen alive",
             explain=lambda: (list(Trial.objects.values("trial_id", "framework", "status",
                                                        "iteration", "pid")),
                              list(TrainRun.objects.values("name", "status", "workers"))))
