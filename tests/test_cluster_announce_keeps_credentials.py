@@ -28,7 +28,7 @@ def beta() -> Cluster:
     """A cluster an admin added with its dashboard URL and Ray token, no GCS address;
     polled, so raywatch knows its session."""
     now = timezone.now()
-    cluster = add_cluster("beta", "http://beta-head:8265", RAY_TOKEN, now, by="alice")
+    cluster = add_cluster("beta", "http://beta-head:8265", RAY_TOKEN, now)
     ClusterSession.objects.create(cluster=cluster, session_name=SESSION, first_seen_at=now,
                                   last_seen_at=now)
     return cluster

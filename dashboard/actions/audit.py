@@ -1,6 +1,8 @@
 """Writing the audit trail of one action: each step as it happens, and the action's
 state as it moves on (requested -> signalled -> succeeded or failed). The request
-(service.py) and the run (executor.py) both write here; this module calls neither."""
+(service.py) and the run (executor.py) both write here; this module calls neither. The
+acts the apps below say through dashboard/core/audit.py (tokens, clusters, stacks taken
+by hand) are written here too (write_act)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from dashboard.actions.models import AuditEntry, AuditStep
+from dashboard.core import audit as core_audit
 from dashboard.core.push import ACTIONS_GROUP, publish
 
 
@@ -31,3 +34,17 @@ def advance(entry: AuditEntry, state: str, at: datetime, detail: str,
         setattr(entry, name, value)
     step(entry, state, at, detail)
     return True
+
+
+def write_act(sender: Any, act: core_audit.Act, **kwargs: Any) -> None:
+    """An act of an app below this one (core/audit.py) as an entry of the trail: done
+    when it is recorded (succeeded), with who, from where and what came of it."""
+    entry = AuditEntry.objects.create(
+        kind=act.kind, target_key=act.target_key[:300], target=act.target,
+        user=act.user if act.user is not None and act.user.is_authenticated else None,
+        username=core_audit.username(act.user), address=act.address[:64], reason="",
+        requested_at=act.at, started_at=act.at, state=AuditEntry.SUCCEEDED,
+        outcome=act.outcome, finished_at=act.at)
+    step(entry, AuditEntry.SUCCEEDED, act.at,
+         f"by {entry.username}{f' from {entry.address}' if entry.address else ''}"
+         f"{f': {act.outcome}' if act.outcome else ''}")

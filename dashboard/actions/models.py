@@ -1,8 +1,9 @@
 """The audit trail of actions: one AuditEntry per action (who, when, from where,
 the target as it was, why), written before anything is signalled, and one
-AuditStep per thing that happened. Append-only: on Postgres, triggers refuse
-deletes, step updates and changes to who/what/why; the UI, API and admin offer no
-edit or delete.
+AuditStep per thing that happened; and the acts of the apps below (agent tokens,
+clusters, stacks taken by hand: dashboard/core/audit.py), each an entry done at once.
+Append-only: on Postgres, triggers refuse deletes, step updates and changes to
+who/what/why; the UI, API and admin offer no edit or delete.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from dashboard.core import audit
+
 
 class AuditEntry(models.Model):
     TERMINATE_TRIAL, STOP_JOB, KILL_PROCESS = "terminate_trial", "stop_job", "kill_process"
     KINDS = [(TERMINATE_TRIAL, "terminate trial"), (STOP_JOB, "stop job"),
-             (KILL_PROCESS, "kill GPU process")]
+             (KILL_PROCESS, "kill GPU process"), *audit.KINDS]
     REQUESTED, SIGNALLED, SUCCEEDED, FAILED = "requested", "signalled", "succeeded", "failed"
     # Refused before anything was signalled (stale target, no permission, over the rate
     # limit, Ray or the node unreachable): kept with the reason, as a person was told it.

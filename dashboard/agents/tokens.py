@@ -22,6 +22,7 @@ from collectors.agent.wire import command_key, token_key
 from dashboard.agents import sealing
 from dashboard.agents.models import NodeToken
 from dashboard.cluster.models import Cluster
+from dashboard.core import audit
 from dashboard.core.errors import ApiError
 
 log = logging.getLogger("raywatch.agents")
@@ -35,7 +36,7 @@ ADMITTED_AT_MOST = 10_000
 
 
 def issue(node: str, user: Any, now: datetime, node_ip: str = "", cluster: str = "",
-          expires_days: float | None = None) -> tuple[NodeToken, str]:
+          expires_days: float | None = None, address: str = "") -> tuple[NodeToken, str]:
     """A new token for `node` of `cluster` (a name; default: the cluster RAY_ADDRESS points
     at), valid `expires_days` (default RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS; 0: for ever):
     the row and the token, which is never shown again."""
@@ -49,9 +50,21 @@ def issue(node: str, user: Any, now: datetime, node_ip: str = "", cluster: str =
             known = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none yet"
             raise ApiError(f"no cluster named {cluster.strip()!r} (known: {known})")
         in_cluster = {"cluster": found}
-    row, token = _new(node, node_ip.strip(), user, now, expires_days, **in_cluster)
+    with transaction.atomic():
+        row, token = _new(node, node_ip.strip(), user, now, expires_days, **in_cluster)
+        audit.record(audit.Act(
+            audit.ISSUE_TOKEN, f"token:{row.prefix}", now, user, address,
+            f"for node {node}" + (f" of cluster {cluster.strip()}" if in_cluster else "")
+            + (f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC" if row.expires_at
+               else ", never expires"), target=_target(row)))
     log.warning("agent token %s… issued for node %s by %s", row.prefix, node, _who(user))
     return row, token
+
+
+def _target(row: NodeToken) -> dict[str, Any]:
+    """What the trail keeps of a token: never the token, nor its hash."""
+    return {"prefix": row.prefix, "node": row.node, "node_ip": row.node_ip,
+            "cluster_id": row.cluster_id}
 
 
 def _new(node: str, node_ip: str, user: Any, now: datetime, expires_days: float | None,
@@ -71,7 +84,7 @@ def _new(node: str, node_ip: str, user: Any, now: datetime, expires_days: float 
 
 
 def rotate(row: NodeToken, user: Any, now: datetime, overlap_s: float | None = None,
-           expires_days: float | None = None) -> tuple[NodeToken, str]:
+           expires_days: float | None = None, address: str = "") -> tuple[NodeToken, str]:
     """A new token for `row`'s node, shown once; `row` keeps working `overlap_s` (default
     RAYWATCH_AGENT_TOKEN_OVERLAP_S) while its agent is given the new one, then stops
     (sooner if it expires sooner)."""
@@ -93,17 +106,25 @@ def rotate(row: NodeToken, user: Any, now: datetime, overlap_s: float | None = N
         if not NodeToken.objects.filter(pk=row.pk, replaced_by=None, revoked_at=None).update(
                 expires_at=ends, replaced_by=new):
             raise ApiError(f"token {row.prefix}… was rotated or revoked meanwhile", 409)
+        audit.record(audit.Act(
+            audit.ROTATE_TOKEN, f"token:{row.prefix}", now, user, address,
+            f"{new.prefix}… replaces it; it stops at {ends:%Y-%m-%d %H:%M:%S} UTC",
+            target={**_target(row), "replaced_by": new.prefix}))
     row.expires_at, row.replaced_by = ends, new
     log.warning("agent token %s… of node %s rotated by %s: %s… replaces it; the old one "
                 "stops at %s UTC", row.prefix, row.node, _who(user), new.prefix, f"{ends:%H:%M:%S}")
     return new, token
 
 
-def revoke(row: NodeToken, user: Any, now: datetime) -> bool:
+def revoke(row: NodeToken, user: Any, now: datetime, address: str = "") -> bool:
     """Revoke a token; False if it already was."""
-    if not NodeToken.objects.filter(pk=row.pk, revoked_at=None).update(
-            revoked_at=now, revoked_by=_who(user)):
-        return False
+    with transaction.atomic():
+        if not NodeToken.objects.filter(pk=row.pk, revoked_at=None).update(
+                revoked_at=now, revoked_by=_who(user)):
+            return False
+        audit.record(audit.Act(audit.REVOKE_TOKEN, f"token:{row.prefix}", now, user, address,
+                               "its agent is refused from its next request",
+                               target=_target(row)))
     log.warning("agent token %s… of node %s revoked by %s", row.prefix, row.node, _who(user))
     return True
 
@@ -196,4 +217,4 @@ def live_tokens(now: datetime | None = None) -> Any:
 
 
 def _who(user: Any) -> str:
-    return user.get_username() if user and user.is_authenticated else "manage.py"
+    return audit.username(user)

@@ -51,11 +51,18 @@ def _issue_or_rotate(request: HttpRequest) -> dict[str, Any]:
     days = _days(request.POST.get("expires_days", ""))
     if request.POST.get("rotate"):
         old = get_object_or_404(NodeToken, pk=_whole(request.POST["rotate"]))
-        row, token = tokens.rotate(old, request.user, timezone.now(), expires_days=days)
+        row, token = tokens.rotate(old, request.user, timezone.now(), expires_days=days,
+                                   address=_address(request))
         return {"row": row, "token": token, "replaces": old}
     row, token = tokens.issue(request.POST.get("node", ""), request.user, timezone.now(),
-                              request.POST.get("node_ip", ""), expires_days=days)
+                              request.POST.get("node_ip", ""), expires_days=days,
+                              address=_address(request))
     return {"row": row, "token": token}
+
+
+def _address(request: HttpRequest) -> str:
+    """Where the request came from, as the audit trail keeps it."""
+    return str(request.META.get("REMOTE_ADDR") or "")
 
 
 def _days(raw: str) -> float | None:
@@ -78,7 +85,7 @@ def _whole(raw: str) -> int:
 def revoke(request: HttpRequest, pk: int) -> HttpResponse:
     _admin(request)
     row = get_object_or_404(NodeToken, pk=pk)
-    if tokens.revoke(row, request.user, timezone.now()):
+    if tokens.revoke(row, request.user, timezone.now(), address=_address(request)):
         messages.success(request, f"Token {row.prefix}… of node {row.node} is revoked: its "
                                   "agent is refused from its next request.")
     return redirect("agents")

@@ -125,8 +125,9 @@ class ClusterList(APIView):
         body.is_valid(raise_exception=True)
         cluster = add_cluster(body.validated_data["name"], body.validated_data["address"],
                               body.validated_data["token"], timezone.now(),
-                              by=request.user.get_username(),
-                              gcs_address=body.validated_data["gcs_address"])
+                              user=request.user,
+                              gcs_address=body.validated_data["gcs_address"],
+                              client=str(request.META.get("REMOTE_ADDR") or ""))
         row = next(r for r in overview() if r["name"] == cluster.name)
         return Response(ClusterSummarySerializer(row).data, status=201)
 
@@ -155,9 +156,10 @@ class ClusterDecision(APIView):
     def post(self, request: Request, name: str) -> Response:
         body = DecideRequest(data=request.data)
         body.is_valid(raise_exception=True)
-        cluster = decide(name, self.approve, timezone.now(), by=request.user.get_username(),
+        cluster = decide(name, self.approve, timezone.now(), user=request.user,
                          address=body.validated_data["address"],
                          token=body.validated_data["token"],
-                         gcs_address=body.validated_data["gcs_address"])
+                         gcs_address=body.validated_data["gcs_address"],
+                         client=str(request.META.get("REMOTE_ADDR") or ""))
         row = next(r for r in overview() if r["name"] == cluster.name)
         return Response(ClusterSummarySerializer(row).data)

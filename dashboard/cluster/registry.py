@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 
 from dashboard.cluster.endpoint import gcs_address
 from dashboard.cluster.models import Cluster
+from dashboard.core import audit
 from dashboard.core.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,8 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ANNOUNCED_EVERY = timedelta(seconds=60)
 
 
-def add_cluster(name: str, address: str, token: str, now: datetime, by: str = "",
-                gcs_address: str = "") -> Cluster:
+def add_cluster(name: str, address: str, token: str, now: datetime, user: Any = None,
+                gcs_address: str = "", client: str = "") -> Cluster:
     """A cluster an admin adds: its name (as pages, alerts and /metrics show it), its
     dashboard's URL (http://HEAD:8265), Ray's auth token if it wants one, and its GCS
     (HOST:PORT) if raywatch is to kill its actors (a trial on a node with no agent).
@@ -42,10 +43,20 @@ def add_cluster(name: str, address: str, token: str, now: datetime, by: str = ""
             cluster = Cluster.objects.create(
                 name=name, origin=Cluster.ADMIN, approval=Cluster.APPROVED, address=address,
                 token=token, gcs_address=gcs_address, first_seen_at=now, state_since=now)
+            audit.record(audit.Act(
+                audit.ADD_CLUSTER, f"cluster:{name}", now, user, client,
+                f"dashboard {address}" + (f", GCS {gcs_address}" if gcs_address else "")
+                + (", with a Ray token" if token else ""), target=_target(cluster)))
     except IntegrityError:
         raise ApiError(f"a cluster named {name!r} exists already") from None
-    log.warning("cluster %s (%s) added by %s", name, address, by or "a command")
+    log.warning("cluster %s (%s) added by %s", name, address, audit.username(user))
     return cluster
+
+
+def _target(cluster: Cluster) -> dict[str, Any]:
+    """What the trail keeps of a cluster: where it is polled, never its Ray token."""
+    return {"name": cluster.name, "address": cluster.address,
+            "gcs_address": cluster.gcs_address, "approval": cluster.approval}
 
 
 # --- clusters their head node's agent announces ---------------------------------------------
@@ -101,8 +112,8 @@ def announce(token_prefix: str, head: Any, now: datetime) -> Cluster | None:
     return cluster
 
 
-def decide(name: str, approve: bool, now: datetime, by: str = "", address: str = "",
-           token: str | None = None, gcs_address: str = "") -> Cluster:
+def decide(name: str, approve: bool, now: datetime, user: Any = None, address: str = "",
+           token: str | None = None, gcs_address: str = "", client: str = "") -> Cluster:
     """An admin approves (polled from the next Ray poll on; `address`, `token` and
     `gcs_address` set or replace its dashboard URL, Ray token and GCS) or refuses (never
     polled) a cluster. Either settles what its head's agent claimed: the same claim is
@@ -126,9 +137,15 @@ def decide(name: str, approve: bool, now: datetime, by: str = "", address: str =
     if approve and not cluster.address:
         raise ApiError(f"cluster {name!r} has no dashboard URL: give one (its head's "
                        "dashboard listens where raywatch cannot reach)", 400)
-    cluster.save()
+    with transaction.atomic():
+        cluster.save()
+        audit.record(audit.Act(
+            audit.APPROVE_CLUSTER if approve else audit.REFUSE_CLUSTER, f"cluster:{name}",
+            now, user, client,
+            (f"polled at {cluster.address}" if approve else "never polled")
+            + (", its Ray token set" if token is not None else ""), target=_target(cluster)))
     log.warning("cluster %s %s by %s", name, "approved" if approve else "refused",
-                by or "a command")
+                audit.username(user))
     return cluster
 
 

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from dashboard.core import audit
 from dashboard.core.background import send_soon
 from dashboard.core.push import publish, trial_group
 from dashboard.trials.models import Trial, TrialStack
@@ -41,6 +42,12 @@ def request_stack(trial: Trial, now: datetime, user: Any = None,
         stack = TrialStack.objects.create(
             trial=trial, pid=trial.pid, node_ip=trial.node_ip, hostname=trial.hostname,
             requested_at=now, requested_by=who, address=address[:64])
+        if user is not None:  # a person's request: py-spy on a node is theirs to answer for
+            audit.record(audit.Act(
+                audit.TAKE_STACK, f"trial:{trial.experiment.name}/{trial.trial_id}", now,
+                user, address, f"of pid {trial.pid} on {trial.hostname or trial.node_ip}",
+                target={"pid": trial.pid, "node_ip": trial.node_ip,
+                        "hostname": trial.hostname, "stack": stack.pk}))
         transaction.on_commit(lambda: send_soon(TAKE_TASK, take, stack.pk, expires=60,
                                                   queue=settings.STACKS_QUEUE))
     log.warning("stack of trial %s (pid %s on %s) asked by %s%s", trial, trial.pid,
