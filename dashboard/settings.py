@@ -477,7 +477,7 @@ STACKS_QUEUE = "stacks"
 CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": STACKS_QUEUE}
 CELERY_TASK_ROUTES["dashboard.agents.tasks.take_call_stack"] = {"queue": STACKS_QUEUE}
 # Threads that take stacks at once (the stacks worker's, or the embedded pool's).
-STACK_THREADS = env_int("RAYWATCH_STACK_THREADS", 4, minimum=1)
+STACK_THREADS = env_int("RAYWATCH_STACK_THREADS", 8, minimum=1)
 # Overdue calls whose stacks are asked for, at most, per node and minute (each is
 # sampled 3 times): 10,000 calls overdue at once cost their nodes' agents a bounded
 # amount; the others are asked in the minutes after, one job's first call before
@@ -496,6 +496,11 @@ AGENT_COMMAND_TTL_S = env_number("RAYWATCH_AGENT_COMMAND_TTL_S", 30.0, minimum=1
 AGENT_COMMAND_SECRET = env_secret("RAYWATCH_AGENT_COMMAND_SECRET") or SECRET_KEY
 # A rotated node token keeps working this long beside the new one, then stops.
 AGENT_TOKEN_OVERLAP_S = env_number("RAYWATCH_AGENT_TOKEN_OVERLAP_S", 3600.0, minimum=0)
+# Variables of serve's environment that its host's agent is given besides the agent's own
+# settings and the system's (PATH, HOME, locale, proxies): say a shim that
+# RAYWATCH_NVML_MODULE names reads one of its own. Nothing else of serve's environment
+# (its database URL, secret key, SSO secret) reaches the agent.
+AGENT_PASS_ENV = env_list("RAYWATCH_AGENT_PASS_ENV", [])
 # A node token stops working this many days after it was issued (0: never).
 AGENT_TOKEN_EXPIRES_DAYS = env_number("RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS", 0.0, minimum=0)
 # Reports held at once per web process (waiting for their group's transaction, or in

@@ -36,6 +36,9 @@ from tests.receivers import Receiver
 # Ray reads this once, when it is first imported: a driver that joins the test
 # cluster from this process needs token auth on (docs/ray-facts.md).
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+# serve's own agent reads tests/fake_pynvml.py's spec: passed on to it as an operator
+# passes an NVML shim's own variable.
+os.environ.setdefault("RAYWATCH_AGENT_PASS_ENV", "FAKE_NVML_SPEC")
 
 
 def _ensure_ray_token() -> None:

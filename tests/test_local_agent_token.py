@@ -55,6 +55,43 @@ def test_the_agent_is_started_with_raywatchs_settings(settings, tmp_path) -> Non
     assert env["RAYWATCH_AGENT_TRIAL_LOGS"] == "1"
 
 
+def test_the_agent_is_given_none_of_serves_secrets(settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """serve's database URL, secret key and SSO secret stay with serve: the agent (and
+    the py-spy it runs) is given the variables it reads and the system's own (issue 43,
+    L8)."""
+    settings.DATA_DIR = tmp_path
+    serves = {"DATABASE_URL": "postgres://raywatch:db-pass@db/raywatch",
+              "REDIS_URL": "redis://:redis-pass@redis:6379/0",
+              "RAYWATCH_SECRET_KEY": "django-secret", "RAYWATCH_OIDC_CLIENT_SECRET": "sso",
+              "RAYWATCH_AGENT_COMMAND_SECRET": "seals-command-keys",
+              "AWS_SECRET_ACCESS_KEY": "cloud", "PATH": "/usr/bin", "HOME": "/home/x",
+              "LC_ALL": "C.UTF-8", "RAYWATCH_LOG_DIRS": "/data/ray_results",
+              "RAYWATCH_POLL_GPU_S": "2", "RAY_AUTH_TOKEN": "ray-token"}
+    env = agent_env("http://127.0.0.1:8000", timezone.now(), serves)
+    for secret in ("db-pass", "redis-pass", "django-secret", "sso", "seals-command-keys",
+                   "cloud"):
+        assert not [k for k, v in env.items() if secret in v], secret
+    for kept in ("PATH", "HOME", "LC_ALL", "RAYWATCH_LOG_DIRS", "RAYWATCH_POLL_GPU_S",
+                 "RAY_AUTH_TOKEN"):
+        assert env[kept] == serves[kept], kept
+
+
+def test_every_variable_the_agent_reads_is_passed_on() -> None:
+    """The list serve passes on holds each variable the agent's code reads: a new
+    setting of the agent is not silently dropped on raywatch's own host."""
+    import re
+    from pathlib import Path
+
+    from collectors.agent.config import SYSTEM_VARIABLES, VARIABLES
+    root = Path(__file__).resolve().parent.parent / "collectors"
+    read = set()
+    for path in [*root.glob("agent/*.py"), root / "simnvml.py"]:
+        read |= set(re.findall(r'(?:env\.get\(|environ\.get\(|\w+\(env, )"([A-Z][A-Z0-9_]*)"',
+                               path.read_text()))
+    assert {"RAYWATCH_URL", "XDG_STATE_HOME"} <= read, read
+    assert read <= VARIABLES | SYSTEM_VARIABLES, sorted(read - VARIABLES - SYSTEM_VARIABLES)
+
+
 def test_an_agent_told_to_read_no_trial_log_reads_none() -> None:
     from collectors.agent.config import AgentConfig, ConfigError
 

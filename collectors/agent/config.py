@@ -10,7 +10,7 @@ defaults the server shares are written once, in collectors/defaults.py."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -38,6 +38,42 @@ BACKOFF_CAP_S = 30.0
 
 class ConfigError(Exception):
     pass
+
+
+# What an agent started by raywatch (`serve`'s own host's agent) is given of its
+# starter's environment: the variables the agent reads, and the system's own. Not the
+# rest: serve's database URL, secret key and SSO secret are none of the agent's
+# business, and py-spy, which the agent runs, would inherit them.
+VARIABLES = frozenset({
+    "RAYWATCH_AGENT_BACKOFF_CAP_S", "RAYWATCH_AGENT_PROCESSES_S", "RAYWATCH_AGENT_SEND_S",
+    "RAYWATCH_AGENT_SPOOL", "RAYWATCH_AGENT_SPOOL_MB", "RAYWATCH_AGENT_TIMEOUT_S",
+    "RAYWATCH_AGENT_TOKEN", "RAYWATCH_AGENT_TOKEN_FILE", "RAYWATCH_AGENT_TRIAL_LOGS",
+    "RAYWATCH_GPU_SOURCE", "RAYWATCH_KUBERAY_NAME", "RAYWATCH_KUBERAY_NAMESPACE",
+    "RAYWATCH_LOG_DIRS", "RAYWATCH_LOG_FILE_MAX_MB", "RAYWATCH_LOG_JSON_FILE_MAX_MB",
+    "RAYWATCH_LOG_LEVEL", "RAYWATCH_LOG_QUIET_S", "RAYWATCH_LOG_RESCAN_PER_POLL",
+    "RAYWATCH_LOG_RESCAN_S", "RAYWATCH_NODE_IP", "RAYWATCH_NODE_NAME",
+    "RAYWATCH_NVML_MODULE", "RAYWATCH_POLL_GPU_S", "RAYWATCH_POLL_LOGS_S", "RAYWATCH_PY_SPY",
+    "RAYWATCH_RAY_TMP_DIR", "RAYWATCH_SIM_GCS", "RAYWATCH_SIM_GPUS", "RAYWATCH_URL",
+    # Simulated GPUs ask the cluster's GCS which worker holds which GPU.
+    "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+    # A KubeRay head's own name (collectors/agent/headinfo.py).
+    "RAY_CLUSTER_NAME", "RAY_CLUSTER_NAMESPACE", "POD_NAMESPACE",
+})
+SYSTEM_VARIABLES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "XDG_STATE_HOME",
+    "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY",
+    "http_proxy",
+})
+
+
+def agent_environment(env: Mapping[str, str], also: Iterable[str] = ()) -> dict[str, str]:
+    """What of `env` an agent started by raywatch is given (VARIABLES, SYSTEM_VARIABLES,
+    the locale's LC_* and the names in `also`: RAYWATCH_AGENT_PASS_ENV)."""
+    passed = VARIABLES | SYSTEM_VARIABLES | set(also)
+    return {name: value for name, value in env.items()
+            if name in passed or name.startswith("LC_")}
 
 
 # --- node agent: its own settings (docs/agents.md) -----------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from collectors.agent.config import agent_environment
 from collectors.agent.wire import token_key
 from collectors.hostinfo import host_name
 from dashboard.agents import tokens
@@ -62,8 +63,9 @@ def _write_private(path: Path, text: str) -> None:
 def agent_env(url: str, now: datetime, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `serve` starts its host's agent with: raywatch's own settings for
     GPUs, logs and Ray's temp dir come through unchanged (the agent reads the same
-    variables); what differs is said here."""
-    env = dict(os.environ if base is None else base)
+    variables), and nothing else of serve's (its database URL, secret key and SSO secret:
+    collectors/agent/config.agent_environment); what differs is said here."""
+    env = agent_environment(os.environ if base is None else base, settings.AGENT_PASS_ENV)
     env.pop("RAYWATCH_AGENT_TOKEN", None)  # a node token given to serve is not this host's
     local_token(now)
     env.update({
