@@ -320,8 +320,11 @@ def test_a_cluster_its_head_agent_announces_is_polled_once_approved(  # type: ig
     with serving(env, token, password, tmp_path) as rw:
         temp_dirs = {"alpha": Path(ray_cluster.session_dir).parent,
                      "beta": Path(beta_cluster.session_dir).parent}
-        agents = {name: agent_env(rw.url, heads[name], tmp_path, f"{name}-head", "127.0.0.1",
-                                  gpus=0, RAYWATCH_RAY_TMP_DIR=str(temp_dirs[name]),
+        # Two heads' agents, each of its own address (one node's address is one token's:
+        # a second node claiming it is refused, issue 43 L2).
+        agents = {name: agent_env(rw.url, heads[name], tmp_path, f"{name}-head",
+                                  "127.0.0.1" if name == "alpha" else "127.0.0.2", gpus=0,
+                                  RAYWATCH_RAY_TMP_DIR=str(temp_dirs[name]),
                                   RAY_CLUSTER_NAME="team-a" if name == "beta" else "",
                                   POD_NAMESPACE="ml")
                   for name in ("alpha", "beta")}

@@ -137,7 +137,7 @@ def test_celery_worker_beat_and_agents_feed_the_dashboard(
         output, _ = server.communicate(timeout=patient(90))
         for agent in agents:
             agent.wait(patient(30))
-    assert "Celery worker, notifier, beat on REDIS_URL" in output
+    assert "Celery worker, notifier, stacks, beat on REDIS_URL" in output
     assert "this host's node agent" in output
     assert "Traceback" not in output
     gone = psutil.wait_procs(children, timeout=30)[1]

@@ -56,6 +56,7 @@ from dashboard.trials.runs import (
     runs_of_failed_jobs,
     runs_to_bind,
     shadowed,
+    waited_call_ended,
     waits_on_a_call,
 )
 from dashboard.trials.stacks import (
@@ -212,6 +213,12 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
             # Its trainer waits on a call of its job: that call's stacks judge the run
             # (a long rollout is busy; a reward that hangs is the hang, named).
             followed = follow_ray_get(trial, now)
+            if followed is None and stack.taken_at and waited_call_ended(trial, stack.taken_at):
+                # Taken while it waited on a call that has ended since (a long rollout
+                # done): they say nothing of now, when it may be in its own reward. Its
+                # stacks are taken again; nothing is judged on the old ones.
+                request_stack(trial, now)
+                followed = (None, "")
             if followed is not None:
                 snapshot = replace(snapshot, hung=followed[0], verdict=followed[1])
                 sampling = followed[0] is None

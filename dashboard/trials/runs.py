@@ -498,6 +498,14 @@ def waits_on_a_call(run: Trial) -> bool:
     return bool(CallTiming.usuals((cluster, job, name) for name in running))
 
 
+def waited_call_ended(run: Trial, since: datetime) -> bool:
+    """Whether a call of the run's job has ended since `since` (CallTiming learns each
+    ended call, a job's first of a name included)."""
+    job = trainer_job(run)
+    return bool(job) and CallTiming.objects.filter(
+        cluster_id=run.experiment.cluster_id, job_id=job, updated_at__gt=since).exists()
+
+
 def follow_ray_get(run: Trial, now: datetime) -> tuple[bool | None, str] | None:
     """A run whose trainer's stacks say it waits in `ray.get`: the verdict of the calls
     its trainer's run call made that run now (a step's rollout, its reward: Ray names each
