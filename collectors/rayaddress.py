@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from collectors.http import SourceError
+from collectors.raystate import read_token
 
 
 def dashboard_url(
@@ -50,7 +51,9 @@ def _dashboard_from_gcs(gcs_address: str) -> str:
     # Import here: only this form of the address needs Ray's GCS client.
     from ray._raylet import GcsClient
 
-    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+    # Token mode only where there is a token: a deployment that always names a token file
+    # (docker compose's ray_auth_token secret) leaves it empty for a cluster without auth.
+    if read_token(os.environ.get("RAY_AUTH_TOKEN"), os.environ.get("RAY_AUTH_TOKEN_PATH")):
         os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         client = GcsClient(address=gcs_address, cluster_id=None)

@@ -9,6 +9,7 @@ take the locked packages, each by hash."""
 from __future__ import annotations
 
 import configparser
+import re
 import tomllib
 from typing import Any
 from urllib.parse import urlparse
@@ -141,7 +142,7 @@ def test_compose_has_no_default_password_and_reads_each_from_a_secret_file() -> 
     for name, service in services.items():
         env = service.get("environment", {})
         for variable, value in env.items():
-            if variable.endswith("_FILE"):
+            if variable.endswith(("_FILE", "_PATH")) and value.startswith("/run/secrets/"):
                 secret = value.removeprefix("/run/secrets/")
                 assert secret in service["secrets"] and secret in doc["secrets"], variable
             elif any(word in variable for word in ("PASSWORD", "SECRET", "TOKEN")):
@@ -229,3 +230,34 @@ def test_the_readme_points_at_the_examples() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "docs/kuberay-agent.yaml" in readme and "docs/raywatch-agent.service" in readme
     assert "docs/deploying.md" in readme
+
+
+def test_compose_keeps_credentials_out_of_env_and_logs_and_bounds_every_service() -> None:
+    """issue 43, L9: Ray's token and the first admin's password are secret files (not in
+    an environment `docker inspect` shows, nor printed to `docker compose logs`); every
+    image is pinned to a release; every service has memory, CPU and process limits; and
+    raywatch's own containers run read-only with their scratch in memory."""
+    doc = compose()
+    services = resolved(doc, REQUIRED)["services"]
+    for name, service in services.items():
+        env = service.get("environment", {})
+        assert "RAY_AUTH_TOKEN" not in env, name
+        command = " ".join(service.get("command", []) if isinstance(
+            service.get("command"), list) else [service.get("command") or ""])
+        assert "RAY_AUTH_TOKEN=" not in command and "--password " not in command, name
+        assert {"mem_limit", "cpus", "pids_limit"} <= service.keys(), name
+        if "image" in service:
+            tag = service["image"].partition(":")[2]
+            assert re.match(r"\d+\.\d+", tag) or "@sha256:" in service["image"], (name, tag)
+    raywatch = [n for n, s in services.items() if s.get("build") == "."]
+    assert {"web", "worker", "notifier", "stacks", "beat", "migrate"} <= set(raywatch)
+    for name in raywatch:
+        service = services[name]
+        assert service["read_only"] is True, name
+        assert any(t.startswith("/tmp") for t in service["tmpfs"]), name
+        assert service["environment"]["RAY_AUTH_TOKEN_PATH"] == "/run/secrets/ray_auth_token"
+        assert "ray_auth_token" in service["secrets"], name
+    migrate = " ".join(services["migrate"]["command"])
+    assert "ensure_admin --password-file /run/secrets/admin_password" in migrate
+    assert "admin_password" in services["migrate"]["secrets"]
+    assert {"ray_auth_token", "admin_password"} <= doc["secrets"].keys()
