@@ -173,9 +173,9 @@ def _migrated_once() -> Iterator[None]:
 # --- the embedded default's append-only audit -----------------------------------------
 @pytest.fixture(scope="session", autouse=True)
 def _flush_past_sqlite_audit_triggers() -> Iterator[None]:
-    """Between transactional tests Django empties every table: TRUNCATE on Postgres
-    (row triggers do not fire), DELETE on SQLite, which the audit's triggers refuse.
-    On SQLite the test flush lifts them for its own statements and puts them back."""
+    """Between transactional tests Django empties every table: TRUNCATE on Postgres,
+    DELETE on SQLite, which the audit's triggers refuse. The test flush lifts them for
+    its own statements and puts them back."""
     import importlib
 
     # Through the backend's base module: importing operations first is an import cycle
@@ -193,8 +193,23 @@ def _flush_past_sqlite_audit_triggers() -> Iterator[None]:
             else statements
 
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+    # On Postgres the flush is one TRUNCATE, which the audit's statement triggers refuse
+    # (0005): lifted for that statement alone, in the flush's own transaction.
+    from django.db.backends.postgresql.base import DatabaseWrapper as Postgres
+
+    PostgresOperations = Postgres.ops_class
+    no_truncate = importlib.import_module("dashboard.actions.migrations.0005_audit_no_truncate")
+    postgres_original = PostgresOperations.sql_flush
+
+    def postgres_flush(self, style, tables, **kwargs):  # type: ignore[no-untyped-def]
+        statements = postgres_original(self, style, tables, **kwargs)
+        return [*no_truncate.lifted_sql(), *statements, *no_truncate.restored_sql()] \
+            if statements and set(no_truncate.TABLES.values()) & set(tables) else statements
+
+    PostgresOperations.sql_flush = postgres_flush  # type: ignore[method-assign]
     yield
     DatabaseOperations.sql_flush = original  # type: ignore[method-assign]
+    PostgresOperations.sql_flush = postgres_original  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ def terminate(user, trial_pk: int, **expected: Any):  # type: ignore[no-untyped-
 
 
 def audited(**filters: str) -> list[dict[str, Any]]:
-    return list(AuditEntry.objects.filter(**filters).order_by("id").values(
+    return list(AuditEntry.objects.actions().filter(**filters).order_by("id").values(
         "username", "state", "outcome", "finished_at"))
 
 

@@ -96,7 +96,7 @@ def test_the_dialog_says_why_the_action_was_refused(  # type: ignore[no-untyped-
         "changed since the page was drawn: pid was")
     expect(dialog).to_be_visible()
     assert hung_process.poll() is None  # nothing was signalled
-    refused = off_the_loop(lambda: list(AuditEntry.objects.values("state", "outcome")))
+    refused = off_the_loop(lambda: list(AuditEntry.objects.actions().values("state", "outcome")))
     assert len(refused) == 1 and refused[0]["state"] == "refused"
     assert "changed since the page was drawn" in refused[0]["outcome"]
 

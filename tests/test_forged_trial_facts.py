@@ -49,7 +49,7 @@ def test_a_line_naming_this_host_and_any_pid_signals_nothing(  # type: ignore[no
     assert "Ray lists no live train actor with pid" in preview.json()["detail"]
     reply = terminate(operator, trial, pid=bystander.pid)
     assert reply.status_code == 409 and reply.json()["detail"] == preview.json()["detail"]
-    [entry] = AuditEntry.objects.all()
+    [entry] = AuditEntry.objects.actions()
     assert entry.state == AuditEntry.REFUSED and entry.outcome == reply.json()["detail"]
     assert bystander.poll() is None  # never signalled
 

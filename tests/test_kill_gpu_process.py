@@ -48,7 +48,7 @@ def test_an_admin_kills_an_orphan_that_ignores_sigterm(  # type: ignore[no-untyp
             # Operators end trials and jobs; only admins kill processes outside Ray.
             assert token_client(operator).post(url, body, format="json").status_code == 403
             assert stranger.poll() is None
-            assert list(AuditEntry.objects.values_list("username", "state")) == [
+            assert list(AuditEntry.objects.actions().values_list("username", "state")) == [
                 (operator.username, "refused")]
             reply = token_client(admin).post(url, body, format="json")
             assert reply.status_code == 202, reply.json()
@@ -85,5 +85,5 @@ def test_a_process_ray_owns_is_not_killed_as_an_orphan(  # type: ignore[no-untyp
     reply = token_client(admin).post("/api/gpus/GPU-0/processes/4242/kill", {"reason": "x"},
                                format="json")
     assert reply.status_code == 409 and "not by killing the process" in reply.json()["detail"]
-    assert list(AuditEntry.objects.values_list("state", "outcome")) == [
+    assert list(AuditEntry.objects.actions().values_list("state", "outcome")) == [
         ("refused", reply.json()["detail"])]

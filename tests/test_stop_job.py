@@ -78,5 +78,5 @@ def test_an_unreachable_ray_is_a_503_audited_as_refused(settings, operator) -> N
                                   format="json")
     assert reply.status_code == 503
     assert "cannot act now" in reply.json()["detail"]
-    assert list(AuditEntry.objects.values_list("state", "outcome")) == [
+    assert list(AuditEntry.objects.actions().values_list("state", "outcome")) == [
         ("refused", reply.json()["detail"])]

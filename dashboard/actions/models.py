@@ -15,8 +15,15 @@ from django.db.models import Q
 from dashboard.core import audit
 
 
+class AuditQuerySet(models.QuerySet):
+    def actions(self) -> AuditQuerySet:
+        """The actions (terminate, stop, kill), without the other acts of the trail."""
+        return self.filter(kind__in=AuditEntry.ACTION_KINDS)
+
+
 class AuditEntry(models.Model):
     TERMINATE_TRIAL, STOP_JOB, KILL_PROCESS = "terminate_trial", "stop_job", "kill_process"
+    ACTION_KINDS = (TERMINATE_TRIAL, STOP_JOB, KILL_PROCESS)
     KINDS = [(TERMINATE_TRIAL, "terminate trial"), (STOP_JOB, "stop job"),
              (KILL_PROCESS, "kill GPU process"), *audit.KINDS]
     REQUESTED, SIGNALLED, SUCCEEDED, FAILED = "requested", "signalled", "succeeded", "failed"
@@ -25,6 +32,8 @@ class AuditEntry(models.Model):
     REFUSED = "refused"
     ACTIVE = (REQUESTED, SIGNALLED)
     STATES = (REQUESTED, SIGNALLED, SUCCEEDED, FAILED, REFUSED)
+
+    objects = AuditQuerySet.as_manager()
 
     kind = models.CharField(max_length=32, choices=KINDS)
     # trial:<experiment>/<id>, job:<key>, process:<gpu uuid>/<pid>

@@ -100,7 +100,7 @@ def refused(user: Any, plan: Plan, expected: dict[str, Any], needed: str,
 def recent(user: Any, now: datetime) -> list[tuple[str, str]]:
     """(state, outcome) of the user's requests within the rate window."""
     since = now - timedelta(seconds=settings.ACTION_RATE_WINDOW_S)
-    return list(AuditEntry.objects.filter(user=user, requested_at__gte=since)
+    return list(AuditEntry.objects.actions().filter(user=user, requested_at__gte=since)
                 .values_list("state", "outcome"))
 
 
