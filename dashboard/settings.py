@@ -501,6 +501,10 @@ AGENT_TOKEN_OVERLAP_S = env_number("RAYWATCH_AGENT_TOKEN_OVERLAP_S", 3600.0, min
 # RAYWATCH_NVML_MODULE names reads one of its own. Nothing else of serve's environment
 # (its database URL, secret key, SSO secret) reaches the agent.
 AGENT_PASS_ENV = env_list("RAYWATCH_AGENT_PASS_ENV", [])
+# A GPU is its node's while that node's agent reported it within this many hours: another
+# node's agent reporting the same GPU UUID is refused meanwhile; after it, the GPU moves
+# (a card moved, a node renamed or rebuilt).
+GPU_OWNER_HOLD_H = env_number("RAYWATCH_GPU_OWNER_HOLD_H", 24.0, minimum=0)
 # A node token stops working this many days after it was issued (0: never).
 AGENT_TOKEN_EXPIRES_DAYS = env_number("RAYWATCH_AGENT_TOKEN_EXPIRES_DAYS", 0.0, minimum=0)
 # Reports held at once per web process (waiting for their group's transaction, or in

@@ -9,6 +9,7 @@ import asyncio
 import http.client
 import json
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -72,6 +73,25 @@ def test_a_report_with_another_nodes_gpu_is_refused_and_the_rest_of_its_group_st
         "GPU-gpu-a-0": "gpu-a", "GPU-gpu-a-1": "gpu-a",
         "GPU-gpu-c-0": "gpu-c", "GPU-gpu-c-1": "gpu-c"}
     assert not AgentStream.objects.filter(token=b).exists()  # its batch 5 is not taken
+
+
+@pytest.mark.django_db
+def test_a_gpu_its_node_stopped_reporting_long_ago_may_move(settings) -> None:  # type: ignore[no-untyped-def]
+    """A card moved to another node (or a node renamed, rebuilt): once its old node has
+    not reported it for RAYWATCH_GPU_OWNER_HOLD_H, the node that reports it now has it
+    (issue 43, L6). Within the hold, the old node's GPU stays its own."""
+    settings.GPU_OWNER_HOLD_H = 1.0
+    a, b = (issue(node)[0] for node in ("gpu-a", "gpu-b"))
+    then = timezone.now() - timedelta(hours=2)
+    ingest_reports([decode_report(a, report_body(1, gpus_of("gpu-a")))], timezone.now())
+    refused = ingest_reports([decode_report(b, report_body(1, [gpu_record("GPU-gpu-a-0")]))],
+                             timezone.now())[0]
+    assert isinstance(refused, BatchRefused) and refused.status == 403  # reported lately
+    Gpu.objects.filter(uuid="GPU-gpu-a-0").update(at=then)  # gpu-a reported it 2 h ago
+    moved = ingest_reports([decode_report(b, report_body(2, [gpu_record("GPU-gpu-a-0")]))],
+                           timezone.now())[0]
+    assert isinstance(moved, dict) and moved["stored"] == [2], moved
+    assert Gpu.objects.get(uuid="GPU-gpu-a-0").node == "gpu-b"
 
 
 @pytest.mark.django_db

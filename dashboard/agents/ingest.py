@@ -233,7 +233,7 @@ def _batch_by_batch(report: Report, now: datetime, failure: Exception
 
 
 def _store_together(reports: list[Report], now: datetime) -> list[dict[str, Any] | Exception]:
-    outcomes: list[dict[str, Any] | Exception | None] = list(_foreign_gpus(reports))
+    outcomes: list[dict[str, Any] | Exception | None] = list(_foreign_gpus(reports, now))
     storing = [r for r, refused in zip(reports, outcomes, strict=True) if refused is None]
     with transaction.atomic():
         for report in storing:
@@ -364,13 +364,16 @@ def _decode_record(node: str, item: Any, batch: Batch, clock: AgentClock) -> Non
         raise wire.WireError("a record without a kind")
 
 
-def _foreign_gpus(reports: list[Report]) -> list[BatchRefused | None]:
-    """For each report, a refusal when it carries a GPU stored under another node (or
-    claimed by an earlier report of the same group); one query for all of them."""
+def _foreign_gpus(reports: list[Report], now: datetime) -> list[BatchRefused | None]:
+    """For each report, a refusal when it carries a GPU another node reported within
+    RAYWATCH_GPU_OWNER_HOLD_H (or an earlier report of the same group claimed); one
+    query for all of them. A GPU its node has not reported for that long may move (a
+    card moved, a node renamed or rebuilt): it is not another node's for ever."""
     uuids = {g.uuid for r in reports for b in r.batches for poll, _ in b.polls
              for g in poll.gpus}
-    owner = dict(Gpu.objects.filter(uuid__in=list(uuids)).values_list("uuid", "node")) \
-        if uuids else {}
+    held = now - timedelta(hours=settings.GPU_OWNER_HOLD_H)
+    owner = dict(Gpu.objects.filter(uuid__in=list(uuids), at__gte=held).values_list(
+        "uuid", "node")) if uuids else {}
     refusals = []
     for report in reports:
         node = report.token.node
