@@ -476,6 +476,12 @@ STACK_GIVE_UP_S = env_number("RAYWATCH_STACK_GIVE_UP_S", 90.0, minimum=10)
 STACKS_QUEUE = "stacks"
 CELERY_TASK_ROUTES["dashboard.trials.tasks.take_trial_stack"] = {"queue": STACKS_QUEUE}
 CELERY_TASK_ROUTES["dashboard.agents.tasks.take_call_stack"] = {"queue": STACKS_QUEUE}
+# Days stacks (a stalled trial's, an overdue call's) and the agents' commands that took
+# them are kept; a trial's newest stack stays whatever its age.
+STACKS_KEEP_D = env_number("RAYWATCH_STACKS_KEEP_D", 7.0, minimum=1)
+CELERY_BEAT_SCHEDULE["stacks-retention"] = {
+    "task": "dashboard.agents.tasks.prune_stacks", "schedule": 3600.0,
+    "options": {"expires": 3600}}
 # Threads that take stacks at once (the stacks worker's, or the embedded pool's).
 STACK_THREADS = env_int("RAYWATCH_STACK_THREADS", 8, minimum=1)
 # Overdue calls whose stacks are asked for, at most, per node and minute (each is

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Avg, Count, Max, Min, Model
+from django.db.models import Avg, Count, Max, Min, Model, QuerySet
 from django.db.models.functions import TruncMinute
 
 from dashboard.gpus.models import GpuRollup, GpuSample, RollupState
@@ -90,11 +90,14 @@ def prune(now: datetime) -> dict[str, int]:
 
 
 def delete_in_batches(model: type[Model], column: str, cutoff: datetime,
-                      batch: int | None = None) -> int:
+                      batch: int | None = None, among: QuerySet | None = None) -> int:
+    """Delete the rows (of `among`, default all) older than `cutoff` by `column`, a batch
+    at a time: short transactions, no table lock."""
     batch = batch or settings.RETENTION_BATCH
+    rows = among if among is not None else model.objects.all()
     deleted = 0
     while True:
-        ids = list(model.objects.filter(**{f"{column}__lt": cutoff}).order_by()
+        ids = list(rows.filter(**{f"{column}__lt": cutoff}).order_by()
                    .values_list("id", flat=True)[:batch])
         if not ids:
             return deleted
