@@ -221,6 +221,48 @@ def test_tensorboard_scalars_by_step_and_incremental(tmp_path: Path) -> None:
     assert third.results == [] and third.cursor.offset == second.cursor.offset
 
 
+def test_big_tensorboard_records_cost_no_crc_unless_they_hold_a_scalar(  # type: ignore[no-untyped-def]
+        tmp_path: Path, monkeypatch) -> None:
+    """An image or histogram record raywatch drops costs no pure-Python CRC (0.31 CPU s a
+    MiB: issue 43, L6); a large record that holds a scalar is still checked, and a
+    damaged one is refused as a problem, its scalar not taken."""
+    import struct
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    def record(data: bytes, damaged: bool = False) -> bytes:
+        head = struct.pack("<Q", len(data))
+        crc = masked_crc32c(data) ^ (1 if damaged else 0)
+        return head + struct.pack("<I", masked_crc32c(head)) + data + struct.pack("<I", crc)
+
+    def event(step: int, *values: summary_pb2.Summary.Value) -> bytes:
+        return event_pb2.Event(step=step, wall_time=1795280000.0 + step,
+                               summary=summary_pb2.Summary(value=list(values))
+                               ).SerializeToString()
+
+    image = summary_pb2.Summary.Value(tag="samples", image=summary_pb2.Summary.Image(
+        encoded_image_string=b"\x89PNG" + b"x" * (4 << 20)))
+    loss = summary_pb2.Summary.Value(tag="loss", simple_value=0.5)
+    padded = summary_pb2.Summary.Value(tag="p" * 100, simple_value=1.0)
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(record(event(1, image)) + record(event(1, loss))
+                     + record(event(2, image), damaged=True)  # an image: never looked at
+                     + record(event(2, loss, *[padded] * 800), damaged=True)  # > 64 KiB
+                     + record(event(3, loss)))
+    checked: list[int] = []  # the sizes the reader computes a CRC of
+    monkeypatch.setattr(pywrap_tensorflow, "masked_crc32c",
+                        lambda data: checked.append(len(data)) or masked_crc32c(data))
+    read = tail_tb_events(path, None, "actor", max_bytes=64 << 20)
+    assert [(r.iteration, r.metrics.get("loss")) for r in read.results] == [
+        (1, 0.5), (2, None), (3, 0.5)]  # step 2 from its image: no scalar taken
+    assert [p.message for p in read.problems] == [
+        "damaged TensorBoard record (its data's CRC does not match)"]
+    assert max(checked) < 1 << 20, "an image's data had its CRC computed"
+    assert any(size > 64 << 10 for size in checked)  # the large scalar record's was
+
+
 AWKWARD_LINES = [
     line(1).encode(),
     b'{"training_iteration": 2, "loss": NaN, "r": Infinity, "k": -Infinity}',
