@@ -55,7 +55,8 @@ RUN python -m compileall -q dashboard collectors \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/raywatch \
        --shell /usr/sbin/nologin raywatch \
     && chown 10001:10001 /var/lib/raywatch
-# /var/lib/raywatch: beat's schedule; the collected static files in it stay root's.
+# /var/lib/raywatch: the collected static files, root's; compose runs the containers
+# read-only, beat's schedule in /tmp (tmpfs).
 USER 10001:10001
 EXPOSE 8000
 CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000", "--no-celery", "--no-agent"]

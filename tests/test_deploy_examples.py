@@ -255,6 +255,8 @@ def test_compose_keeps_credentials_out_of_env_and_logs_and_bounds_every_service(
         service = services[name]
         assert service["read_only"] is True, name
         assert any(t.startswith("/tmp") for t in service["tmpfs"]), name
+        # The image's collected static files live in /var/lib/raywatch: never hidden.
+        assert not any(t.startswith("/var/lib/raywatch") for t in service["tmpfs"]), name
         assert service["environment"]["RAY_AUTH_TOKEN_PATH"] == "/run/secrets/ray_auth_token"
         assert "ray_auth_token" in service["secrets"], name
     migrate = " ".join(services["migrate"]["command"])
