@@ -13,7 +13,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from collectors.http import SourceError
-from collectors.raystate import read_token
 
 
 def dashboard_url(
@@ -78,4 +77,20 @@ def gcs_address(ray_address: str | None, gcs_setting: str | None,
             return str(json.loads(local_file.read_text())["gcs_address"])
         except (ValueError, KeyError, OSError):
             return None
+    return None
+
+
+def read_token(token: str | None, token_path: str | None) -> str | None:
+    """The token Ray's own clients would use: RAY_AUTH_TOKEN, else the token file."""
+    if token:
+        return token.strip()
+    if token_path:
+        path = Path(token_path).expanduser()
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SourceError(f"cannot read the Ray token file {path}: {exc.strerror}") from None
+        return text or None
     return None

@@ -14,7 +14,6 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from collectors.http import SourceError, get_json
@@ -88,22 +87,6 @@ class ClusterReply:
     def complete(self, listing: str) -> bool:
         """Whether raywatch holds all of this list: what it lacks may still exist."""
         return all(cut.listing != listing for cut in self.truncations)
-
-
-def read_token(token: str | None, token_path: str | None) -> str | None:
-    """The token Ray's own clients would use: RAY_AUTH_TOKEN, else the token file."""
-    if token:
-        return token.strip()
-    if token_path:
-        path = Path(token_path).expanduser()
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise SourceError(f"cannot read the Ray token file {path}: {exc.strerror}") from None
-        return text or None
-    return None
 
 
 def fetch_json(endpoint: RayEndpoint, path: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import pynvml
 
-from collectors.raystate import read_token
+from collectors.rayaddress import read_token
 from collectors.simworkload import Holder, RayWorkload
 
 GIB = 1024**3

@@ -7,8 +7,9 @@ from __future__ import annotations
 from django.conf import settings
 
 from collectors import rayaddress
+from collectors.rayaddress import read_token
 from collectors.raykill import GcsActor
-from collectors.raystate import RayEndpoint, read_token
+from collectors.raystate import RayEndpoint
 from dashboard.cluster.models import Cluster
 
 
