@@ -27,6 +27,7 @@ from operator import or_
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 
 from collectors.agent.trialwire import place_node
@@ -296,14 +297,37 @@ def discover_runs(since: datetime | None) -> int:
                  "hostname": node.hostname or "", "process_alive": True,
                  "status": Trial.RUNNING, "status_reason": "its actor is alive"}
         # The run found from its job before this trainer started is this run.
-        adopted = Trial.objects.filter(BEFORE_TRAINER, experiment=experiment).exclude(
-            trial_id=trial_id).update(trial_id=trial_id, tune_status="", **found)
-        if adopted:
+        if adopt_job_run(experiment, trial_id, found):
             continue
         _, created = Trial.objects.get_or_create(experiment=experiment, trial_id=trial_id,
                                                  defaults=found)
         made += created
     return made + discover_job_runs(since)
+
+
+def adopt_job_run(experiment: Experiment, trial_id: str, found: dict[str, Any]) -> bool:
+    """The run found from its job (`driver <pid>`) becomes its trainer's run `trial_id`;
+    whether there was one. When the trainer's console spoke first (its node's agent sent
+    its lines before Ray's poll listed it), the trainer's row is the run: the job's row's
+    incidents (its demand) move to it and that row goes; renaming it onto the trainer's
+    would break the unique key and fail every detector pass after."""
+    with transaction.atomic():
+        waiting = list(Trial.objects.select_for_update().filter(
+            BEFORE_TRAINER, experiment=experiment).exclude(trial_id=trial_id))
+        if not waiting:
+            return False
+        existing = Trial.objects.filter(experiment=experiment, trial_id=trial_id).first()
+        if existing is None:
+            Trial.objects.filter(pk=waiting[0].pk).update(trial_id=trial_id, tune_status="",
+                                                          **found)
+            waiting = waiting[1:]
+        else:
+            Trial.objects.filter(pk=existing.pk, pid__isnull=True).update(**found)
+        keeper = existing or Trial.objects.get(experiment=experiment, trial_id=trial_id)
+        for before in waiting:
+            Incident.objects.filter(trial=before).update(trial=keeper)
+            before.delete()
+    return True
 
 
 DRIVER = "driver "  # the trial id of a run found from its job, before its trainer started
