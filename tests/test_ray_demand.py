@@ -17,6 +17,7 @@ import pytest
 
 from collectors.http import SourceError
 from collectors.localray import LocalCluster
+from collectors.rayaddress import read_token
 from collectors.raydemand import parse_demands, parse_jobs, parse_placement_groups
 from collectors.raystate import (
     ClusterReply,
@@ -25,7 +26,6 @@ from collectors.raystate import (
     fetch_json,
     parse_actors,
     parse_nodes,
-    read_token,
 )
 from collectors.records import DemandRecord, JobRecord, NodeRecord, PlacementGroupRecord
 from tests.conftest import port_flags, stop_ray_start, wait_for, worker_ports
