@@ -216,8 +216,11 @@ def _evaluate(trials: list[Trial], poll: _Poll, with_trialless: bool) -> None:
             if followed is None and stack.taken_at and waited_call_ended(trial, stack.taken_at):
                 # Taken while it waited on a call that has ended since (a long rollout
                 # done): they say nothing of now, when it may be in its own reward. Its
-                # stacks are taken again; nothing is judged on the old ones.
-                request_stack(trial, now)
+                # stacks are taken again (within the poll's budget; else at a later
+                # poll); nothing is judged on the old ones.
+                if poll.asked < PROBES_PER_POLL:
+                    request_stack(trial, now)
+                    poll.asked += 1
                 followed = (None, "")
             if followed is not None:
                 snapshot = replace(snapshot, hung=followed[0], verdict=followed[1])
